@@ -1,0 +1,28 @@
+# tfxl developer targets. Everything installs itself into .venv from the package registry.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# Quiet TensorFlow's C++ start-up chatter in every target.
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: test demo install bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) setup.cfg pyproject.toml
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install tfxl with its test extra
+
+test: $(STAMP)     ## run the whole test suite
+	$(PY) -m pytest -n 2 --dist loadfile -q tests
+
+demo: $(STAMP)     ## the main job on the embedded default corpus
+	$(PY) -m tfxl.demo
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
