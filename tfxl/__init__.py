@@ -1,3 +1,18 @@
-"""tfxl: Transformer-XL for TensorFlow 2 and Keras 3."""
+"""tfxl: Transformer-XL for TensorFlow 2 and Keras 3.
+
+Importing tfxl registers every layer and model with Keras' serialisation (package "tfxl"), so
+`keras.saving.load_model` works on tfxl `.keras` files.
+"""
+
+from tfxl.config import PRESETS, TransfoXLConfig, get_preset
+from tfxl.layers import (AdaptiveEmbedding, AdaptiveSoftmax, PositionwiseFeedForward,
+                         RelativeMultiHeadAttention, RelativePositionEncoding, TransformerXLBlock)
+from tfxl.models import TransfoXLBackbone, TransfoXLLM
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "PRESETS", "TransfoXLConfig", "get_preset", "AdaptiveEmbedding", "AdaptiveSoftmax",
+    "PositionwiseFeedForward", "RelativeMultiHeadAttention", "RelativePositionEncoding",
+    "TransformerXLBlock", "TransfoXLBackbone", "TransfoXLLM",
+]

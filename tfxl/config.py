@@ -1,0 +1,219 @@
+"""Model configuration and the paper's presets.
+
+`TransfoXLConfig` is the single description of a model: every layer is built from it, it round-trips
+through JSON (the trainer stores it in the model directory), and `PRESETS` holds the settings of the
+original scripts (see `reference-notes.md`), each with the evaluation settings the paper used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Optional
+
+
+@dataclasses.dataclass
+class TransfoXLConfig:
+    """Hyper-parameters of a Transformer-XL language model.
+
+    Attributes:
+      vocab_size: number of token ids V.
+      n_layer: number of Transformer-XL blocks L.
+      d_model: hidden size D.
+      n_head: attention heads N.
+      d_head: size of each head H (N*H need not equal D).
+      d_inner: feed-forward hidden size.
+      d_embed: size of the first embedding cluster; defaults to d_model.
+      div_val: adaptive embedding divisor: cluster i has d_embed // div_val**i dims.
+      cutoffs: adaptive softmax/embedding cluster boundaries (ascending, < vocab_size); [] = plain softmax.
+      tie_weight: output cluster weights share the input embedding tables.
+      tie_projs: per cluster, whether the output projection shares the input projection. None means
+        "share all but the first" when div_val > 1 (the wt103/lm1b scripts) and "share none" otherwise.
+      proj_same_dim: with div_val > 1, also project clusters whose size already equals d_model.
+      dropout: dropout on embeddings, attention output, feed-forward and final hidden states.
+      dropatt: dropout on attention probabilities.
+      tgt_len: training segment length T.
+      mem_len: training memory length M (0 = no recurrence).
+      clamp_len: relative distances are clamped to this value; -1 = no clamp.
+      same_length: every query attends to the same number (M + 1) of keys.
+      untie_r: separate content/position biases (u, v) per layer instead of shared.
+      pre_lnorm: LayerNorm before each sub-layer instead of after the residual.
+      init_std: std of the normal initialiser for weights and r biases.
+      proj_init_std: std of the normal initialiser for adaptive projections.
+      layer_norm_epsilon: LayerNorm epsilon (1e-5 as the PyTorch reference).
+      eval_tgt_len, eval_mem_len, eval_clamp_len, eval_same_length: the paper's evaluation settings.
+    """
+
+    vocab_size: int = 256
+    n_layer: int = 2
+    d_model: int = 64
+    n_head: int = 2
+    d_head: int = 32
+    d_inner: int = 256
+    d_embed: Optional[int] = None
+    div_val: int = 1
+    cutoffs: tuple = ()
+    tie_weight: bool = True
+    tie_projs: Optional[tuple] = None
+    proj_same_dim: bool = True
+    dropout: float = 0.1
+    dropatt: float = 0.0
+    tgt_len: int = 64
+    mem_len: int = 64
+    clamp_len: int = -1
+    same_length: bool = False
+    untie_r: bool = False
+    pre_lnorm: bool = False
+    init_std: float = 0.02
+    proj_init_std: float = 0.01
+    layer_norm_epsilon: float = 1e-5
+    eval_tgt_len: Optional[int] = None
+    eval_mem_len: Optional[int] = None
+    eval_clamp_len: Optional[int] = None
+    eval_same_length: Optional[bool] = None
+
+    def __post_init__(self):
+        self.cutoffs = tuple(int(c) for c in self.cutoffs)
+        if self.tie_projs is not None:
+            self.tie_projs = tuple(bool(t) for t in self.tie_projs)
+        self.validate()
+
+    # -- derived values -------------------------------------------------------------------------
+    @property
+    def embed_dim(self) -> int:
+        return self.d_model if self.d_embed is None else self.d_embed
+
+    @property
+    def cluster_tie_projs(self) -> tuple:
+        """Per cluster (shortlist first), whether the softmax projection is the embedding's."""
+        if self.tie_projs is not None:
+            return self.tie_projs
+        n = len(self.cutoffs) + 1
+        if self.div_val > 1:
+            return (False,) + (True,) * (n - 1)
+        return (False,) * n
+
+    def eval_settings(self) -> dict:
+        """tgt_len/mem_len/clamp_len/same_length for evaluation (falls back to training values)."""
+        pick = lambda v, default: default if v is None else v  # noqa: E731
+        return dict(
+            tgt_len=pick(self.eval_tgt_len, self.tgt_len),
+            mem_len=pick(self.eval_mem_len, self.mem_len),
+            clamp_len=pick(self.eval_clamp_len, self.clamp_len),
+            same_length=pick(self.eval_same_length, self.same_length),
+        )
+
+    def replace(self, **changes) -> "TransfoXLConfig":
+        return dataclasses.replace(self, **changes)
+
+    # -- checks ---------------------------------------------------------------------------------
+    def validate(self) -> None:
+        def need(ok, what):
+            if not ok:
+                raise ValueError(f"TransfoXLConfig: {what}")
+
+        for name in ("vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner", "tgt_len",
+                     "div_val"):
+            need(int(getattr(self, name)) > 0, f"{name} must be > 0, got {getattr(self, name)!r}")
+        need(self.mem_len >= 0, f"mem_len must be >= 0, got {self.mem_len}")
+        need(self.clamp_len == -1 or self.clamp_len >= 0,
+             f"clamp_len must be -1 (no clamp) or >= 0, got {self.clamp_len}")
+        need(self.d_model % 2 == 0, f"d_model must be even (sin/cos halves), got {self.d_model}")
+        need(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
+        need(0.0 <= self.dropatt < 1.0, f"dropatt must be in [0, 1), got {self.dropatt}")
+        cut = list(self.cutoffs)
+        need(cut == sorted(set(cut)) and all(0 < c < self.vocab_size for c in cut),
+             f"cutoffs must be strictly increasing and inside (0, vocab_size={self.vocab_size}), "
+             f"got {cut}")
+        need(self.embed_dim // self.div_val ** len(cut) > 0,
+             f"d_embed={self.embed_dim} with div_val={self.div_val} leaves a cluster with 0 dims")
+        if self.tie_projs is not None:
+            need(len(self.tie_projs) == len(cut) + 1,
+                 f"tie_projs needs one flag per cluster ({len(cut) + 1}), got {len(self.tie_projs)}")
+
+    # -- (de)serialisation ----------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["cutoffs"] = list(self.cutoffs)
+        d["tie_projs"] = None if self.tie_projs is None else list(self.tie_projs)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TransfoXLConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"TransfoXLConfig: unknown field(s) {unknown}")
+        return cls(**d)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TransfoXLConfig":
+        return cls.from_dict(json.loads(text))
+
+
+def _preset(**kw) -> TransfoXLConfig:
+    return TransfoXLConfig(**kw)
+
+
+# The original scripts' settings (reference-notes.md). Vocabulary sizes are the published corpora's;
+# the trainer overrides vocab_size (and suggested cutoffs) from the data manifest.
+PRESETS = {
+    "tiny": dict(
+        vocab_size=259, n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256, dropout=0.1,
+        dropatt=0.0, tgt_len=64, mem_len=64, eval_tgt_len=32, eval_mem_len=128,
+    ),
+    "enwik8_base": dict(
+        vocab_size=204, n_layer=12, d_model=512, n_head=8, d_head=64, d_inner=2048, dropout=0.1,
+        dropatt=0.0, tgt_len=512, mem_len=512, eval_tgt_len=80, eval_mem_len=2100,
+        eval_clamp_len=820, eval_same_length=True,
+    ),
+    "text8_base": dict(
+        vocab_size=27, n_layer=12, d_model=512, n_head=8, d_head=64, d_inner=2048, dropout=0.1,
+        dropatt=0.0, tgt_len=512, mem_len=512, eval_tgt_len=80, eval_mem_len=2100,
+        eval_clamp_len=820, eval_same_length=True,
+    ),
+    "enwik8_large": dict(
+        vocab_size=204, n_layer=24, d_model=1024, n_head=8, d_head=128, d_inner=3072,
+        dropout=0.15, dropatt=0.15, tgt_len=768, mem_len=768, eval_tgt_len=128,
+        eval_mem_len=3800, eval_clamp_len=1000, eval_same_length=True,
+    ),
+    "text8_large": dict(
+        vocab_size=27, n_layer=24, d_model=1024, n_head=8, d_head=128, d_inner=3072,
+        dropout=0.15, dropatt=0.15, tgt_len=768, mem_len=768, eval_tgt_len=128,
+        eval_mem_len=3800, eval_clamp_len=1000, eval_same_length=True,
+    ),
+    "wt103_base": dict(
+        vocab_size=267735, n_layer=16, d_model=410, n_head=10, d_head=41, d_inner=2100,
+        cutoffs=(20000, 40000, 200000), div_val=1, untie_r=True, tie_projs=(False, True, True, True),
+        dropout=0.1, dropatt=0.0, tgt_len=150, mem_len=150, eval_tgt_len=64, eval_mem_len=640,
+        eval_clamp_len=400, eval_same_length=True,
+    ),
+    "wt103_large": dict(
+        vocab_size=267735, n_layer=18, d_model=1024, n_head=16, d_head=64, d_inner=4096,
+        cutoffs=(20000, 40000, 200000), div_val=4, untie_r=True, proj_same_dim=True,
+        tie_projs=(False, True, True, True), init_std=0.005, dropout=0.2, dropatt=0.2,
+        tgt_len=384, mem_len=384, eval_tgt_len=128, eval_mem_len=1600, eval_clamp_len=1000,
+        eval_same_length=True,
+    ),
+    "lm1b_base": dict(
+        vocab_size=793470, n_layer=18, d_model=1024, n_head=8, d_head=128, d_inner=4096,
+        cutoffs=(60000, 100000, 640000), div_val=4, untie_r=True, dropout=0.1, dropatt=0.0,
+        tgt_len=256, mem_len=256, eval_tgt_len=32, eval_mem_len=128, eval_same_length=True,
+    ),
+    "lm1b_large": dict(
+        vocab_size=793470, n_layer=24, d_model=1280, n_head=16, d_head=80, d_inner=8192,
+        cutoffs=(60000, 100000, 640000), div_val=4, untie_r=True, init_std=0.005, dropout=0.05,
+        dropatt=0.05, tgt_len=32, mem_len=32, eval_tgt_len=32, eval_mem_len=128,
+        eval_same_length=True,
+    ),
+}
+
+
+def get_preset(name: str, **overrides) -> TransfoXLConfig:
+    """The named preset as a config, with `overrides` applied (e.g. vocab_size from the data)."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+    return TransfoXLConfig(**{**PRESETS[name], **overrides})

@@ -1,0 +1,88 @@
+"""Adaptive input embedding (Baevski & Auli 2019) as used by Transformer-XL.
+
+Shape glossary: B batch, T segment length, V vocabulary size, D model size, d_i cluster i's size.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from tfxl.layers.adaptive_clusters import cluster_layout
+
+
+@keras.saving.register_keras_serializable(package="tfxl")
+class AdaptiveEmbedding(keras.layers.Layer):
+    """Token ids [B, T] -> embeddings [B, T, D], scaled by sqrt(D).
+
+    Frequent ids (small ids, as vocabularies are ordered by frequency) get wide embeddings, rare
+    ones narrow embeddings projected up to D. With div_val == 1 there is one table [V, d_embed] (and
+    one projection if d_embed != D), so the lookup is a single gather. With div_val > 1 each cluster
+    has its own table [n_i, d_i] and projection [d_i, D]; every cluster is looked up for every token
+    with clamped ids and masked, which keeps shapes static for XLA/TPU.
+
+    `cluster_weight(i)` / `cluster_projection(i)` expose the tensors the adaptive softmax ties to.
+    """
+
+    def __init__(self, vocab_size, d_embed, d_model, cutoffs=(), div_val=1, proj_same_dim=True,
+                 init_std=0.02, proj_init_std=0.01, **kwargs):
+        super().__init__(**kwargs)
+        self.vocab_size, self.d_embed, self.d_model = int(vocab_size), int(d_embed), int(d_model)
+        self.cutoffs = tuple(int(c) for c in cutoffs)
+        self.div_val, self.proj_same_dim = int(div_val), bool(proj_same_dim)
+        self.init_std, self.proj_init_std = float(init_std), float(proj_init_std)
+        self.clusters = cluster_layout(self.vocab_size, self.cutoffs, self.d_embed, self.d_model,
+                                       self.div_val, self.proj_same_dim)
+        self.scale = math.sqrt(self.d_model)
+
+    def build(self, ids_shape=None):
+        init = keras.initializers.RandomNormal(stddev=self.init_std)
+        proj_init = keras.initializers.RandomNormal(stddev=self.proj_init_std)
+        groups = [self.clusters[0]] if self.div_val == 1 else self.clusters
+        self.tables, self.projections = [], []
+        for i, c in enumerate(groups):
+            rows = self.vocab_size if self.div_val == 1 else c.size
+            self.tables.append(self.add_weight(name=f"table_{i}", shape=(rows, c.dim),
+                                               initializer=init))
+            self.projections.append(
+                self.add_weight(name=f"projection_{i}", shape=(c.dim, self.d_model),
+                                initializer=proj_init) if c.projected else None)
+
+    def cluster_weight(self, i):
+        """Cluster i's embedding rows, [n_i, d_i]."""
+        if self.div_val == 1:
+            c = self.clusters[i]
+            return self.tables[0][c.start:c.end]
+        return self.tables[i]
+
+    def cluster_projection(self, i):
+        """Cluster i's projection [d_i, D], or None when the cluster is not projected."""
+        return self.projections[0 if self.div_val == 1 else i]
+
+    def call(self, token_ids):
+        token_ids = ops.cast(token_ids, "int32")
+        if self.div_val == 1:
+            embedded = ops.take(self.tables[0], token_ids, axis=0)
+            if self.projections[0] is not None:
+                embedded = ops.matmul(embedded, self.projections[0])
+        else:
+            embedded = 0.0
+            for c, table, projection in zip(self.clusters, self.tables, self.projections):
+                local = ops.clip(token_ids - c.start, 0, c.size - 1)
+                part = ops.take(table, local, axis=0)
+                if projection is not None:
+                    part = ops.matmul(part, projection)
+                inside = ops.logical_and(token_ids >= c.start, token_ids < c.end)
+                embedded = embedded + part * ops.cast(inside, part.dtype)[..., None]
+        return embedded * ops.cast(self.scale, embedded.dtype)
+
+    def compute_output_shape(self, ids_shape):
+        return (*ids_shape, self.d_model)
+
+    def get_config(self):
+        return {
+            **super().get_config(), "vocab_size": self.vocab_size, "d_embed": self.d_embed,
+            "d_model": self.d_model, "cutoffs": list(self.cutoffs), "div_val": self.div_val,
+            "proj_same_dim": self.proj_same_dim, "init_std": self.init_std,
+            "proj_init_std": self.proj_init_std,
+        }

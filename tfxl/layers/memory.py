@@ -1,0 +1,74 @@
+"""Transformer-XL memory: cached layer inputs with a validity mask (Dai et al. 2019, section 3.2).
+
+Shape glossary: B batch (streams), L layers, M memory length, T segment length, K = M + T keys,
+D model size.
+
+A memory is a dict with two tensors:
+  "states": [B, L, M, D]  the input of layer l at the last M positions (layer 0: scaled embeddings).
+  "valid":  [B, M] bool   which of those M slots hold a real token.
+
+Shapes are static (M is fixed) so steps compile once under XLA/TPU; the mask keeps the semantics
+exact: a fresh or reset memory has no valid slot and is never attended to (the original TF code
+attends to zero-filled slots after a reset). Memory never carries gradients.
+"""
+
+from keras import ops
+
+STATES = "states"
+VALID = "valid"
+
+
+def empty_memory(batch_size, n_layer, mem_len, d_model, dtype="float32"):
+    """A memory with no valid slot: [B, L, M, D] zeros and an all-False [B, M] mask."""
+    return {
+        STATES: ops.zeros((batch_size, n_layer, mem_len, d_model), dtype=dtype),
+        VALID: ops.zeros((batch_size, mem_len), dtype="bool"),
+    }
+
+
+def reset_rows(memory, reset):
+    """Invalidates the memory of rows where `reset` [B] is true (a new stream or document begins)."""
+    if reset is None:
+        return memory
+    keep = ops.logical_not(ops.cast(reset, "bool"))[:, None]
+    return {STATES: memory[STATES], VALID: ops.logical_and(memory[VALID], keep)}
+
+
+def updated_memory(memory, layer_inputs):
+    """The next memory: last M positions of [old memory; this segment], stop-gradient.
+
+    Args:
+      memory: the memory the segment attended to ("states" [B, L, M, D], "valid" [B, M]).
+      layer_inputs: list of L tensors [B, T, D], the input of each layer for this segment.
+    Returns:
+      A memory of the same shapes. M may be smaller than, equal to or larger than T.
+    """
+    states, valid = memory[STATES], memory[VALID]
+    mem_len = states.shape[2]
+    current = ops.stack(layer_inputs, axis=1)  # [B, L, T, D]
+    current = ops.cast(current, states.dtype)
+    new_states = ops.concatenate([states, current], axis=2)[:, :, -mem_len:] if mem_len else states
+    segment_valid = ops.ones_like(current[:, 0, :, 0], dtype="bool")
+    new_valid = ops.concatenate([valid, segment_valid], axis=1)[:, -mem_len:] if mem_len else valid
+    return {STATES: ops.stop_gradient(new_states), VALID: new_valid}
+
+
+def attention_mask(memory_valid, segment_len, same_length=False):
+    """Which keys each query may attend to: [B, 1, T, K] bool (True = attend).
+
+    Query i sits at key position M + i. It sees key j when j <= M + i (causal over memory and
+    segment) and the key is a real token (memory slot valid, or in the current segment). With
+    `same_length`, it also needs j >= i, so every query sees exactly M + 1 key positions, as the
+    reference TF code does.
+    """
+    mem_len = memory_valid.shape[1]
+    key_len = mem_len + segment_len
+    query = ops.arange(segment_len)[:, None]
+    key = ops.arange(key_len)[None, :]
+    allowed = key <= query + mem_len
+    if same_length:
+        allowed = ops.logical_and(allowed, key >= query)
+    key_valid = ops.concatenate(
+        [ops.cast(memory_valid, "bool"),
+         ops.ones((ops.shape(memory_valid)[0], segment_len), dtype="bool")], axis=1)
+    return ops.logical_and(allowed[None, None, :, :], key_valid[:, None, None, :])

@@ -1,0 +1,6 @@
+"""Transformer-XL models: the backbone and the language model."""
+
+from tfxl.models.backbone import TransfoXLBackbone
+from tfxl.models.language_model import TransfoXLLM
+
+__all__ = ["TransfoXLBackbone", "TransfoXLLM"]

@@ -1,0 +1,68 @@
+"""Transformer-XL language model: the backbone plus an adaptive softmax.
+
+Shape glossary: B batch, T segment length, V vocabulary size, L layers, M memory length, D model
+size.
+"""
+
+import keras
+
+from tfxl.config import TransfoXLConfig
+from tfxl.layers.adaptive_softmax import AdaptiveSoftmax
+from tfxl.models.backbone import TransfoXLBackbone, as_config
+
+
+@keras.saving.register_keras_serializable(package="tfxl")
+class TransfoXLLM(keras.Model):
+    """Stateless language model.
+
+    Call args:
+      token_ids: int [B, T].
+      memory: a memory structure (see `tfxl.layers.memory`) or None for an empty one.
+      reset: optional bool [B], rows whose memory is cleared before this segment.
+      targets: optional int [B, T].
+      training: enables dropout.
+    Returns:
+      (nll [B, T] float32, new memory) when `targets` is given — no [B, T, V] tensor is built;
+      otherwise (log_probs [B, T, V] float32, new memory).
+    """
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        self.config = as_config(config)
+
+    def build(self, ids_shape=None):
+        c = self.config
+        self.backbone = TransfoXLBackbone(c, name="backbone", dtype=self.dtype_policy)
+        self.backbone.build(ids_shape)
+        self.softmax = AdaptiveSoftmax(
+            c.vocab_size, c.embed_dim, c.d_model, c.cutoffs, c.div_val, c.proj_same_dim,
+            c.tie_weight, c.cluster_tie_projs, c.init_std, c.proj_init_std, name="softmax",
+            dtype=self.dtype_policy)
+        self.softmax.build((None, None, c.d_model))
+        self.built = True
+
+    def init_memory(self, batch_size, mem_len=None, dtype=None):
+        return self.backbone.init_memory(batch_size, mem_len, dtype)
+
+    def _tied_tensors(self):
+        embedding = self.backbone.embedding
+        n = len(embedding.clusters)
+        weights = [embedding.cluster_weight(i) for i in range(n)] if self.config.tie_weight else None
+        projections = [embedding.cluster_projection(i) for i in range(n)]
+        return weights, projections
+
+    def call(self, token_ids, memory=None, reset=None, targets=None, training=None):
+        hidden, new_memory = self.backbone(token_ids, memory, reset, training=training)
+        tied_weights, tied_projections = self._tied_tensors()
+        output = self.softmax(hidden, targets, tied_weights=tied_weights,
+                              tied_projections=tied_projections)
+        return output, new_memory
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict()}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        model_config = TransfoXLConfig.from_dict(config.pop("config"))
+        return cls(model_config, **config)
