@@ -19,6 +19,12 @@ def as_config(config):
     return config if isinstance(config, TransfoXLConfig) else TransfoXLConfig.from_dict(config)
 
 
+def init_memory(config, batch_size, mem_len=None, dtype="float32"):
+    """An empty memory for `config`: `batch_size` rows, `mem_len` slots (default config.mem_len)."""
+    mem_len = config.mem_len if mem_len is None else mem_len
+    return empty_memory(batch_size, config.n_layer, mem_len, config.d_model, dtype)
+
+
 @keras.saving.register_keras_serializable(package="tfxl")
 class TransfoXLBackbone(keras.layers.Layer):
     """Stateless Transformer-XL: memory goes in and comes out as tensors.
@@ -68,10 +74,7 @@ class TransfoXLBackbone(keras.layers.Layer):
 
     def init_memory(self, batch_size, mem_len=None, dtype=None):
         """An empty memory for `batch_size` rows and `mem_len` slots (default: config.mem_len)."""
-        c = self.config
-        mem_len = c.mem_len if mem_len is None else mem_len
-        return empty_memory(batch_size, c.n_layer, mem_len, c.d_model,
-                            dtype or self.compute_dtype)
+        return init_memory(self.config, batch_size, mem_len, dtype or self.compute_dtype)
 
     def call(self, token_ids, memory=None, reset=None, training=None):
         c = self.config

@@ -8,7 +8,7 @@ import keras
 
 from tfxl.config import TransfoXLConfig
 from tfxl.layers.adaptive_softmax import AdaptiveSoftmax
-from tfxl.models.backbone import TransfoXLBackbone, as_config
+from tfxl.models.backbone import TransfoXLBackbone, as_config, init_memory
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -42,7 +42,8 @@ class TransfoXLLM(keras.Model):
         self.built = True
 
     def init_memory(self, batch_size, mem_len=None, dtype=None):
-        return self.backbone.init_memory(batch_size, mem_len, dtype)
+        """An empty memory (see `tfxl.models.backbone.init_memory`) in the compute dtype."""
+        return init_memory(self.config, batch_size, mem_len, dtype or self.compute_dtype)
 
     def _tied_tensors(self):
         embedding = self.backbone.embedding
