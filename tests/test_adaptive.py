@@ -1,0 +1,122 @@
+"""Adaptive embedding and adaptive softmax."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from naive_reference import adaptive_log_probs
+from tfxl import TransfoXLConfig, TransfoXLLM
+from tfxl.layers import AdaptiveEmbedding, AdaptiveSoftmax
+
+VOCAB = 30
+
+
+def explicit_clusters(softmax, embedding=None):
+    """The softmax's parameters per cluster as numpy, resolving ties by hand."""
+    out = []
+    for i, c in enumerate(softmax.clusters):
+        if softmax.tie_weight:
+            weight = embedding.cluster_weight(i)
+        else:
+            weight = softmax.weights_per_cluster[i]
+        if not c.projected:
+            proj = None
+        elif softmax.tie_projs[i]:
+            proj = np.transpose(np.asarray(embedding.cluster_projection(i)))
+        else:
+            proj = softmax.projections[i]
+        d = dict(weight=np.asarray(weight, np.float64),
+                 bias=softmax.bias.numpy()[c.start:c.end].astype(np.float64),
+                 proj=None if proj is None else np.asarray(proj, np.float64))
+        if i == 0 and softmax.num_tail_clusters:
+            d["cluster_weight"] = softmax.cluster_weight.numpy().astype(np.float64)
+            d["cluster_bias"] = softmax.cluster_bias.numpy().astype(np.float64)
+        out.append(d)
+    return out
+
+
+def randomise(layer):
+    for v in layer.weights:
+        v.assign(np.random.randn(*v.shape).astype(np.float32) * 0.5)
+
+
+@pytest.mark.parametrize("cutoffs,div_val,d_embed", [
+    ((), 1, 12), ((), 1, 8), ((10,), 1, 12), ((6, 15), 2, 12), ((6, 15, 22), 2, 12)])
+def test_softmax_normalises_and_matches_explicit_formula(cutoffs, div_val, d_embed):
+    softmax = AdaptiveSoftmax(VOCAB, d_embed, 12, cutoffs, div_val, proj_same_dim=False)
+    softmax.build((None, None, 12))
+    randomise(softmax)
+    hidden = np.random.randn(2, 5, 12).astype(np.float32)
+    log_probs = softmax(hidden).numpy()
+    assert log_probs.shape == (2, 5, VOCAB)
+    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(log_probs, adaptive_log_probs(hidden, explicit_clusters(softmax)),
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("cutoffs,div_val", [((), 1), ((6, 15), 1), ((6, 15), 2), ((6, 15), 3)])
+def test_nll_equals_gathered_log_probs(cutoffs, div_val):
+    softmax = AdaptiveSoftmax(VOCAB, 12, 12, cutoffs, div_val)
+    softmax.build((None, None, 12))
+    randomise(softmax)
+    hidden = np.random.randn(3, 7, 12).astype(np.float32)
+    targets = np.random.randint(0, VOCAB, (3, 7))
+    targets[0, :3] = [0, 6, 29]  # cluster edges
+    nll = softmax(hidden, targets).numpy()
+    log_probs = softmax(hidden).numpy()
+    gathered = np.take_along_axis(log_probs, targets[..., None], -1)[..., 0]
+    np.testing.assert_allclose(nll, -gathered, atol=1e-5)
+
+
+def test_no_cutoffs_is_a_dense_softmax():
+    softmax = AdaptiveSoftmax(VOCAB, 12, 12)
+    softmax.build((None, None, 12))
+    randomise(softmax)
+    hidden = np.random.randn(2, 3, 12).astype(np.float32)
+    logits = hidden @ softmax.weights_per_cluster[0].numpy().T + softmax.bias.numpy()
+    np.testing.assert_allclose(softmax(hidden).numpy(), tf.nn.log_softmax(logits).numpy(),
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("div_val,tie_projs", [(1, (False, False, False)), (2, (False, True, True)),
+                                               (2, (True, True, True))])
+def test_tied_weights_and_projections_in_the_language_model(div_val, tie_projs):
+    config = TransfoXLConfig(vocab_size=VOCAB, n_layer=1, d_model=12, n_head=2, d_head=4,
+                             d_inner=16, d_embed=16, cutoffs=(6, 15), div_val=div_val,
+                             tie_weight=True, tie_projs=tie_projs, dropout=0.0, tgt_len=5,
+                             mem_len=0)
+    lm = TransfoXLLM(config)
+    ids = np.random.randint(0, VOCAB, (2, 5))
+    nll, _ = lm(ids, targets=ids)
+    softmax, embedding = lm.softmax, lm.backbone.embedding
+    assert not softmax.weights_per_cluster  # tied: the softmax owns no output tables
+    n_own_proj = sum(p is not None for p in softmax.projections)
+    assert n_own_proj == sum(1 for c, t in zip(softmax.clusters, tie_projs) if c.projected and not t)
+    hidden, _ = lm.backbone(ids)
+    want = adaptive_log_probs(hidden.numpy().astype(np.float64),
+                              explicit_clusters(softmax, embedding))
+    np.testing.assert_allclose(nll.numpy(), -np.take_along_axis(want, ids[..., None], -1)[..., 0],
+                               atol=1e-5)
+    # Tying means one variable: a gradient step on the loss moves the embedding table.
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(lm(ids, targets=ids)[0])
+    names = [v.path for v, g in zip(lm.trainable_variables,
+                                    tape.gradient(loss, lm.trainable_variables)) if g is not None]
+    assert all("softmax/weight_" not in n for n in names)
+    assert any("embedding/table_" in n for n in names)
+
+
+@pytest.mark.parametrize("div_val", [1, 2])
+def test_adaptive_embedding_matches_per_cluster_lookup(div_val):
+    emb = AdaptiveEmbedding(VOCAB, 12, 8, (6, 15), div_val, proj_same_dim=True)
+    emb.build()
+    ids = np.arange(VOCAB).reshape(3, 10)
+    got = emb(ids).numpy()
+    for t in range(VOCAB):
+        i = sum(t >= c for c in (6, 15))
+        c = emb.clusters[i]
+        row = np.asarray(emb.cluster_weight(i))[t - c.start]
+        proj = emb.cluster_projection(i)
+        if proj is not None:
+            row = row @ np.asarray(proj)
+        np.testing.assert_allclose(got.reshape(-1, 8)[t], row * np.sqrt(8), atol=1e-6)
