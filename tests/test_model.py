@@ -117,3 +117,18 @@ def test_no_gradient_flows_into_memory():
     for name in ("content_bias", "position_bias", "position_kernel"):
         hits = [g for p, g in by_name.items() if p.endswith(name)]
         assert hits and all(float(tf.reduce_max(tf.abs(g))) > 0 for g in hits), name
+
+
+def test_call_time_eval_settings_equal_a_model_configured_with_them():
+    config = small_config(mem_len=5)
+    evaluated = small_config(mem_len=5, clamp_len=2, same_length=True)
+    a, b = TransfoXLBackbone(config), TransfoXLBackbone(evaluated)
+    ids = np.random.randint(0, config.vocab_size, (2, 4))
+    _, memory = a(ids)
+    b(ids)
+    b.set_weights(a.get_weights())
+    got, _ = a(ids, memory, clamp_len=2, same_length=True)
+    want, _ = b(ids, memory)
+    plain, _ = a(ids, memory)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
+    assert np.abs(got.numpy() - plain.numpy()).max() > 1e-4

@@ -18,7 +18,7 @@ class RelativePositionEncoding(keras.layers.Layer):
 
     Call: `encoding(key_length=K)` -> [K, D] in the layer's compute dtype. Pass K by keyword (Keras
     takes only tensors positionally); a Python int
-    so shapes stay static for XLA.
+    so shapes stay static for XLA. `clamp_len=` overrides the configured clamp for one call.
     """
 
     def __init__(self, d_model, clamp_len=-1, **kwargs):
@@ -28,10 +28,11 @@ class RelativePositionEncoding(keras.layers.Layer):
         self.d_model = int(d_model)
         self.clamp_len = int(clamp_len)
 
-    def call(self, key_length):
+    def call(self, key_length, clamp_len=None):
+        clamp_len = self.clamp_len if clamp_len is None else int(clamp_len)
         distance = ops.arange(key_length - 1, -1, -1, dtype="float32")
-        if self.clamp_len >= 0:
-            distance = ops.minimum(distance, float(self.clamp_len))
+        if clamp_len >= 0:
+            distance = ops.minimum(distance, float(clamp_len))
         inv_freq = 1.0 / (10000.0 ** (ops.arange(0, self.d_model, 2, dtype="float32") / self.d_model))
         angle = distance[:, None] * inv_freq[None, :]
         encoding = ops.concatenate([ops.sin(angle), ops.cos(angle)], axis=-1)

@@ -36,6 +36,8 @@ class TransfoXLBackbone(keras.layers.Layer):
         memory than training.
       reset: optional bool [B]: rows whose memory is cleared before this segment (a new document).
       training: enables dropout.
+      clamp_len, same_length: override the config for this call (evaluation uses the paper's
+        longer settings with the same weights).
     Returns:
       (hidden [B, T, D], new memory of the same shapes as the one used).
     """
@@ -76,8 +78,10 @@ class TransfoXLBackbone(keras.layers.Layer):
         """An empty memory for `batch_size` rows and `mem_len` slots (default: config.mem_len)."""
         return init_memory(self.config, batch_size, mem_len, dtype or self.compute_dtype)
 
-    def call(self, token_ids, memory=None, reset=None, training=None):
+    def call(self, token_ids, memory=None, reset=None, training=None, clamp_len=None,
+             same_length=None):
         c = self.config
+        same_length = c.same_length if same_length is None else bool(same_length)
         segment_len = token_ids.shape[1] if token_ids.shape[1] is not None else (
             ops.shape(token_ids)[1])
         if memory is None:
@@ -85,9 +89,9 @@ class TransfoXLBackbone(keras.layers.Layer):
         memory = reset_rows(memory, reset)
         mem_len = memory[STATES].shape[2]
 
-        mask = attention_mask(memory[VALID], segment_len, c.same_length)
-        position = self.position_dropout(self.position_encoding(key_length=mem_len + segment_len),
-                                         training=training)
+        mask = attention_mask(memory[VALID], segment_len, same_length)
+        position = self.position_encoding(key_length=mem_len + segment_len, clamp_len=clamp_len)
+        position = self.position_dropout(position, training=training)
         hidden = self.embedding_dropout(self.embedding(token_ids), training=training)
         layer_inputs = []
         for i, block in enumerate(self.blocks):
@@ -98,7 +102,8 @@ class TransfoXLBackbone(keras.layers.Layer):
         hidden = self.output_dropout(hidden, training=training)
         return hidden, updated_memory(memory, layer_inputs)
 
-    def compute_output_spec(self, token_ids, memory=None, reset=None, training=None):
+    def compute_output_spec(self, token_ids, memory=None, reset=None, training=None,
+                            clamp_len=None, same_length=None):
         c = self.config
         batch, segment_len = token_ids.shape[0], token_ids.shape[1]
         mem_len = c.mem_len if memory is None else memory[STATES].shape[2]

@@ -21,6 +21,7 @@ class TransfoXLLM(keras.Model):
       reset: optional bool [B], rows whose memory is cleared before this segment.
       targets: optional int [B, T].
       training: enables dropout.
+      clamp_len, same_length: per-call overrides of the config (e.g. the paper's eval settings).
     Returns:
       (nll [B, T] float32, new memory) when `targets` is given — no [B, T, V] tensor is built;
       otherwise (log_probs [B, T, V] float32, new memory).
@@ -52,8 +53,10 @@ class TransfoXLLM(keras.Model):
         projections = [embedding.cluster_projection(i) for i in range(n)]
         return weights, projections
 
-    def call(self, token_ids, memory=None, reset=None, targets=None, training=None):
-        hidden, new_memory = self.backbone(token_ids, memory, reset, training=training)
+    def call(self, token_ids, memory=None, reset=None, targets=None, training=None,
+             clamp_len=None, same_length=None):
+        hidden, new_memory = self.backbone(token_ids, memory, reset, training=training,
+                                           clamp_len=clamp_len, same_length=same_length)
         tied_weights, tied_projections = self._tied_tensors()
         output = self.softmax(hidden, targets, tied_weights=tied_weights,
                               tied_projections=tied_projections)
