@@ -552,11 +552,24 @@ class SentencePieceTokenizer(Tokenizer):
     encode = _LineTokenizer.encode
     decode = _LineTokenizer.decode
 
+    def _sentencepiece_call(self, method: str, value):
+        try:
+            return getattr(self._sp, method)(value)
+        except tf.errors.NotFoundError:
+            # tensorflow-text's sentencepiece resource is owned by an eager
+            # kernel, and tf.random.set_seed() (keras.utils.set_random_seed)
+            # clears the eager kernel cache, deleting it.  Rebuild it eagerly.
+            if not tf.executing_eagerly():
+                raise
+            import tensorflow_text as tf_text  # pylint: disable=import-outside-toplevel
+            self._sp = tf_text.SentencepieceTokenizer(model=self.model, out_type=tf.int32)
+            return getattr(self._sp, method)(value)
+
     def _tf_encode_lines(self, lines):
-        return self._sp.tokenize(lines)
+        return self._sentencepiece_call("tokenize", lines)
 
     def _tf_decode_lines(self, ids):
-        return self._sp.detokenize(ids)
+        return self._sentencepiece_call("detokenize", ids)
 
     def spec(self) -> dict:
         return {"type": "sentencepiece", "vocab_size": self.vocab_size,
