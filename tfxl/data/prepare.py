@@ -168,23 +168,25 @@ def _piece_size(piece: FilePiece) -> int:
 
 
 def _next_line_start(piece: FilePiece, pos: int, size: int) -> int:
-    """First position >= pos that starts a line (so text splits never cut a line)."""
+    """A split point near `pos` that cuts neither a line nor a UTF-8 character.
+
+    The first line start within 1 MiB after `pos`; without a newline there
+    (text8 is a single line), the first character boundary at or after `pos`.
+    """
     if pos <= 0 or pos >= size:
         return pos
     handle = dataclasses.replace(piece, start=pos).open()
     try:
-        scanned = 0
-        while scanned < (64 << 20):
-            block = handle.read(CHUNK_BYTES)
-            if not block:
-                return size
-            newline = block.find(b"\n")
-            if newline >= 0:
-                return pos + scanned + newline + 1
-            scanned += len(block)
+        block = handle.read(CHUNK_BYTES)
     finally:
         handle.close()
-    return pos
+    newline = block.find(b"\n")
+    if newline >= 0:
+        return pos + newline + 1
+    skip = 0
+    while skip < min(3, len(block)) and (block[skip] & 0xC0) == 0x80:
+        skip += 1
+    return pos + skip
 
 
 def _stdlib_files() -> List[str]:
