@@ -5,6 +5,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+# Two logical CPU devices in every test process, so MirroredStrategy tests can run two replicas.
+# This must happen before TensorFlow initialises its devices, hence at conftest import.
+try:
+    tf.config.set_logical_device_configuration(
+        tf.config.list_physical_devices("CPU")[0],
+        [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+except RuntimeError:  # devices already initialised by an earlier import: keep what exists
+    pass
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,83 @@
+"""absl flags of `tfxl-train` and `tfxl-eval`, and the model config they describe."""
+
+import json
+import os
+
+from absl import flags
+
+from tfxl.config import PRESETS, TransfoXLConfig, get_preset
+
+FLAGS = flags.FLAGS
+
+# Model flags that override fields of the preset/--config (None = keep).
+MODEL_OVERRIDES = {
+    "n_layer": int, "d_model": int, "n_head": int, "d_head": int, "d_inner": int,
+    "dropout": float, "dropatt": float, "tgt_len": int, "mem_len": int, "clamp_len": int,
+    "same_length": bool, "untie_r": bool, "div_val": int, "cutoffs": list, "pre_lnorm": bool,
+}
+
+
+def define_model_flags():
+    flags.DEFINE_enum("preset", "tiny", sorted(PRESETS), "Model preset (the paper's scripts).")
+    flags.DEFINE_string("config", None, "JSON file with a TransfoXLConfig; overrides --preset.")
+    for name, kind in MODEL_OVERRIDES.items():
+        help_ = f"Override the config's {name}."
+        if kind is int:
+            flags.DEFINE_integer(name, None, help_)
+        elif kind is float:
+            flags.DEFINE_float(name, None, help_)
+        elif kind is bool:
+            flags.DEFINE_bool(name, None, help_)
+        else:
+            flags.DEFINE_list(name, None, help_ + " Comma-separated ints.")
+
+
+def define_common_flags():
+    flags.DEFINE_string("data_dir", None, "Directory written by tfxl-prepare.")
+    flags.DEFINE_string("model_dir", None, "Checkpoints, config.json, TensorBoard logs, metrics.")
+    flags.DEFINE_integer("max_eval_batches", None, "Evaluate at most this many batches "
+                         "(default: the whole split, every token once).")
+    flags.DEFINE_enum("mixed_precision", "float32",
+                      ["float32", "mixed_bfloat16", "mixed_float16"], "Keras dtype policy.")
+    flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward/backward step.")
+    flags.DEFINE_integer("seed", 0, "Random seed (weights, dropout).")
+
+
+def model_config(vocab_size, cutoffs=None, flag_values=FLAGS):
+    """The TransfoXLConfig from --config or --preset, the overrides, and the data's vocabulary.
+
+    vocab_size comes from the data manifest: a model must match the data it is trained on. The
+    preset's cutoffs are kept when they fit the vocabulary, otherwise the manifest's suggested
+    cutoffs are used; --cutoffs and --config win over both.
+    """
+    if flag_values.config:
+        try:
+            with open(flag_values.config) as f:
+                base = json.load(f)
+        except OSError as err:
+            raise ValueError(f"--config={flag_values.config}: cannot read ({err.strerror})")
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--config={flag_values.config}: not valid JSON ({err})")
+        config = TransfoXLConfig.from_dict(base)
+    else:
+        config = get_preset(flag_values.preset)
+    changes = {"vocab_size": int(vocab_size)}
+    if cutoffs is not None and not flag_values.config and not all(
+            c < vocab_size for c in config.cutoffs):
+        changes["cutoffs"] = tuple(int(c) for c in cutoffs)
+    for name, kind in MODEL_OVERRIDES.items():
+        value = flag_values[name].value
+        if value is not None:
+            changes[name] = tuple(int(v) for v in value) if kind is list else value
+    if changes.get("cutoffs") and config.tie_projs is not None and (
+            len(config.tie_projs) != len(changes["cutoffs"]) + 1):
+        changes["tie_projs"] = None  # the preset's flags were for other cutoffs
+    return config.replace(**changes)
+
+
+def require_dir_flags(*names, flag_values=FLAGS):
+    for name in names:
+        if not flag_values[name].value:
+            raise ValueError(f"--{name} is required")
+    if "data_dir" in names and not os.path.isdir(flag_values.data_dir):
+        raise ValueError(f"--data_dir={flag_values.data_dir} does not exist; run tfxl-prepare")

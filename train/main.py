@@ -1,0 +1,83 @@
+"""`tfxl-train`: train a Transformer-XL language model on a tfxl-prepare data directory.
+
+    tfxl-train --data_dir=data/stdlib --model_dir=runs/tiny --preset=tiny \
+        --train_batch_size=16 --train_steps=2000 --steps_per_loop=100 --strategy=mirrored
+
+See BUILD.md for TPU pods and multi-worker runs.
+"""
+
+import sys
+
+from absl import app, flags, logging
+
+from tfxl.data.errors import DataError
+from tfxl.data.manifest import load_manifest
+from tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
+from train import flags as train_flags
+from train.loop import Runner, TrainingDiverged, check_or_store_config
+from train.model_fn import OptimizerParams
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    train_flags.define_model_flags()
+    train_flags.define_common_flags()
+    define_strategy_flags()
+    flags.DEFINE_integer("train_batch_size", 16, "Global batch size (streams per step).")
+    flags.DEFINE_integer("train_steps", 1000, "Total optimisation steps.")
+    flags.DEFINE_integer("steps_per_loop", 100, "Steps per tf.function call (host loop).")
+    flags.DEFINE_integer("save_every", 500, "Checkpoint every this many steps (and at the end).")
+    flags.DEFINE_integer("eval_every", 0, "Evaluate on valid every this many steps (0: never).")
+    flags.DEFINE_float("learning_rate", 2.5e-4, "Peak learning rate.")
+    flags.DEFINE_integer("warmup_steps", 0, "Linear warm-up steps.")
+    flags.DEFINE_float("min_lr_ratio", 0.004, "Cosine decay ends at learning_rate * this.")
+    flags.DEFINE_float("clip", 0.25, "Global-norm gradient clipping.")
+    flags.DEFINE_enum("optimizer", "adam", ["adam", "adamw", "lamb"], "Keras optimizer.")
+    flags.DEFINE_float("weight_decay", 0.0, "Weight decay for adamw/lamb.")
+
+
+def is_chief(strategy):
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return True
+    return resolver.task_type == "chief" or (resolver.task_type == "worker" and
+                                             resolver.task_id == 0 and
+                                             "chief" not in resolver.cluster_spec().jobs)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        train_flags.require_dir_flags("data_dir", "model_dir")
+        manifest = load_manifest(FLAGS.data_dir)
+        config = train_flags.model_config(manifest["vocab_size"], manifest.get("cutoffs"))
+        for name in ("train_batch_size", "train_steps", "steps_per_loop"):
+            if FLAGS[name].value < 1:
+                raise ValueError(f"--{name} must be >= 1, got {FLAGS[name].value}")
+        strategy = strategy_from_flags()
+        chief = is_chief(strategy)
+        if chief:
+            check_or_store_config(FLAGS.model_dir, config)
+        opt = OptimizerParams(FLAGS.learning_rate, FLAGS.warmup_steps, FLAGS.min_lr_ratio,
+                              FLAGS.train_steps, FLAGS.clip, FLAGS.optimizer, FLAGS.weight_decay)
+        runner = Runner(config, strategy, FLAGS.data_dir, FLAGS.model_dir,
+                        FLAGS.train_batch_size, opt, FLAGS.mixed_precision, FLAGS.jit_compile,
+                        FLAGS.steps_per_loop, FLAGS.seed, chief)
+        metrics = runner.train(FLAGS.save_every, FLAGS.eval_every, FLAGS.max_eval_batches,
+                               log=logging.info)
+    except (ValueError, StrategyError, TrainingDiverged) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2 if not isinstance(err, TrainingDiverged) else 3
+    print(f"done: step {metrics['step']}, train loss {metrics['train_loss']}")
+    return 0
+
+
+def run():
+    define_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()
