@@ -215,3 +215,22 @@ def test_documents_reset_inside_streams_and_are_not_shifted(tmp_path):
     # No shifting: pass 2 repeats pass 1 exactly.
     np.testing.assert_array_equal(batches["inputs"][:streams[0]["segments"], 0],
                                   batches["inputs"][streams[0]["segments"]:2 * streams[0]["segments"], 0])
+
+
+def test_rechunked_evaluation_still_counts_every_token_once(bytes_dir):
+    from tfxl.data.rechunk import rechunk
+
+    data_dir, text = bytes_dir
+    manifest = load_manifest(data_dir)
+    S = manifest["num_streams"]
+    dataset = input_fn("valid", {"data_dir": data_dir, "batch_size": S, "training": False})
+    for new_len in (4, 2 * T):   # divides T, and a multiple of T
+        batches = collect(rechunk(dataset, new_len))
+        steps = -(-eval_steps(manifest, "valid", S) * T // new_len)
+        assert batches["inputs"].shape == (steps, S, new_len)
+        mask = batches["target_mask"]
+        assert int(mask.sum()) == manifest["splits"]["valid"]["tokens"]
+        # Row s is stream s: its masked targets, in order, then streams in order.
+        tokens = np.concatenate([batches["targets"][:, s][mask[:, s] == 1] for s in range(S)])
+        np.testing.assert_array_equal(tokens, np.frombuffer(text[:1001].encode(), np.uint8))
+        assert batches["reset"][0].tolist() == [1] * S
