@@ -13,7 +13,6 @@ import pytest
 
 from conftest import run_cli, run_prepare, sample_text, split_targets
 from tfxl.data import prepare as prepare_lib
-from tfxl.data import tokenizers as tk
 from tfxl.data.errors import DataError
 from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.data.pipeline import load_tokenizer, verify_shards

@@ -7,10 +7,28 @@ Shape glossary used throughout the package:
 * ``T``: ``tgt_len``, tokens per segment.
 * ``S``: ``num_streams``, contiguous streams each split is cut into.
 
-The package knows nothing about the model; see docs/data.md for formats, the
-manifest and the record layout.
+Public API (imported lazily, so ``import tfxl.data`` does not load TensorFlow):
+`input_fn`, `eval_steps`, `load_tokenizer`, `verify_shards` (pipeline),
+`load_manifest`, `check_manifest` (manifest), `tokenizer_from_spec`
+(tokenizers), `PrepareConfig` (run it with `tfxl.data.prepare.prepare`) and
+`DataError`.
+The package knows nothing about the model; see docs/data.md.
 """
+
+import importlib
 
 from tfxl.data.errors import DataError
 
-__all__ = ["DataError"]
+_LAZY = {
+    "input_fn": "pipeline", "eval_steps": "pipeline", "load_tokenizer": "pipeline",
+    "verify_shards": "pipeline", "load_manifest": "manifest", "check_manifest": "manifest",
+    "tokenizer_from_spec": "tokenizers", "PrepareConfig": "prepare",
+}
+
+__all__ = ["DataError", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"tfxl.data.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'tfxl.data' has no attribute {name!r}")

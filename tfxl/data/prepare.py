@@ -27,7 +27,6 @@ prepare therefore never leaves a manifest pointing at partial shards.
 
 from __future__ import annotations
 
-import codecs
 import collections
 import dataclasses
 import glob
