@@ -815,8 +815,12 @@ def main(argv):
 
 def run():
     """Console-script entry point (`tfxl-prepare`)."""
-    from absl import app  # pylint: disable=import-outside-toplevel
+    from absl import app, flags  # pylint: disable=import-outside-toplevel
+    before = set(flags.FLAGS)
     define_flags()
+    # Make --help list our flags: absl shows the key flags of the main script.
+    for name in sorted(set(flags.FLAGS) - before):
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
     app.run(main)
 
 
