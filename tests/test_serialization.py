@@ -114,3 +114,18 @@ def test_mixed_bfloat16_runs_finite_and_close_to_float32():
 
 def test_import_registers_package_objects():
     assert keras.saving.get_registered_name(tfxl.TransfoXLLM) == "tfxl>TransfoXLLM"
+
+
+def test_tf_checkpoint_tracks_every_weight(tmp_path):
+    """The trainer checkpoints with tf.train.Checkpoint: every variable must be reachable."""
+    lm = TransfoXLLM(lm_config(tie_weight=False))
+    ids = np.random.randint(0, 40, (2, 6))
+    want, _ = lm(ids, targets=ids)
+    path = tf.train.Checkpoint(model=lm).write(str(tmp_path / "ckpt"))
+    stored = tf.train.list_variables(path)
+    n_stored = sum(1 for name, _ in stored if name.startswith("model/"))
+    assert n_stored == len(lm.weights)
+    clone = TransfoXLLM(lm_config(tie_weight=False))
+    clone(ids)
+    tf.train.Checkpoint(model=clone).read(path).assert_consumed()
+    np.testing.assert_allclose(clone(ids, targets=ids)[0].numpy(), want.numpy(), atol=1e-6)

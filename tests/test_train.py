@@ -18,17 +18,18 @@ from train.model_fn import OptimizerParams
 
 T = 8          # segment length of the test data
 STREAMS = 8    # streams per split
+REPEATS = 4    # each random block appears this many times in a row
 
 
 def copy_task_text(n_blocks, seed):
-    """Random 16-letter blocks of length T, each followed by an exact copy.
+    """Random 8-letter-alphabet blocks of length T, each repeated REPEATS times.
 
-    The copy is predictable only from the previous segment, i.e. only through memory.
+    A repeat is predictable only from the previous segment, i.e. only through memory.
     """
     rng = np.random.default_rng(seed)
-    letters = np.frombuffer(b"abcdefghijklmnop", np.uint8)
+    letters = np.frombuffer(b"abcdefgh", np.uint8)
     blocks = rng.choice(letters, size=(n_blocks, T))
-    return np.repeat(blocks, 2, axis=0).tobytes()
+    return np.repeat(blocks, REPEATS, axis=0).tobytes()
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def train_losses(data_dir, model_dir, strategy=None, steps=20, batch=STREAMS,
     strategy = strategy or tf.distribute.get_strategy()
     cfg = tiny_config(vocab(data_dir), **config)
     runner = Runner(cfg, strategy, data_dir, str(model_dir), batch,
-                    OptimizerParams(learning_rate=lr, train_steps=steps, min_lr_ratio=0.1),
+                    OptimizerParams(learning_rate=lr, train_steps=steps, min_lr_ratio=1.0),
                     jit_compile=jit_compile, steps_per_loop=10)
     metrics = runner.train(save_every=steps)
     with open(os.path.join(model_dir, "train_log.jsonl")) as f:
@@ -67,16 +68,18 @@ def train_losses(data_dir, model_dir, strategy=None, steps=20, batch=STREAMS,
 
 
 def test_memory_solves_the_copy_task_that_no_memory_cannot(copy_data, tmp_path):
-    steps = 300
-    with_memory, runner, _ = train_losses(copy_data, tmp_path / "mem", steps=steps, mem_len=T)
-    without, runner0, _ = train_losses(copy_data, tmp_path / "nomem", steps=steps, mem_len=0)
+    steps = 400
+    with_memory, runner, _ = train_losses(copy_data, tmp_path / "mem", steps=steps, mem_len=T,
+                                          n_layer=1)
+    without, runner0, _ = train_losses(copy_data, tmp_path / "nomem", steps=steps, mem_len=0,
+                                       n_layer=1)
     ev_mem = runner.evaluate("valid")["loss"]
     ev_none = runner0.evaluate("valid")["loss"]
-    # Half of all tokens (the copies) are predictable only through memory: a model without it
-    # cannot go below ~ln(16) = 2.77 nats, one with memory approaches ln(16) / 2 = 1.39.
-    assert ev_none > 2.5, ev_none
-    assert ev_mem < 2.0, (ev_mem, ev_none)
-    assert with_memory[-20:].mean() < without[-20:].mean() - 0.5
+    # Three quarters of all tokens repeat the token T positions back, in the previous segment:
+    # without memory nothing beats ln(8) = 2.08 nats; with it the loss tends to ln(8) / 4 = 0.52.
+    assert ev_none > 1.95, ev_none
+    assert ev_mem < 1.6, (ev_mem, ev_none)
+    assert with_memory[-50:].mean() < without[-50:].mean() - 0.4
 
 
 def test_mirrored_two_replicas_equal_one_device(copy_data, tmp_path):

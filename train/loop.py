@@ -110,8 +110,13 @@ class Runner:
         strategies, so the input position is the step: the pipeline is deterministic and is rebuilt
         skipping the `step` batches already consumed (one path for every strategy).
         """
+        # Keras' SeedGenerator states (dropout) are variables but not tf trackables: checkpoint
+        # them explicitly, or a resumed run would draw other dropout masks.
+        seed_states = [v.value for v in self.model.non_trainable_variables
+                       if "seed_generator_state" in v.path]
+        rng = tf.train.Checkpoint(**{f"seed_{i}": v for i, v in enumerate(seed_states)})
         checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
-                                         memory=self.model_fn.memory.checkpointed)
+                                         memory=self.model_fn.memory.checkpointed, rng=rng)
         chief_dir = os.path.join(self.model_dir, "checkpoints")
         directory = chief_dir
         if not self.is_chief:  # MultiWorker: every worker saves, only the chief's is kept

@@ -38,15 +38,28 @@ class AdaptiveEmbedding(keras.layers.Layer):
     def build(self, ids_shape=None):
         init = keras.initializers.RandomNormal(stddev=self.init_std)
         proj_init = keras.initializers.RandomNormal(stddev=self.proj_init_std)
-        groups = [self.clusters[0]] if self.div_val == 1 else self.clusters
-        self.tables, self.projections = [], []
-        for i, c in enumerate(groups):
+        # One attribute per variable (not a list): tf.train.Checkpoint tracks attributes only.
+        for i, c in enumerate(self._groups):
             rows = self.vocab_size if self.div_val == 1 else c.size
-            self.tables.append(self.add_weight(name=f"table_{i}", shape=(rows, c.dim),
-                                               initializer=init))
-            self.projections.append(
-                self.add_weight(name=f"projection_{i}", shape=(c.dim, self.d_model),
-                                initializer=proj_init) if c.projected else None)
+            setattr(self, f"table_{i}", self.add_weight(name=f"table_{i}", shape=(rows, c.dim),
+                                                        initializer=init))
+            if c.projected:
+                setattr(self, f"projection_{i}", self.add_weight(
+                    name=f"projection_{i}", shape=(c.dim, self.d_model), initializer=proj_init))
+
+    @property
+    def _groups(self):
+        """Clusters that own a table: one shared table when div_val == 1."""
+        return [self.clusters[0]] if self.div_val == 1 else self.clusters
+
+    @property
+    def tables(self):
+        return [getattr(self, f"table_{i}") for i in range(len(self._groups))]
+
+    @property
+    def projections(self):
+        """Per table, its [d_i, D] projection or None."""
+        return [getattr(self, f"projection_{i}", None) for i in range(len(self._groups))]
 
     def cluster_weight(self, i):
         """Cluster i's embedding rows, [n_i, d_i]."""

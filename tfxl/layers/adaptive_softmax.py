@@ -57,25 +57,33 @@ class AdaptiveSoftmax(keras.layers.Layer):
     def build(self, hidden_shape=None):
         init = keras.initializers.RandomNormal(stddev=self.init_std)
         proj_init = keras.initializers.RandomNormal(stddev=self.proj_init_std)
-        self.weights_per_cluster = []
-        if not self.tie_weight:
-            for i, c in enumerate(self.clusters):
-                self.weights_per_cluster.append(
-                    self.add_weight(name=f"weight_{i}", shape=(c.size, c.dim), initializer=init))
+        # One attribute per variable (not a list): tf.train.Checkpoint tracks attributes only.
+        for i, c in enumerate(self.clusters):
+            if not self.tie_weight:
+                setattr(self, f"weight_{i}", self.add_weight(
+                    name=f"weight_{i}", shape=(c.size, c.dim), initializer=init))
+            if c.projected and not self.tie_projs[i]:
+                setattr(self, f"projection_{i}", self.add_weight(
+                    name=f"projection_{i}", shape=(self.d_model, c.dim), initializer=proj_init))
         # One bias over the whole vocabulary, sliced per cluster (biases are never tied).
         self.bias = self.add_weight(name="bias", shape=(self.vocab_size,), initializer="zeros")
-        self.projections = []
-        for i, c in enumerate(self.clusters):
-            own = c.projected and not self.tie_projs[i]
-            self.projections.append(
-                self.add_weight(name=f"projection_{i}", shape=(self.d_model, c.dim),
-                                initializer=proj_init) if own else None)
         if self.num_tail_clusters:
             d0 = self.clusters[0].dim
             self.cluster_weight = self.add_weight(
                 name="cluster_weight", shape=(self.num_tail_clusters, d0), initializer=init)
             self.cluster_bias = self.add_weight(
                 name="cluster_bias", shape=(self.num_tail_clusters,), initializer="zeros")
+
+    @property
+    def weights_per_cluster(self):
+        """The softmax's own [n_i, d_i] output tables; empty when tied to the embedding."""
+        return [] if self.tie_weight else [getattr(self, f"weight_{i}")
+                                           for i in range(len(self.clusters))]
+
+    @property
+    def projections(self):
+        """Per cluster, the softmax's own [D, d_i] projection or None (absent or tied)."""
+        return [getattr(self, f"projection_{i}", None) for i in range(len(self.clusters))]
 
     # -- pieces -------------------------------------------------------------------------------
     def _cluster_params(self, i, tied_weights, tied_projections):

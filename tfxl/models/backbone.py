@@ -58,14 +58,14 @@ class TransfoXLBackbone(keras.layers.Layer):
         self.embedding_dropout = keras.layers.Dropout(c.dropout, name="embedding_dropout")
         self.position_dropout = keras.layers.Dropout(c.dropout, name="position_dropout")
         self.output_dropout = keras.layers.Dropout(c.dropout, name="output_dropout")
-        self.blocks = []
         hidden_shape = (None, None, c.d_model)
         for i in range(c.n_layer):
             block = TransformerXLBlock(
                 c.d_model, c.n_head, c.d_head, c.d_inner, c.dropout, c.dropatt, c.pre_lnorm,
                 c.init_std, c.layer_norm_epsilon, name=f"block_{i}", dtype=policy)
             block.build(hidden_shape)
-            self.blocks.append(block)
+            # One attribute per block (not a list): tf.train.Checkpoint tracks attributes only.
+            setattr(self, f"block_{i}", block)
         # u and v: shared by all layers, or one pair per layer with untie_r.
         bias_shape = ((c.n_layer,) if c.untie_r else ()) + (c.n_head, c.d_head)
         init = keras.initializers.RandomNormal(stddev=c.init_std)
@@ -73,6 +73,10 @@ class TransfoXLBackbone(keras.layers.Layer):
                                             initializer=init)
         self.position_bias = self.add_weight(name="position_bias", shape=bias_shape,
                                              initializer=init)
+
+    @property
+    def blocks(self):
+        return [getattr(self, f"block_{i}") for i in range(self.config.n_layer)]
 
     def init_memory(self, batch_size, mem_len=None, dtype=None):
         """An empty memory for `batch_size` rows and `mem_len` slots (default: config.mem_len)."""
