@@ -1,0 +1,181 @@
+"""Convert the published Transformer-XL checkpoints into `tfxl.TransfoXLLM`.
+
+    from tfxl.convert import convert_checkpoint, save_converted
+    model = convert_checkpoint("tf1", "model.ckpt-0", tfxl.get_preset("wt103_large"))
+    save_converted(model, "wt103.keras")
+
+Formats: "pytorch" (original `MemTransformerLM` state dict), "huggingface"
+(`TransfoXLLMHeadModel` state dict, `.bin` or `.safetensors`), "tf1" (original TF checkpoint).
+No torch import anywhere: torch zip files are read by a restricted unpickler (see `readers`).
+See docs/convert.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from tfxl.convert.errors import ConversionError
+from tfxl.convert.mapping import FORMATS, make_plan
+from tfxl.convert.readers import TensorSource, open_checkpoint
+
+__all__ = [
+    "ConversionError", "FORMATS", "TensorSource", "open_checkpoint", "check_checkpoint",
+    "convert_checkpoint", "save_converted", "config_overrides_from_hf", "memory_from_time_major",
+    "config_path_for",
+]
+
+
+def _as_source(checkpoint, fmt):
+    if isinstance(checkpoint, TensorSource):
+        return checkpoint
+    if isinstance(checkpoint, dict):
+        return TensorSource.from_arrays(checkpoint, "state dict")
+    kind = "tf1" if fmt == "tf1" else "auto"
+    return open_checkpoint(checkpoint, kind)
+
+
+def check_checkpoint(fmt, checkpoint, config):
+    """Raises `ConversionError` listing every missing/unknown/mis-shaped tensor (loads nothing)."""
+    plan = make_plan(fmt, _as_source(checkpoint, fmt), config)
+    plan.check()
+    return plan
+
+
+def convert_checkpoint(fmt, checkpoint, config):
+    """A built `TransfoXLLM` holding the checkpoint's weights.
+
+    Args:
+      fmt: "pytorch" | "huggingface" | "tf1".
+      checkpoint: a path (torch zip `.bin/.pt`, `.safetensors`, `.npz`, or a TF1 checkpoint
+        prefix/directory), a `TensorSource`, or a dict name -> numpy array.
+      config: the `tfxl.TransfoXLConfig` the checkpoint was trained with (the PyTorch and TF1
+        files carry no hyper-parameters).
+    """
+    from tfxl.models import TransfoXLLM  # pylint: disable=import-outside-toplevel
+
+    plan = check_checkpoint(fmt, checkpoint, config)
+    model = TransfoXLLM(config)
+    model.build((None, config.tgt_len))
+    plan.apply(model)
+    return model
+
+
+def config_path_for(output):
+    """`model.keras` -> `model.config.json`."""
+    output = os.fspath(output)
+    base = output[: -len(".keras")] if output.endswith(".keras") else output
+    return base + ".config.json"
+
+
+def save_converted(model, output, overwrite=False):
+    """Writes `output` (.keras) and its config JSON next to it; returns both paths.
+
+    Refuses to replace existing files unless `overwrite`. Each file is written to a temporary
+    name in the same directory and renamed, so a failure never leaves a half-written model.
+    """
+    output = os.fspath(output)
+    if not output.endswith(".keras"):
+        raise ConversionError(f"--output must end with .keras, got {output!r}")
+    config_path = config_path_for(output)
+    if not overwrite:
+        for path in (output, config_path):
+            if os.path.exists(path):
+                raise ConversionError(f"{path} exists (pass --overwrite to replace it)")
+    directory = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(directory):
+        raise ConversionError(f"output directory {directory} does not exist")
+    fd, tmp_model = tempfile.mkstemp(prefix=".tmp-convert-", suffix=".keras", dir=directory)
+    os.close(fd)
+    fd, tmp_config = tempfile.mkstemp(prefix=".tmp-convert-", suffix=".json", dir=directory)
+    os.close(fd)
+    try:
+        model.save(tmp_model, overwrite=True)
+        with open(tmp_config, "w", encoding="utf-8") as f:
+            f.write(model.config.to_json() + "\n")
+        os.replace(tmp_model, output)
+        os.replace(tmp_config, config_path)
+    finally:
+        for tmp in (tmp_model, tmp_config):
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    return output, config_path
+
+
+# Hugging Face config.json -> TransfoXLConfig fields.
+_HF_DIRECT = ("vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner", "d_embed",
+              "div_val", "pre_lnorm", "untie_r", "dropout", "dropatt", "init_std",
+              "proj_init_std", "layer_norm_epsilon", "tgt_len", "mem_len", "same_length")
+
+
+def config_overrides_from_hf(hf):
+    """TransfoXLConfig overrides from a Hugging Face `config.json` dict.
+
+    `proj_share_all_but_first` becomes `tie_projs`; `tie_word_embeddings` (or the older
+    `tie_weight`) becomes `tie_weight`; HF's clamp_len <= 0 means "no clamp" (-1 here).
+    HF's mem_len/clamp_len/same_length are its evaluation settings and also set the eval_*
+    fields. Raises `ConversionError` for settings tfxl cannot represent.
+    """
+    if hf.get("attn_type", 0) != 0:
+        raise ConversionError(f"Hugging Face attn_type={hf['attn_type']} is not supported "
+                              f"(only 0, relative partial-learnable attention)")
+    if hf.get("sample_softmax", -1) > 0:
+        raise ConversionError("Hugging Face sample_softmax > 0 is not supported")
+    aliases = {"n_token": "vocab_size", "hidden_size": "d_model", "num_attention_heads": "n_head",
+               "num_hidden_layers": "n_layer"}
+    hf = {aliases.get(k, k): v for k, v in hf.items()}
+    out = {k: hf[k] for k in _HF_DIRECT if k in hf and hf[k] is not None}
+    if "cutoffs" in hf:
+        out["cutoffs"] = tuple(int(x) for x in hf["cutoffs"])
+    if "clamp_len" in hf:
+        out["clamp_len"] = int(hf["clamp_len"]) if int(hf["clamp_len"]) > 0 else -1
+    tie = hf.get("tie_word_embeddings", hf.get("tie_weight"))
+    if tie is not None:
+        out["tie_weight"] = bool(tie)
+    if "tie_projs" in hf and hf["tie_projs"] is not None:
+        out["tie_projs"] = tuple(bool(t) for t in hf["tie_projs"])
+    elif "proj_share_all_but_first" in hf:
+        n = len(out.get("cutoffs", hf.get("cutoffs", ()))) + 1
+        out["tie_projs"] = (False,) + (bool(hf["proj_share_all_but_first"]),) * (n - 1)
+    if "div_val" in out and out["div_val"] > 1:
+        out["proj_same_dim"] = True  # the PyTorch/HF code projects every cluster
+    for key in ("mem_len", "clamp_len", "same_length", "tgt_len"):
+        if key in out:
+            out["eval_" + key] = out[key]
+    return out
+
+
+def memory_from_time_major(mems, mem_len=None, dtype="float32"):
+    """A tfxl memory from the reference implementations' `mems`.
+
+    The PyTorch/TF1/HF code keeps, per layer, a time-major [M, B, D] tensor of that layer's
+    input (the first is the scaled embedding); tfxl keeps {"states": [B, L, M, D],
+    "valid": [B, M]}. `mem_len` (default M) pads on the left with invalid slots or keeps the
+    last `mem_len` positions.
+    """
+    arrays = [np.asarray(m) for m in mems]
+    if not arrays or any(a.ndim != 3 or a.shape != arrays[0].shape for a in arrays):
+        raise ConversionError("mems must be a non-empty list of equal [M, B, D] arrays")
+    states = np.stack(arrays, axis=0).transpose(2, 0, 1, 3)  # [B, L, M, D]
+    batch, n_layer, m, d = states.shape
+    valid = np.ones((batch, m), bool)
+    mem_len = m if mem_len is None else int(mem_len)
+    if mem_len < m:
+        states, valid = states[:, :, m - mem_len:], valid[:, m - mem_len:]
+    elif mem_len > m:
+        pad = mem_len - m
+        states = np.concatenate([np.zeros((batch, n_layer, pad, d), states.dtype), states], 2)
+        valid = np.concatenate([np.zeros((batch, pad), bool), valid], 1)
+    return {"states": states.astype(dtype), "valid": valid}
+
+
+def describe(config):
+    """One line per model setting that matters for conversion (used by the CLI log)."""
+    return json.dumps({k: v for k, v in config.to_dict().items()
+                       if k in ("vocab_size", "n_layer", "d_model", "n_head", "d_head",
+                                "d_inner", "d_embed", "div_val", "cutoffs", "tie_weight",
+                                "tie_projs", "proj_same_dim", "untie_r", "pre_lnorm",
+                                "layer_norm_epsilon")}, sort_keys=True)

@@ -1,0 +1,374 @@
+"""Checkpoint readers that need neither torch nor safetensors.
+
+Every reader returns a `TensorSource`: the tensor names with their shapes, and `get(name)` that
+loads one tensor as a numpy array (lazily where the format allows, so optimizer slots and other
+unused tensors of a large checkpoint are never read).
+
+Formats:
+  * torch.save zip files (`.bin`, `.pt`, `.pth`): `<root>/data.pkl` + `<root>/data/<key>` raw
+    storages. The pickle is read by `RestrictedUnpickler`, which resolves only the handful of
+    globals a tensor state dict needs (the tensor rebuild functions, storage types,
+    OrderedDict) to local numpy builders and refuses every other global, so a malicious pickle
+    cannot run code.
+  * `.safetensors`: 8-byte little-endian header length, a JSON header, raw little-endian bytes.
+  * `.npz`: numpy archives (no pickled objects allowed).
+  * TF1 checkpoints (a prefix such as `model.ckpt-0`, or a directory): `tf.train.load_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import json
+import os
+import pickle
+import re
+import struct
+import zipfile
+
+import numpy as np
+
+from tfxl.convert.errors import ConversionError
+
+
+class TensorSource:
+    """Names -> shapes, plus lazy loading of individual tensors."""
+
+    def __init__(self, shapes, loader, description=""):
+        self.shapes = {str(k): tuple(int(d) for d in v) for k, v in shapes.items()}
+        self._loader = loader
+        self.description = description
+
+    def __contains__(self, name):
+        return name in self.shapes
+
+    def names(self):
+        return list(self.shapes)
+
+    def get(self, name) -> np.ndarray:
+        if name not in self.shapes:
+            raise KeyError(name)
+        return np.asarray(self._loader(name))
+
+    @classmethod
+    def from_arrays(cls, arrays, description=""):
+        arrays = {str(k): np.asarray(v) for k, v in arrays.items()}
+        return cls({k: v.shape for k, v in arrays.items()}, arrays.__getitem__, description)
+
+
+# ------------------------------------------------------------------------------------------------
+# bfloat16 has no numpy dtype: read it as uint16 and widen to float32 (exact).
+def _bf16_to_f32(raw: np.ndarray) -> np.ndarray:
+    return (raw.astype(np.uint32) << 16).view(np.float32)
+
+
+# torch storage class name -> (numpy dtype of the raw bytes, is bfloat16)
+_TORCH_STORAGES = {
+    "FloatStorage": (np.dtype("<f4"), False),
+    "DoubleStorage": (np.dtype("<f8"), False),
+    "HalfStorage": (np.dtype("<f2"), False),
+    "BFloat16Storage": (np.dtype("<u2"), True),
+    "LongStorage": (np.dtype("<i8"), False),
+    "IntStorage": (np.dtype("<i4"), False),
+    "ShortStorage": (np.dtype("<i2"), False),
+    "CharStorage": (np.dtype("i1"), False),
+    "ByteStorage": (np.dtype("u1"), False),
+    "BoolStorage": (np.dtype("?"), False),
+}
+
+
+class _StorageType:
+    """Stands in for `torch.FloatStorage` & co. inside the pickle."""
+
+    def __init__(self, name):
+        self.name = name
+        self.dtype, self.bfloat16 = _TORCH_STORAGES[name]
+
+
+class _Storage:
+    """One raw storage of the archive, read on first use."""
+
+    def __init__(self, archive, key, storage_type, numel, byteorder):
+        self.archive, self.key, self.type, self.numel = archive, key, storage_type, numel
+        self.byteorder = byteorder
+        self._array = None
+
+    def array(self) -> np.ndarray:
+        if self._array is None:
+            raw = self.archive.read_storage(self.key)
+            dtype = self.type.dtype
+            if self.byteorder == "big":
+                dtype = dtype.newbyteorder(">")
+            if len(raw) % dtype.itemsize:
+                raise ConversionError(f"{self.archive.path}: storage {self.key} has {len(raw)} "
+                                      f"bytes, not a multiple of {dtype.itemsize}")
+            array = np.frombuffer(raw, dtype=dtype)
+            if self.numel is not None and array.size < self.numel:
+                raise ConversionError(f"{self.archive.path}: storage {self.key} holds "
+                                      f"{array.size} elements, the pickle says {self.numel}")
+            self._array = array
+        return self._array
+
+
+class _LazyTensor:
+    """A strided view into a storage, materialised (and bounds-checked) on demand."""
+
+    def __init__(self, storage, offset, size, stride):
+        self.storage, self.offset = storage, int(offset)
+        self.shape = tuple(int(s) for s in size)
+        self.stride = tuple(int(s) for s in stride)
+        if len(self.shape) != len(self.stride) or any(s < 0 for s in self.shape + self.stride):
+            raise ConversionError(f"bad tensor geometry size={size} stride={stride}")
+        if self.offset < 0:
+            raise ConversionError(f"bad tensor storage offset {offset}")
+
+    def numpy(self) -> np.ndarray:
+        flat = self.storage.array()
+        if 0 in self.shape:
+            out = np.zeros(self.shape, flat.dtype)
+        else:
+            last = self.offset + sum((n - 1) * s for n, s in zip(self.shape, self.stride))
+            if last >= flat.size:
+                raise ConversionError(f"tensor reads past the end of storage {self.storage.key} "
+                                      f"(needs element {last}, storage has {flat.size})")
+            base = flat[self.offset:]
+            out = np.lib.stride_tricks.as_strided(
+                base, shape=self.shape, strides=[s * flat.itemsize for s in self.stride],
+                writeable=False).copy()
+        if self.storage.type.bfloat16:
+            out = _bf16_to_f32(out)
+        return out.astype(out.dtype.newbyteorder("=")) if out.dtype.byteorder == ">" else out
+
+
+def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=False,
+                       backward_hooks=None, metadata=None):
+    if not isinstance(storage, _Storage):
+        raise ConversionError("malformed torch pickle: a tensor without a storage")
+    return _LazyTensor(storage, storage_offset, size, stride)
+
+
+def _rebuild_tensor(storage, storage_offset, size, stride):
+    return _rebuild_tensor_v2(storage, storage_offset, size, stride)
+
+
+def _rebuild_parameter(data, requires_grad=False, backward_hooks=None):
+    return data
+
+
+def _rebuild_parameter_with_state(data, requires_grad=False, backward_hooks=None, state=None):
+    return data
+
+
+# The complete list of globals a state dict pickle may name.
+_ALLOWED = {
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
+    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
+    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter_with_state,
+    **{("torch", name): _StorageType(name) for name in _TORCH_STORAGES},
+}
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Unpickles a torch state dict; refuses every global outside `_ALLOWED`."""
+
+    def __init__(self, file, archive, byteorder="little"):
+        super().__init__(file)
+        self._archive = archive
+        self._byteorder = byteorder
+        self._storages = {}
+
+    def find_class(self, module, name):
+        try:
+            return _ALLOWED[(module, name)]
+        except KeyError:
+            raise ConversionError(
+                f"refusing to unpickle global {module}.{name}: only tensor state dicts are "
+                f"allowed (torch.save(model.state_dict(), ...), not a whole pickled model or "
+                f"arbitrary objects)") from None
+
+    def persistent_load(self, pid):
+        if not (isinstance(pid, tuple) and len(pid) >= 4 and pid[0] == "storage"):
+            raise ConversionError(f"unsupported persistent id in torch pickle: {pid!r:.80}")
+        storage_type, key = pid[1], str(pid[2])
+        numel = pid[4] if len(pid) > 4 else None
+        if not isinstance(storage_type, _StorageType):
+            raise ConversionError(f"unsupported storage type in torch pickle: {storage_type!r:.80}")
+        if key not in self._storages:
+            self._storages[key] = _Storage(self._archive, key, storage_type, numel,
+                                           self._byteorder)
+        return self._storages[key]
+
+
+class _TorchArchive:
+    def __init__(self, path):
+        self.path = path
+        try:
+            self.zip = zipfile.ZipFile(path)
+        except zipfile.BadZipFile:
+            raise ConversionError(
+                f"{path}: not a torch zip checkpoint (files written by torch.save with torch >= "
+                f"1.6; re-save older files with torch.save(state_dict, path))") from None
+        pickles = [n for n in self.zip.namelist() if n.endswith("data.pkl")
+                   and n.count("/") == 1]
+        if len(pickles) != 1:
+            raise ConversionError(f"{path}: expected one <root>/data.pkl in the torch zip, found "
+                                  f"{len(pickles)}")
+        self.root = pickles[0][: -len("data.pkl")]
+
+    def read(self, member):
+        return self.zip.read(self.root + member)
+
+    def read_storage(self, key):
+        try:
+            return self.read(f"data/{key}")
+        except KeyError:
+            raise ConversionError(f"{self.path}: storage data/{key} is missing from the "
+                                  f"archive") from None
+
+
+def read_torch_zip(path) -> TensorSource:
+    archive = _TorchArchive(path)
+    byteorder = "little"
+    if archive.root + "byteorder" in archive.zip.namelist():
+        byteorder = archive.read("byteorder").decode("ascii", "replace").strip() or "little"
+    unpickler = RestrictedUnpickler(io.BytesIO(archive.read("data.pkl")), archive, byteorder)
+    try:
+        obj = unpickler.load()
+    except ConversionError:
+        raise
+    except Exception as e:  # truncated/garbled pickles raise all sorts of things
+        raise ConversionError(f"{path}: cannot read data.pkl ({type(e).__name__}: {e})") from None
+    return _state_dict_source(obj, path)
+
+
+def _state_dict_source(obj, path):
+    if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
+        obj = obj["state_dict"]  # a {"state_dict": ...} wrapper (common training checkpoints)
+    if not isinstance(obj, dict):
+        raise ConversionError(f"{path}: the pickle holds a {type(obj).__name__}, not a state "
+                              f"dict of tensors")
+    tensors = {}
+    for name, value in obj.items():
+        if isinstance(value, _LazyTensor):
+            tensors[str(name)] = value
+        elif not isinstance(value, (int, float, str, bool, type(None), dict)):
+            raise ConversionError(f"{path}: entry {name!r} is a {type(value).__name__}, not a "
+                                  f"tensor")
+    return TensorSource({k: v.shape for k, v in tensors.items()},
+                        lambda name: tensors[name].numpy(), f"torch zip {path}")
+
+
+# ------------------------------------------------------------------------------------------------
+_SAFETENSORS_DTYPES = {
+    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"), "I64": np.dtype("<i8"), "I32": np.dtype("<i4"),
+    "I16": np.dtype("<i2"), "I8": np.dtype("i1"), "U8": np.dtype("u1"), "BOOL": np.dtype("?"),
+}
+
+
+def read_safetensors(path) -> TensorSource:
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise ConversionError(f"{path}: too short for a safetensors file")
+        (header_len,) = struct.unpack("<Q", head)
+        if header_len > min(size - 8, 100 << 20):
+            raise ConversionError(f"{path}: bad safetensors header length {header_len}")
+        try:
+            header = json.loads(f.read(header_len).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ConversionError(f"{path}: bad safetensors JSON header ({e})") from None
+    if not isinstance(header, dict):
+        raise ConversionError(f"{path}: safetensors header is not a JSON object")
+    data_start, data_len = 8 + header_len, size - 8 - header_len
+    entries = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype_name, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
+            dtype = _SAFETENSORS_DTYPES[dtype_name]
+            shape = tuple(int(d) for d in shape)
+        except (KeyError, TypeError, ValueError):
+            raise ConversionError(f"{path}: bad safetensors entry for {name!r}: {info!r:.120}") \
+                from None
+        count = int(np.prod(shape, dtype=np.int64))
+        if not (0 <= begin <= end <= data_len) or end - begin != count * dtype.itemsize:
+            raise ConversionError(f"{path}: safetensors entry {name!r} has offsets "
+                                  f"[{begin}, {end}) that do not fit shape {list(shape)} "
+                                  f"{dtype_name} inside {data_len} data bytes")
+        entries[name] = (dtype, dtype_name == "BF16", shape, begin)
+
+    def load(name):
+        dtype, bf16, shape, begin = entries[name]
+        count = int(np.prod(shape, dtype=np.int64))
+        with open(path, "rb") as f:
+            f.seek(data_start + begin)
+            array = np.frombuffer(f.read(count * dtype.itemsize), dtype=dtype).reshape(shape)
+        return _bf16_to_f32(array) if bf16 else array.astype(dtype.newbyteorder("="))
+
+    return TensorSource({k: v[2] for k, v in entries.items()}, load, f"safetensors {path}")
+
+
+def read_npz(path) -> TensorSource:
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise ConversionError(f"{path}: cannot read as .npz ({e})") from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ConversionError(f"{path}: not an .npz archive")
+    shapes = {}
+    for name in archive.files:
+        shapes[name] = archive[name].shape
+    return TensorSource(shapes, lambda name: archive[name], f"npz {path}")
+
+
+def read_tf1(path) -> TensorSource:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    path = str(path)
+    for suffix in (".index", ".meta"):
+        if path.endswith(suffix):
+            path = path[: -len(suffix)]
+    path = re.sub(r"\.data-\d{5}-of-\d{5}$", "", path)
+    try:
+        reader = tf.train.load_checkpoint(str(path))
+    except (ValueError, tf.errors.OpError) as e:
+        raise ConversionError(f"{path}: cannot open as a TF checkpoint "
+                              f"({' '.join(str(e).split())[:200]})") from None
+    shapes = reader.get_variable_to_shape_map()
+    return TensorSource(shapes, reader.get_tensor, f"TF checkpoint {path}")
+
+
+def open_checkpoint(path, kind="auto") -> TensorSource:
+    """Opens `path` as `kind` (torch | safetensors | npz | tf1 | auto: by suffix/content)."""
+    path = os.fspath(path)
+    if kind == "auto":
+        kind = sniff(path)
+    readers = {"torch": read_torch_zip, "safetensors": read_safetensors, "npz": read_npz,
+               "tf1": read_tf1}
+    if kind not in readers:
+        raise ConversionError(f"unknown checkpoint file kind {kind!r}")
+    if kind != "tf1" and not os.path.isfile(path):
+        raise ConversionError(f"{path}: no such file")
+    return readers[kind](path)
+
+
+def sniff(path) -> str:
+    if (os.path.isdir(path) or not os.path.exists(path)
+            or re.search(r"\.(index|meta|data-\d{5}-of-\d{5})$", path)):
+        return "tf1"
+    lower = path.lower()
+    if lower.endswith(".safetensors"):
+        return "safetensors"
+    if lower.endswith(".npz"):
+        return "npz"
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic == b"PK\x03\x04":
+        return "npz" if lower.endswith(".npz") else "torch"
+    if lower.endswith((".bin", ".pt", ".pth", ".ckpt")):
+        return "torch"
+    return "safetensors"
