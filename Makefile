@@ -22,7 +22,7 @@ test: $(STAMP)     ## run the whole test suite
 	$(PY) -m pytest -n 2 --dist loadfile -q tests
 
 demo: $(STAMP)     ## the main job on the embedded default corpus
-	$(PY) -m tfxl.demo
+	$(PY) -m train.demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -36,6 +36,8 @@ class ReplicaMemory:
                                          name=f"{name}_states", **on_read)
             self.valid = keras.Variable(np.zeros(shape[:1] + (mem_len,), bool), dtype="bool",
                                         name=f"{name}_valid", **on_read)
+        self.gather = tf.function(self._gather)
+        self.restore_from_checkpoint = tf.function(self._restore_from_checkpoint)
         # Global copies for checkpoints; plain variables outside the strategy.
         with tf.device("/cpu:0"):
             self.checkpointed = tf.train.Checkpoint(
@@ -53,14 +55,14 @@ class ReplicaMemory:
         self.valid.assign(memory[VALID])
 
     # -- cross-replica context ----------------------------------------------------------------
-    # (tf.function: TPUStrategy.run only runs inside one.)
-    @tf.function
+    # Cross-replica methods; gather/restore are wrapped in tf.function per instance in __init__
+    # (TPUStrategy.run only runs inside one).
     def clear(self):
         """Invalidates every row of every replica (start of an evaluation pass)."""
-        self.strategy.run(lambda: self.valid.assign(tf.zeros_like(self.valid.value)))
+        for copy in self.strategy.experimental_local_results(self.valid.value):
+            copy.assign(tf.zeros_like(copy))
 
-    @tf.function
-    def gather(self):
+    def _gather(self):
         """The global memory: per-replica copies concatenated in replica order."""
         # Collectives take float32/int32, not bfloat16/bool: widen, gather, narrow back.
         per_replica = self.strategy.run(
@@ -75,8 +77,7 @@ class ReplicaMemory:
         self.checkpointed.states.assign(memory[STATES])
         self.checkpointed.valid.assign(memory[VALID])
 
-    @tf.function
-    def restore_from_checkpoint(self):
+    def _restore_from_checkpoint(self):
         states, valid = self.checkpointed.states, self.checkpointed.valid
         b = self.per_replica_batch
 

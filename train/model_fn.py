@@ -73,8 +73,8 @@ class ModelFn:
                                     self.per_replica_batch, self.model.compute_dtype, "train_memory")
         self._forward_backward = (tf.function(self._forward_backward_fn, jit_compile=True)
                                   if jit_compile else self._forward_backward_fn)
-        self._eval_forward = (tf.function(self._eval_forward_fn, jit_compile=True,
-                                          reduce_retracing=True)
+        # One trace per (memory length, eval settings): shapes stay static for XLA.
+        self._eval_forward = (tf.function(self._eval_forward_fn, jit_compile=True)
                               if jit_compile else self._eval_forward_fn)
 
     # -- training -----------------------------------------------------------------------------
