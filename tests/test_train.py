@@ -235,3 +235,17 @@ def test_multi_worker_mirrored_two_local_workers_equal_one_device(copy_data, tmp
     for step in want:
         assert got[step] == pytest.approx(want[step], abs=1e-5), step
     assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")).endswith(f"-{steps}")
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_training_runs_and_learns(copy_data, tmp_path, policy):
+    cfg = tiny_config(vocab(copy_data), n_layer=1)
+    runner = Runner(cfg, tf.distribute.get_strategy(), copy_data, str(tmp_path), STREAMS,
+                    OptimizerParams(learning_rate=3e-3, train_steps=30, min_lr_ratio=1.0),
+                    mixed_precision=policy, steps_per_loop=10)
+    runner.train(save_every=30)
+    with open(tmp_path / "train_log.jsonl") as f:
+        losses = [json.loads(line)["loss"] for line in f]
+    assert np.isfinite(losses).all()
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
+    assert runner.model_fn.memory.states.dtype == policy.split("_")[1]
