@@ -249,3 +249,27 @@ def test_mixed_precision_training_runs_and_learns(copy_data, tmp_path, policy):
     assert np.isfinite(losses).all()
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
     assert runner.model_fn.memory.states.dtype == policy.split("_")[1]
+
+
+def test_tfxl_eval_counts_every_token_with_its_own_settings(copy_data, tmp_path):
+    model_dir = tmp_path / "m"
+    assert cli(*common_flags(copy_data, model_dir, 10)).returncode == 0
+    with open(os.path.join(copy_data, "manifest.json")) as f:
+        tokens = json.load(f)["splits"]["valid"]["tokens"]
+    results = {}
+    for mem_len in (0, 4 * T):
+        out = tmp_path / f"eval{mem_len}.json"
+        result = subprocess.run(
+            [sys.executable, "-m", "train.evaluate", f"--data_dir={copy_data}",
+             f"--model_dir={model_dir}", "--split=valid", f"--tgt_len={T // 2}",
+             f"--mem_len={mem_len}", "--same_length", f"--output={out}"],
+            capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        results[mem_len] = json.loads(out.read_text())
+    for r in results.values():
+        assert r["tokens"] == tokens and r["tgt_len"] == T // 2 and r["same_length"]
+        assert r["bpc"] == pytest.approx(r["loss"] / np.log(2))
+    assert results[0]["loss"] != results[4 * T]["loss"]
+    bad = subprocess.run([sys.executable, "-m", "train.evaluate", f"--data_dir={copy_data}",
+                          f"--model_dir={tmp_path / 'nothing'}"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "config.json" in bad.stderr
