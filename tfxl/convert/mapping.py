@@ -108,7 +108,7 @@ class Plan:
                 parts.append(f"unknown {len(unknown)} tensor(s): {', '.join(unknown)}")
             if mismatched:
                 parts.append(f"{len(mismatched)} shape mismatch(es): {', '.join(mismatched)}")
-            hints = _hints(self.fmt, missing, unknown)
+            hints = _hints(self.fmt, missing + [m.split(' ')[0] for m in mismatched], unknown)
             raise ConversionError(
                 f"{self.source.description or 'checkpoint'} does not match the config "
                 f"({self.fmt}): " + "; ".join(parts) + (f". Hint: {hints}" if hints else ""))

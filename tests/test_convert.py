@@ -1,0 +1,349 @@
+"""tfxl.convert: published checkpoint layouts -> TransfoXLLM, checked against numpy forward passes
+of the original formulas on the original tensors (tests/convert_fixtures.py)."""
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import keras
+import numpy as np
+import pytest
+
+import tfxl
+from convert_fixtures import (drop_tied_duplicates, hparams, pytorch_reference, pytorch_state,
+                              tf1_reference, tf1_variables, write_malicious_torch_zip,
+                              write_safetensors, write_tf1_checkpoint, write_torch_zip)
+from tfxl.convert import (ConversionError, config_overrides_from_hf, convert_checkpoint,
+                          memory_from_time_major, open_checkpoint, save_converted)
+from tfxl.convert import main as convert_main
+
+ATOL = 2e-4
+
+
+def tfxl_config(hp, **extra):
+    fields = {k: hp[k] for k in ("vocab_size", "n_layer", "d_model", "n_head", "d_head",
+                                 "d_inner", "d_embed", "div_val", "cutoffs", "tie_weight",
+                                 "tie_projs", "proj_same_dim", "untie_r", "mem_len", "tgt_len")}
+    return tfxl.TransfoXLConfig(dropout=0.0, **{**fields, **extra})
+
+
+def segments(hp, n=2, batch=2, seed=7):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, hp["vocab_size"], size=(batch, hp["tgt_len"])) for _ in range(n)]
+
+
+def model_log_probs(model, segs):
+    out, memory = [], None
+    for ids in segs:
+        lp, memory = model(ids, memory=memory)
+        out.append(np.asarray(lp))
+    return out
+
+
+def assert_matches(model, expected, segs):
+    got = model_log_probs(model, segs)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, atol=ATOL, rtol=0)
+    # The reference is a proper distribution and the second segment used the memory.
+    np.testing.assert_allclose(np.exp(expected[0]).sum(-1), 1.0, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
+# Numerical equivalence, one case per layout family
+PYTORCH_CASES = {
+    # wt103-like: adaptive input, tied weights, all but the first projection tied.
+    "div2_tied": dict(),
+    # div_val 1 with d_embed != d_model, untied softmax weights, mixed projection ties,
+    # per-layer (stacked) r biases.
+    "div1_proj_untied": dict(div_val=1, d_embed=12, tie_weight=False,
+                             tie_projs=(False, True, False), untie_r=True),
+    # enwik8-like: no cutoffs, one table, no projection.
+    "plain_softmax": dict(div_val=1, cutoffs=(), tie_projs=(False,), vocab_size=30),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PYTORCH_CASES))
+def test_pytorch_zip_matches_reference(tmp_path, case):
+    hp = hparams(**PYTORCH_CASES[case])
+    state = pytorch_state(hp, seed=1)
+    path = tmp_path / "model.pt"
+    # qkv stored as a transposed (strided) view in one layer: the reader must honour strides.
+    write_torch_zip(path, state, transposed={"layers.0.dec_attn.qkv_net.weight"})
+    segs = segments(hp)
+    model = convert_checkpoint("pytorch", str(path), tfxl_config(hp))
+    assert_matches(model, pytorch_reference(state, hp, segs), segs)
+
+
+def test_pytorch_cluster_order_is_reversed_against_huggingface():
+    """The same tensors read as PyTorch and as HF give different heads: the order matters."""
+    hp = hparams()
+    state = pytorch_state(hp, seed=2)
+    segs = segments(hp, n=1)
+    pt = model_log_probs(convert_checkpoint("pytorch", state, tfxl_config(hp)), segs)[0]
+    np.testing.assert_allclose(pt, pytorch_reference(state, hp, segs)[0], atol=ATOL)
+    hf_state = {("transformer." + k if not k.startswith("crit.") else k): v
+                for k, v in state.items()}
+    hf = model_log_probs(convert_checkpoint("huggingface", hf_state, tfxl_config(hp)), segs)[0]
+    np.testing.assert_allclose(hf, pytorch_reference(hf_state, hp, segs, huggingface=True)[0],
+                               atol=ATOL)
+    assert np.abs(pt - hf).max() > 1e-2  # only the cluster rows' order differs
+
+
+def test_huggingface_safetensors_deduplicated_untied_r(tmp_path):
+    hp = hparams(untie_r=True)
+    state = pytorch_state(hp, seed=3, huggingface=True)
+    path = tmp_path / "model.safetensors"
+    write_safetensors(path, drop_tied_duplicates(state))  # no crit.out_layers.*.weight etc.
+    segs = segments(hp)
+    model = convert_checkpoint("huggingface", str(path), tfxl_config(hp))
+    assert_matches(model, pytorch_reference(state, hp, segs, huggingface=True), segs)
+
+
+def test_huggingface_bin_with_shared_r_and_tied_duplicates(tmp_path):
+    hp = hparams(div_val=1, d_embed=12, tie_projs=(False, True, True))
+    state = pytorch_state(hp, seed=4, huggingface=True, shared_r_per_layer=True)
+    path = tmp_path / "pytorch_model.bin"
+    write_torch_zip(path, state)
+    segs = segments(hp)
+    model = convert_checkpoint("huggingface", str(path), tfxl_config(hp))
+    assert_matches(model, pytorch_reference(state, hp, segs, huggingface=True), segs)
+
+
+TF1_CASES = {
+    # lm1b-like: div_val 4-style adaptive input without projecting the full-size cluster,
+    # no projection ties, per-layer r biases.
+    "lm1b_like": dict(proj_same_dim=False, tie_projs=(False, False, False), untie_r=True),
+    # wt103-like with proj_same_dim (every cluster projected) and shared projections.
+    "wt103_like": dict(),
+    # div_val 1 with cutoffs and d_embed != d_model, mixed projection ties.
+    "div1_proj": dict(div_val=1, d_embed=12, tie_projs=(False, True, False)),
+    # enwik8/text8-like: no cutoffs.
+    "enwik8_like": dict(div_val=1, cutoffs=(), tie_projs=(False,), vocab_size=30),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TF1_CASES))
+def test_tf1_checkpoint_matches_reference(tmp_path, case):
+    hp = hparams(**TF1_CASES[case])
+    variables = tf1_variables(hp, seed=5)
+    prefix = write_tf1_checkpoint(tmp_path / "model.ckpt-0", variables)
+    segs = segments(hp)
+    model = convert_checkpoint("tf1", prefix, tfxl_config(hp, layer_norm_epsilon=1e-12))
+    assert_matches(model, tf1_reference(variables, hp, segs), segs)
+
+
+def test_nll_path_and_saved_model_match(tmp_path):
+    hp = hparams(untie_r=True)
+    state = pytorch_state(hp, seed=6)
+    segs = segments(hp, n=1)
+    model = convert_checkpoint("pytorch", state, tfxl_config(hp))
+    keras_path, config_path = save_converted(model, tmp_path / "out.keras")
+    assert json.load(open(config_path)) == model.config.to_dict()
+    loaded = keras.saving.load_model(keras_path)
+    expected = pytorch_reference(state, hp, segs)[0]
+    np.testing.assert_allclose(model_log_probs(loaded, segs)[0], expected, atol=ATOL)
+    targets = (segs[0] + 1) % hp["vocab_size"]
+    nll, _ = loaded(segs[0], targets=targets)
+    want = -np.take_along_axis(expected, targets[..., None], -1)[..., 0]
+    np.testing.assert_allclose(np.asarray(nll), want, atol=ATOL)
+    with pytest.raises(ConversionError, match="exists"):
+        save_converted(model, keras_path)
+
+
+def test_memory_from_time_major_matches_own_memory():
+    hp = hparams()
+    state = pytorch_state(hp, seed=8)
+    model = convert_checkpoint("pytorch", state, tfxl_config(hp))
+    segs = segments(hp, n=2)
+    _, memory = model(segs[0])
+    # Re-express the memory time-major (as the reference's mems) and convert it back.
+    states, valid = np.asarray(memory["states"]), np.asarray(memory["valid"])
+    assert valid[:, -hp["tgt_len"]:].all() and not valid[:, 0].any()
+    mems = [states[:, l, -hp["tgt_len"]:].transpose(1, 0, 2) for l in range(hp["n_layer"])]
+    rebuilt = memory_from_time_major(mems, mem_len=hp["mem_len"])
+    np.testing.assert_array_equal(rebuilt["valid"], valid)
+    a, _ = model(segs[1], memory=memory)
+    b, _ = model(segs[1], memory=rebuilt)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors
+def test_missing_unknown_and_misshaped_listed_together():
+    hp = hparams()
+    state = dict(pytorch_state(hp))
+    del state["layers.1.dec_attn.r_net.weight"]
+    del state["crit.cluster_bias"]
+    state["layers.0.dec_attn.extra"] = np.zeros(3, np.float32)
+    state["layers.0.pos_ff.CoreNet.0.weight"] = np.zeros((5, 16), np.float32)
+    with pytest.raises(ConversionError) as info:
+        convert_checkpoint("pytorch", state, tfxl_config(hp))
+    message = str(info.value)
+    assert "\n" not in message
+    for name in ("layers.1.dec_attn.r_net.weight", "crit.cluster_bias",
+                 "layers.0.dec_attn.extra", "layers.0.pos_ff.CoreNet.0.weight (expected [24, 16], "
+                 "found [5, 16])"):
+        assert name in message
+    assert "missing 2" in message and "unknown 1" in message and "1 shape mismatch" in message
+
+
+def test_wrong_config_and_format_hints():
+    hp = hparams()
+    state = pytorch_state(hp)
+    with pytest.raises(ConversionError, match="untie_r"):
+        convert_checkpoint("pytorch", state, tfxl_config(hp, untie_r=True))
+    with pytest.raises(ConversionError, match="proj_same_dim=True"):
+        convert_checkpoint("pytorch", state, tfxl_config(hp, proj_same_dim=False,
+                                                         tie_projs=(False, False, True)))
+    with pytest.raises(ConversionError, match="--format=huggingface"):
+        convert_checkpoint("pytorch", {"transformer." + k: v for k, v in state.items()},
+                           tfxl_config(hp))
+    with pytest.raises(ConversionError, match="tie_weight=True"):
+        convert_checkpoint("tf1", tf1_variables(hp, with_optimizer=False),
+                           tfxl_config(hp, tie_weight=False))
+
+
+def test_tied_tensors_that_differ_are_refused():
+    hp = hparams()
+    state = dict(pytorch_state(hp))
+    state["crit.out_projs.1"] = state["crit.out_projs.1"] + 1.0  # no longer the embedding's
+    with pytest.raises(ConversionError, match=r"crit.out_projs.1.*tie_projs"):
+        convert_checkpoint("pytorch", state, tfxl_config(hp))
+    # ... and the same file converts with the projection untied.
+    convert_checkpoint("pytorch", state, tfxl_config(hp, tie_projs=(False, False, True)))
+
+
+def test_malicious_pickle_is_refused(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    write_malicious_torch_zip(path, marker)
+    with pytest.raises(ConversionError, match=r"refusing to unpickle global os\.system"):
+        open_checkpoint(path)
+    assert not marker.exists()
+
+
+def test_torch_reader_half_precision_and_bad_files(tmp_path):
+    half = np.arange(6, dtype=np.float16).reshape(2, 3) / 4
+    write_torch_zip(tmp_path / "h.pt", {"a": half, "b": np.arange(4, dtype=np.int64)})
+    source = open_checkpoint(tmp_path / "h.pt")
+    assert source.shapes == {"a": (2, 3), "b": (4,)}
+    np.testing.assert_array_equal(source.get("a"), half)
+    np.testing.assert_array_equal(source.get("b"), np.arange(4))
+    (tmp_path / "legacy.pt").write_bytes(b"\x80\x02\x8a\x0alegacy torch file")
+    with pytest.raises(ConversionError, match="not a torch zip"):
+        open_checkpoint(tmp_path / "legacy.pt")
+    # A storage too small for the tensor geometry claimed by the pickle.
+    write_torch_zip(tmp_path / "short.pt", {"a": np.zeros((4, 4), np.float32)})
+    with zipfile.ZipFile(tmp_path / "short.pt") as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    members["archive/data/0"] = members["archive/data/0"][:16]
+    with zipfile.ZipFile(tmp_path / "short.pt", "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    with pytest.raises(ConversionError, match="storage 0"):
+        open_checkpoint(tmp_path / "short.pt").get("a")
+
+
+def test_safetensors_reader_checks_header(tmp_path):
+    write_safetensors(tmp_path / "ok.safetensors", {"x": np.ones((2, 2), np.float32)})
+    np.testing.assert_array_equal(open_checkpoint(tmp_path / "ok.safetensors").get("x"),
+                                  np.ones((2, 2)))
+    data = bytearray((tmp_path / "ok.safetensors").read_bytes())
+    (tmp_path / "cut.safetensors").write_bytes(bytes(data[:-4]))
+    with pytest.raises(ConversionError, match="offsets"):
+        open_checkpoint(tmp_path / "cut.safetensors")
+    (tmp_path / "junk.safetensors").write_bytes(b"\xff" * 16)
+    with pytest.raises(ConversionError, match="header length"):
+        open_checkpoint(tmp_path / "junk.safetensors")
+
+
+def test_hf_config_translation():
+    hf = {"n_token": 267735, "cutoffs": [20000, 40000, 200000], "d_model": 1024, "d_embed": 1024,
+          "n_head": 16, "d_head": 64, "d_inner": 4096, "div_val": 4, "n_layer": 18,
+          "mem_len": 1600, "clamp_len": 1000, "same_length": True, "tgt_len": 128,
+          "proj_share_all_but_first": True, "attn_type": 0, "untie_r": True, "tie_weight": True,
+          "pre_lnorm": False, "dropout": 0.1, "dropatt": 0.0}
+    config = tfxl.get_preset("wt103_large", **config_overrides_from_hf(hf))
+    assert config.tie_projs == (False, True, True, True) and config.vocab_size == 267735
+    assert config.eval_settings() == dict(tgt_len=128, mem_len=1600, clamp_len=1000,
+                                          same_length=True)
+    assert config_overrides_from_hf({"clamp_len": 0})["clamp_len"] == -1
+    with pytest.raises(ConversionError, match="attn_type"):
+        config_overrides_from_hf({"attn_type": 2})
+
+
+# ------------------------------------------------------------------------------------------------
+# CLI
+def _cli(argv):
+    from absl import flags
+    fv = flags.FlagValues()
+    convert_main.define_flags(fv)
+    rest = fv(["tfxl-convert", *argv])
+    return convert_main.main_with_flags(fv, rest)
+
+
+def test_cli_huggingface_directory_and_overwrite(tmp_path, capsys):
+    hp = hparams(untie_r=True)
+    state = pytorch_state(hp, seed=9, huggingface=True)
+    hf_dir = tmp_path / "hf"
+    hf_dir.mkdir()
+    write_safetensors(hf_dir / "model.safetensors", drop_tied_duplicates(state))
+    (hf_dir / "config.json").write_text(json.dumps(dict(
+        vocab_size=40, cutoffs=[10, 25], d_model=16, d_embed=16, n_head=2, d_head=4,
+        d_inner=24, div_val=2, n_layer=2, mem_len=6, tgt_len=5, clamp_len=0,
+        same_length=False, proj_share_all_but_first=True, untie_r=True,
+        tie_word_embeddings=True, attn_type=0)))
+    out = tmp_path / "conv.keras"
+    assert _cli(["--format=huggingface", f"--input={hf_dir}", f"--output={out}"]) == 0
+    config = tfxl.TransfoXLConfig.from_json((tmp_path / "conv.config.json").read_text())
+    assert config.tie_projs == (False, True, True) and config.untie_r
+    segs = segments(hp)
+    assert_matches(keras.saving.load_model(out), pytorch_reference(state, hp, segs,
+                                                                   huggingface=True), segs)
+    capsys.readouterr()
+    assert _cli(["--format=huggingface", f"--input={hf_dir}", f"--output={out}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and "--overwrite" in err[-1] and len(err) == 1
+    assert _cli(["--format=huggingface", f"--input={hf_dir}", f"--output={out}",
+                 "--overwrite"]) == 0
+
+
+def test_cli_tf1_preset_overrides_and_bad_input(tmp_path, capsys):
+    hp = hparams(proj_same_dim=False, tie_projs=(False, False, False), untie_r=True)
+    prefix = write_tf1_checkpoint(tmp_path / "model.ckpt-0", tf1_variables(hp))
+    out = tmp_path / "tf1.keras"
+    flags_ = ["--format=tf1", f"--input={prefix}", f"--output={out}", "--preset=lm1b_base",
+              "--vocab_size=40", "--n_layer=2", "--d_model=16", "--n_head=2", "--d_head=4",
+              "--d_inner=24", "--d_embed=16", "--div_val=2", "--cutoffs=10,25",
+              "--noproj_same_dim", "--tie_projs=false,false,false", "--tgt_len=5",
+              "--mem_len=6"]
+    # Wrong shapes: one error line listing the mismatches, exit 2, nothing written.
+    assert _cli(flags_[:-2] + ["--d_inner=32", "--tgt_len=5", "--mem_len=6"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len([e for e in err if e.startswith("error:")]) == 1
+    assert "layer_1/kernel (expected [16, 32], found [16, 24])" in err[-1]
+    assert not out.exists()
+    assert _cli(flags_) == 0
+    config = tfxl.TransfoXLConfig.from_json((tmp_path / "tf1.config.json").read_text())
+    assert config.layer_norm_epsilon == 1e-12 and config.eval_mem_len == 128
+    segs = segments(hp)
+    assert_matches(keras.saving.load_model(out), tf1_reference(tf1_variables(hp), hp, segs), segs)
+    for bad in (["--format=pytorch", f"--input={tmp_path / 'nope.pt'}",
+                 f"--output={tmp_path / 'x.keras'}", "--preset=tiny"],
+                ["--format=tf1", f"--input={prefix}", f"--output={tmp_path / 'x.h5'}",
+                 "--preset=tiny"],
+                ["--format=tf1", f"--input={prefix}", f"--output={tmp_path / 'x.keras'}"]):
+        assert _cli(bad) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("error: ")
+
+
+def test_cli_subprocess_flag_error_exits_2(tmp_path):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run([sys.executable, "-m", "tfxl.convert.main", "--format=onnx"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+    assert len(lines) == 1 and "onnx" in lines[0]
