@@ -132,3 +132,18 @@ def test_call_time_eval_settings_equal_a_model_configured_with_them():
     plain, _ = a(ids, memory)
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
     assert np.abs(got.numpy() - plain.numpy()).max() > 1e-4
+
+
+def test_left_padding_is_invisible_to_real_tokens_and_memory():
+    config = small_config(mem_len=6)
+    backbone = built_backbone(config)
+    real = np.random.randint(0, config.vocab_size, (1, 3))
+    padded = np.concatenate([np.full((1, 2), 7), real], axis=1)  # two pad tokens in front
+    valid = np.array([[False, False, True, True, True]])
+    got, memory = backbone(padded, segment_valid=valid)
+    want, want_memory = backbone(real)
+    np.testing.assert_allclose(got.numpy()[:, 2:], want.numpy(), atol=1e-6)
+    np.testing.assert_array_equal(memory["valid"].numpy(), [[False] * 3 + [True] * 3])
+    nxt = np.random.randint(0, config.vocab_size, (1, 2))
+    np.testing.assert_allclose(backbone(nxt, memory)[0].numpy(),
+                               backbone(nxt, want_memory)[0].numpy(), atol=1e-6)

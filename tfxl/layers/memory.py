@@ -34,12 +34,13 @@ def reset_rows(memory, reset):
     return {STATES: memory[STATES], VALID: ops.logical_and(memory[VALID], keep)}
 
 
-def updated_memory(memory, layer_inputs):
+def updated_memory(memory, layer_inputs, segment_valid=None):
     """The next memory: last M positions of [old memory; this segment], stop-gradient.
 
     Args:
       memory: the memory the segment attended to ("states" [B, L, M, D], "valid" [B, M]).
       layer_inputs: list of L tensors [B, T, D], the input of each layer for this segment.
+      segment_valid: optional bool [B, T], False at padding tokens, which are never remembered.
     Returns:
       A memory of the same shapes. M may be smaller than, equal to or larger than T.
     """
@@ -48,16 +49,18 @@ def updated_memory(memory, layer_inputs):
     current = ops.stack(layer_inputs, axis=1)  # [B, L, T, D]
     current = ops.cast(current, states.dtype)
     new_states = ops.concatenate([states, current], axis=2)[:, :, -mem_len:] if mem_len else states
-    segment_valid = ops.ones_like(current[:, 0, :, 0], dtype="bool")
+    if segment_valid is None:
+        segment_valid = ops.ones_like(current[:, 0, :, 0], dtype="bool")
     new_valid = ops.concatenate([valid, segment_valid], axis=1)[:, -mem_len:] if mem_len else valid
     return {STATES: ops.stop_gradient(new_states), VALID: new_valid}
 
 
-def attention_mask(memory_valid, segment_len, same_length=False):
+def attention_mask(memory_valid, segment_len, same_length=False, segment_valid=None):
     """Which keys each query may attend to: [B, 1, T, K] bool (True = attend).
 
     Query i sits at key position M + i. It sees key j when j <= M + i (causal over memory and
-    segment) and the key is a real token (memory slot valid, or in the current segment). With
+    segment) and the key is a real token (a valid memory slot, or a segment token that is not
+    padding: `segment_valid` [B, T], default all True). With
     `same_length`, it also needs j >= i, so every query sees exactly M + 1 key positions, as the
     reference TF code does.
     """
@@ -68,7 +71,8 @@ def attention_mask(memory_valid, segment_len, same_length=False):
     allowed = key <= query + mem_len
     if same_length:
         allowed = ops.logical_and(allowed, key >= query)
+    if segment_valid is None:
+        segment_valid = ops.ones((ops.shape(memory_valid)[0], segment_len), dtype="bool")
     key_valid = ops.concatenate(
-        [ops.cast(memory_valid, "bool"),
-         ops.ones((ops.shape(memory_valid)[0], segment_len), dtype="bool")], axis=1)
+        [ops.cast(memory_valid, "bool"), ops.cast(segment_valid, "bool")], axis=1)
     return ops.logical_and(allowed[None, None, :, :], key_valid[:, None, None, :])

@@ -35,6 +35,8 @@ class TransfoXLBackbone(keras.layers.Layer):
         `config.mem_len` slots. M is taken from the memory given, so evaluation may use a longer
         memory than training.
       reset: optional bool [B]: rows whose memory is cleared before this segment (a new document).
+      segment_valid: optional bool [B, T]: False marks padding tokens (e.g. left-padded prompts of
+        different lengths), which no query attends to and the memory does not keep.
       training: enables dropout.
       clamp_len, same_length: override the config for this call (evaluation uses the paper's
         longer settings with the same weights).
@@ -83,7 +85,7 @@ class TransfoXLBackbone(keras.layers.Layer):
         return init_memory(self.config, batch_size, mem_len, dtype or self.compute_dtype)
 
     def call(self, token_ids, memory=None, reset=None, training=None, clamp_len=None,
-             same_length=None):
+             same_length=None, segment_valid=None):
         c = self.config
         same_length = c.same_length if same_length is None else bool(same_length)
         segment_len = token_ids.shape[1] if token_ids.shape[1] is not None else (
@@ -93,7 +95,7 @@ class TransfoXLBackbone(keras.layers.Layer):
         memory = reset_rows(memory, reset)
         mem_len = memory[STATES].shape[2]
 
-        mask = attention_mask(memory[VALID], segment_len, same_length)
+        mask = attention_mask(memory[VALID], segment_len, same_length, segment_valid)
         position = self.position_encoding(key_length=mem_len + segment_len, clamp_len=clamp_len)
         position = self.position_dropout(position, training=training)
         hidden = self.embedding_dropout(self.embedding(token_ids), training=training)
@@ -104,10 +106,10 @@ class TransfoXLBackbone(keras.layers.Layer):
             v = self.position_bias[i] if c.untie_r else self.position_bias
             hidden = block(hidden, memory[STATES][:, i], position, mask, u, v, training=training)
         hidden = self.output_dropout(hidden, training=training)
-        return hidden, updated_memory(memory, layer_inputs)
+        return hidden, updated_memory(memory, layer_inputs, segment_valid)
 
     def compute_output_spec(self, token_ids, memory=None, reset=None, training=None,
-                            clamp_len=None, same_length=None):
+                            clamp_len=None, same_length=None, segment_valid=None):
         c = self.config
         batch, segment_len = token_ids.shape[0], token_ids.shape[1]
         mem_len = c.mem_len if memory is None else memory[STATES].shape[2]

@@ -22,6 +22,7 @@ class TransfoXLLM(keras.Model):
       targets: optional int [B, T].
       training: enables dropout.
       clamp_len, same_length: per-call overrides of the config (e.g. the paper's eval settings).
+      segment_valid: optional bool [B, T], False at padding tokens (see the backbone).
     Returns:
       (nll [B, T] float32, new memory) when `targets` is given — no [B, T, V] tensor is built;
       otherwise (log_probs [B, T, V] float32, new memory).
@@ -54,9 +55,10 @@ class TransfoXLLM(keras.Model):
         return weights, projections
 
     def call(self, token_ids, memory=None, reset=None, targets=None, training=None,
-             clamp_len=None, same_length=None):
+             clamp_len=None, same_length=None, segment_valid=None):
         hidden, new_memory = self.backbone(token_ids, memory, reset, training=training,
-                                           clamp_len=clamp_len, same_length=same_length)
+                                           clamp_len=clamp_len, same_length=same_length,
+                                           segment_valid=segment_valid)
         tied_weights, tied_projections = self._tied_tensors()
         output = self.softmax(hidden, targets, tied_weights=tied_weights,
                               tied_projections=tied_projections)
