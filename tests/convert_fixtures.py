@@ -101,7 +101,8 @@ def pytorch_state(hp, seed=0, huggingface=False, shared_r_per_layer=False):
                 s[f"crit.out_projs.{i}"] = emb_p[0] if tie_projs[i] else _rand(rng, D, de)
     else:
         for i, (a, b, d) in enumerate(cl):
-            s[f"crit.out_layers.{i}.weight"] = emb_w[i] if hp["tie_weight"] else _rand(rng, b - a, d)
+            s[f"crit.out_layers.{i}.weight"] = (emb_w[i] if hp["tie_weight"]
+                                                else _rand(rng, b - a, d))
             s[f"crit.out_layers.{i}.bias"] = _rand(rng, b - a)
             s[f"crit.out_projs.{i}"] = emb_p[i] if tie_projs[i] else _rand(rng, D, d)
     return s

@@ -347,3 +347,16 @@ def test_cli_subprocess_flag_error_exits_2(tmp_path):
     assert proc.returncode == 2
     lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
     assert len(lines) == 1 and "onnx" in lines[0]
+
+
+def test_tied_tensor_found_under_softmax_name_and_npz(tmp_path):
+    """Only the softmax alias of a tied tensor present (the other name dropped), read from .npz."""
+    hp = hparams(div_val=1, d_embed=12, tie_projs=(True, True, False))
+    state = pytorch_state(hp, seed=10)
+    kept = {k: v for k, v in state.items()
+            if k not in ("word_emb.emb_layers.0.weight", "word_emb.emb_projs.0")}
+    assert "crit.out_layers.0.weight" in kept and "crit.out_projs.0" in kept
+    np.savez(tmp_path / "state.npz", **kept)
+    segs = segments(hp)
+    model = convert_checkpoint("pytorch", str(tmp_path / "state.npz"), tfxl_config(hp))
+    assert_matches(model, pytorch_reference(state, hp, segs), segs)
