@@ -52,6 +52,10 @@ def updated_memory(memory, layer_inputs, segment_valid=None):
     if segment_valid is None:
         segment_valid = ops.ones_like(current[:, 0, :, 0], dtype="bool")
     new_valid = ops.concatenate([valid, segment_valid], axis=1)[:, -mem_len:] if mem_len else valid
+    # Re-state the static shapes (a segment of unknown length T makes the slices' shapes unknown);
+    # loops (generation) and XLA need them.
+    new_states = ops.reshape(new_states, (-1,) + tuple(states.shape[1:]))
+    new_valid = ops.reshape(new_valid, (-1, mem_len))
     return {STATES: ops.stop_gradient(new_states), VALID: new_valid}
 
 

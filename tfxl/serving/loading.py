@@ -1,0 +1,43 @@
+"""Loading a trained language model from a `.keras` file or a training model_dir."""
+
+import json
+import os
+
+import keras
+import tensorflow as tf
+
+from tfxl.config import TransfoXLConfig
+from tfxl.models import TransfoXLLM
+
+
+def load_language_model(source, checkpoint=None):
+    """A TransfoXLLM from `source`: a `.keras` file, or a model_dir (config.json + checkpoints/).
+
+    Raises ValueError naming the file when it is missing or does not fit.
+    """
+    if source.endswith(".keras"):
+        if not os.path.isfile(source):
+            raise ValueError(f"{source}: no such .keras file")
+        model = keras.saving.load_model(source)
+        if not isinstance(model, TransfoXLLM):
+            raise ValueError(f"{source} holds a {type(model).__name__}, not a TransfoXLLM")
+        return model
+    config_path = os.path.join(source, "config.json")
+    try:
+        with open(config_path) as f:
+            config = TransfoXLConfig.from_dict(json.load(f))
+    except OSError as err:
+        raise ValueError(f"{config_path}: {err.strerror}; pass a .keras file or a model_dir "
+                         "written by tfxl-train") from None
+    path = checkpoint or tf.train.latest_checkpoint(os.path.join(source, "checkpoints"))
+    if not path:
+        raise ValueError(f"{source}/checkpoints holds no checkpoint")
+    model = TransfoXLLM(config)
+    model.build((None, config.tgt_len))
+    try:
+        tf.train.Checkpoint(model=model).read(path).expect_partial(
+        ).assert_existing_objects_matched()
+    except (tf.errors.OpError, AssertionError, ValueError) as err:
+        raise ValueError(f"checkpoint {path} does not fit {config_path}: "
+                         f"{str(err).splitlines()[0]}") from None
+    return model
