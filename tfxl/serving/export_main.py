@@ -1,0 +1,59 @@
+"""`tfxl-export`: a trained model as a versioned SavedModel for TF Serving.
+
+    tfxl-export --model=runs/tiny --data_dir=data/stdlib --output_dir=exports/tiny
+    # -> exports/tiny/1/saved_model.pb with score (serving_default), init_memory, generate,
+    #    generate_text signatures; `saved_model_cli show --dir exports/tiny/1 --all` lists them.
+"""
+
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    flags.DEFINE_string("model", None, "A .keras file or a tfxl-train model_dir.")
+    flags.DEFINE_string("checkpoint", None, "Checkpoint path inside a model_dir (default latest).")
+    flags.DEFINE_string("output_dir", None, "Export base directory; versions go below it.")
+    flags.DEFINE_integer("version", None, "Version number (default: next free integer).")
+    flags.DEFINE_string("data_dir", None, "tfxl-prepare directory whose tokenizer is embedded "
+                        "for generate_text (optional).")
+    flags.DEFINE_integer("mem_len", None, "Memory length M of the signatures (default: the "
+                         "config's eval_mem_len).")
+    flags.DEFINE_integer("clamp_len", None, "Default: the config's eval_clamp_len.")
+    flags.DEFINE_bool("same_length", None, "Default: the config's eval_same_length.")
+    flags.DEFINE_integer("top_k", 16, "score returns the top-k ids/log-probs per position; 0 "
+                         "returns full log-probs [B, T, V].")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    from tfxl.serving.export import export_saved_model
+    from tfxl.serving.loading import load_language_model
+    try:
+        for name in ("model", "output_dir"):
+            if not FLAGS[name].value:
+                raise ValueError(f"--{name} is required")
+        model = load_language_model(FLAGS.model, FLAGS.checkpoint)
+        tokenizer = None
+        if FLAGS.data_dir:
+            from tfxl.data.pipeline import load_tokenizer
+            tokenizer = load_tokenizer(FLAGS.data_dir)
+        path = export_saved_model(model, FLAGS.output_dir, FLAGS.version, FLAGS.mem_len,
+                                  FLAGS.clamp_len, FLAGS.same_length, FLAGS.top_k, tokenizer)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+def run():
+    define_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

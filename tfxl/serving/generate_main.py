@@ -1,0 +1,138 @@
+"""`tfxl-generate`: sample text from a trained model, streamed to the terminal token by token.
+
+    tfxl-generate --model=runs/tiny --data_dir=data/stdlib --prompt="def main(" \
+        --max_new_tokens=200 --temperature=0.8 --top_p=0.95 --seed=1
+    tfxl-generate --model=exports/tiny/1 --data_dir=data/stdlib --prompt_file=prompt.txt
+
+--model is a .keras file, a tfxl-train model_dir, or an exported SavedModel version directory
+(then only its `generate` signature is used). Every token is one segment step on cached memory.
+The same flags and seed give the same text.
+"""
+
+import os
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    flags.DEFINE_string("model", None, "A .keras file, a model_dir, or an export version dir.")
+    flags.DEFINE_string("data_dir", None, "tfxl-prepare directory (for its tokenizer).")
+    flags.DEFINE_string("prompt", None, "Prompt text.")
+    flags.DEFINE_string("prompt_file", None, "Read the prompt from this file.")
+    flags.DEFINE_integer("max_new_tokens", 200, "Tokens to generate.")
+    flags.DEFINE_float("temperature", 1.0, "Sampling temperature; 0 = greedy.")
+    flags.DEFINE_integer("top_k", 0, "Keep the k most likely tokens (0 = all).")
+    flags.DEFINE_float("top_p", 1.0, "Nucleus sampling mass (1 = off).")
+    flags.DEFINE_integer("seed", 0, "Random seed.")
+    flags.DEFINE_integer("mem_len", None, "Memory length (default: the config's eval_mem_len; "
+                         "fixed by the export for SavedModels).")
+
+
+class _ModelStepper:
+    """One token per call from a Keras model, memory carried in Python between calls."""
+
+    def __init__(self, model, mem_len):
+        import tensorflow as tf
+
+        from tfxl.serving.generation import generate
+        self.tf = tf
+        settings = model.config.eval_settings()
+        self.mem_len = settings["mem_len"] if mem_len is None else mem_len
+        run = dict(clamp_len=settings["clamp_len"], same_length=settings["same_length"])
+        self.memory = model.init_memory(1, mem_len=self.mem_len, dtype="float32")
+        self._generate = tf.function(lambda ids, memory, t, k, p, seed: generate(
+            model, ids, memory, 1, t, k, p, seed, **run))
+
+    def __call__(self, ids, temperature, top_k, top_p, seed):
+        tf = self.tf
+        token, self.memory = self._generate(
+            tf.constant(ids, tf.int32), self.memory, tf.constant(temperature, tf.float32),
+            tf.constant(top_k), tf.constant(top_p, tf.float32), tf.constant(seed))
+        return token
+
+
+class _ExportStepper:
+    """The same through an exported SavedModel's `generate` signature (imports only TF)."""
+
+    def __init__(self, path):
+        import tensorflow as tf
+        self.tf = tf
+        self.signatures = tf.saved_model.load(path).signatures
+        if "generate" not in self.signatures:
+            raise ValueError(f"{path} has no `generate` signature; is it a tfxl export?")
+        self.memory = self.signatures["init_memory"](batch_size=tf.constant(1))
+
+    def __call__(self, ids, temperature, top_k, top_p, seed):
+        tf = self.tf
+        out = self.signatures["generate"](
+            prompt_ids=tf.constant(ids, tf.int32), max_new_tokens=tf.constant(1),
+            temperature=tf.constant(temperature, tf.float32), top_k=tf.constant(top_k),
+            top_p=tf.constant(top_p, tf.float32), seed=tf.constant(seed), **self.memory)
+        self.memory = {"states": out["states"], "valid": out["valid"]}
+        return out["generated_ids"]
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        if not FLAGS.model or not FLAGS.data_dir:
+            raise ValueError("--model and --data_dir are required")
+        if (FLAGS.prompt is None) == (FLAGS.prompt_file is None):
+            raise ValueError("give exactly one of --prompt and --prompt_file")
+        if FLAGS.max_new_tokens < 1:
+            raise ValueError(f"--max_new_tokens must be >= 1, got {FLAGS.max_new_tokens}")
+        if FLAGS.prompt_file:
+            try:
+                with open(FLAGS.prompt_file, encoding="utf-8") as f:
+                    prompt = f.read()
+            except (OSError, UnicodeDecodeError) as err:
+                raise ValueError(f"--prompt_file={FLAGS.prompt_file}: {err}") from None
+        else:
+            prompt = FLAGS.prompt
+        from tfxl.data.pipeline import load_tokenizer
+        tokenizer = load_tokenizer(FLAGS.data_dir)
+        ids = tokenizer.encode(prompt)
+        if ids.size == 0:
+            raise ValueError("the prompt encodes to no tokens")
+        if os.path.isfile(os.path.join(FLAGS.model, "saved_model.pb")):
+            step = _ExportStepper(FLAGS.model)
+        else:
+            from tfxl.serving.loading import load_language_model
+            step = _ModelStepper(load_language_model(FLAGS.model), FLAGS.mem_len)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+    generated, shown = [], ""
+    prompt_ids = ids[None, :]
+    for i in range(FLAGS.max_new_tokens):
+        # Token i uses seed (seed, i): one token per call, so the stream is the same whichever
+        # backend serves it.
+        token = step(prompt_ids, FLAGS.temperature, FLAGS.top_k, FLAGS.top_p,
+                     FLAGS.seed * 1_000_003 + i)
+        token = int(token[0, 0])
+        generated.append(token)
+        prompt_ids = [[token]]
+        text = tokenizer.decode(generated)
+        # Print only what is new; a partial UTF-8 sequence shows once it is complete.
+        stable = text.rstrip("\ufffd")
+        if stable.startswith(shown):
+            sys.stdout.write(stable[len(shown):])
+            sys.stdout.flush()
+            shown = stable
+    text = tokenizer.decode(generated)
+    sys.stdout.write(text[len(shown):] + "\n")
+    return 0
+
+
+def run():
+    define_flags()
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()
