@@ -132,3 +132,49 @@ def test_sampling_filters_and_seeds():
     assert set(everything) == {0, 1, 2, 3}
     again = sample_next(log_probs, 1.0, 0, 1.0, tf.constant([3, 4])).numpy()
     np.testing.assert_array_equal(everything, again)
+
+
+def run_cli(module, *args):
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_export_and_generate_command_lines(model, tmp_path):
+    import json
+
+    from tfxl.data.prepare import PrepareConfig, prepare
+    text = tmp_path / "corpus.txt"
+    text.write_text("def f(x):\n    return x\n" * 200)
+    data_dir = tmp_path / "data"
+    prepare(PrepareConfig(output_dir=str(data_dir), train=[str(text)], valid=[str(text)],
+                          test=[str(text)], tokenizer="bytes", tgt_len=6, num_streams=2),
+            log=lambda *a: None)
+    model_dir = tmp_path / "model"
+    (model_dir / "checkpoints").mkdir(parents=True)
+    (model_dir / "config.json").write_text(json.dumps(model.config.to_dict()))
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=model),
+                               str(model_dir / "checkpoints"), 1).save()
+
+    exports = tmp_path / "exports"
+    first = run_cli("tfxl.serving.export_main", f"--model={model_dir}",
+                    f"--data_dir={data_dir}", f"--output_dir={exports}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert first.stdout.strip().endswith(os.path.join("exports", "1"))
+    again = run_cli("tfxl.serving.export_main", f"--model={model_dir}",
+                    f"--output_dir={exports}", "--version=1")
+    assert again.returncode == 2 and "already exists" in again.stderr
+    missing = run_cli("tfxl.serving.export_main", f"--model={tmp_path / 'nope'}",
+                      f"--output_dir={exports}")
+    assert missing.returncode == 2 and "config.json" in missing.stderr
+
+    flags = [f"--data_dir={data_dir}", "--prompt=def f(", "--max_new_tokens=12",
+             "--temperature=0.9", "--top_k=50", "--seed=7"]
+    from_checkpoint = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags)
+    from_export = run_cli("tfxl.serving.generate_main", f"--model={exports / '1'}", *flags)
+    assert from_checkpoint.returncode == 0, from_checkpoint.stderr[-2000:]
+    assert from_export.returncode == 0, from_export.stderr[-2000:]
+    assert from_checkpoint.stdout == from_export.stdout  # same seed, same text, either backend
+    assert len(from_checkpoint.stdout) > 1
+    bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags,
+                  "--prompt_file=x")
+    assert bad.returncode == 2 and "exactly one" in bad.stderr
