@@ -1,0 +1,193 @@
+"""Benchmark: evaluation with memory, and cached evaluation against vanilla recompute.
+
+Part A, `cached` (the paper's Table 9 protocol, scaled down to the `bench` model):
+  the same weights score one long text (batch 1) in two ways, at attention length L:
+  * Transformer-XL: segments of T tokens (default 128, the paper's eval_tgt_len for enwik8-large)
+    with mem_len M = L and same_length=True, so every query attends to exactly L previous positions
+    plus itself. Per-token time = time of one segment step / T.
+  * vanilla: mem_len 0 and a sliding window of L + 1 tokens (L previous positions plus the token)
+    recomputed from scratch for every scored token (one full forward of length L + 1 per token;
+    only its last position is used). Per-token time = time of one forward.
+  Both run the model's call in a `tf.function` (jit_compile as given), in float32, with random
+  weights (speed does not depend on them); the best of `--reps` calls after a warm-up is used.
+  Speed-up = vanilla / XL per-token time; the paper reports speed-up / L ~ 0.45-0.50.
+
+Part B, `throughput`: evaluation tokens/s through the real trainer (`Runner.evaluate`: the
+per-replica `ModelFn.eval_step` in `steps_per_loop` host loops, data from `tfxl-prepare`
+rechunked to the eval segment length), global batch 16, at the training setting (T = M = 128) and
+at the paper's eval setting scaled down (T 80, M 512). The first call compiles and is not timed.
+
+    python -m benchmarks.eval_bench [--part cached,throughput] [--lengths 128,256,512,1024]
+                                    [--jit on] [--quick]
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import common
+
+
+def _best_time(fn, reps, min_seconds=2.0):
+    fn()  # compile / warm up
+    best, calls, start_all = float("inf"), 0, time.perf_counter()
+    while calls < reps or time.perf_counter() - start_all < min_seconds:
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+        calls += 1
+        if calls >= 50:
+            break
+    return best
+
+
+def cached_vs_vanilla(lengths, seg_len=128, batch=1, jit=True, reps=3):
+    tf = common.setup()
+    import keras
+    from tfxl.models import TransfoXLLM
+
+    keras.config.set_dtype_policy("float32")
+    keras.utils.set_random_seed(0)
+    config = common.bench_config()
+    model = TransfoXLLM(config)
+    model.build((None, None))
+
+    def forward(ids, memory, targets, same_length):
+        nll, new_memory = model(ids, memory, targets=targets, training=False,
+                                same_length=same_length)
+        return tf.reduce_sum(nll), new_memory
+
+    forward = tf.function(forward, jit_compile=jit, reduce_retracing=False,
+                          autograph=False)
+    rng = tf.random.Generator.from_seed(0)
+    results = []
+    for length in lengths:
+        # Transformer-XL: segment of T with a full memory of M = L slots.
+        ids = rng.uniform((batch, seg_len), 0, config.vocab_size, tf.int32)
+        memory = model.init_memory(batch, mem_len=length)
+        memory = {"states": rng.normal(memory["states"].shape) * 0.5,
+                  "valid": tf.ones_like(memory["valid"])}
+
+        def xl_step():
+            loss, new = forward(ids, memory, ids, True)
+            loss.numpy()
+
+        xl = _best_time(xl_step, reps) / seg_len
+        # Vanilla: one forward over a window of L + 1 tokens per scored token.
+        window = rng.uniform((batch, length + 1), 0, config.vocab_size, tf.int32)
+        empty = model.init_memory(batch, mem_len=0)
+
+        def vanilla_step():
+            loss, _ = forward(window, empty, window, False)
+            loss.numpy()
+
+        vanilla = _best_time(vanilla_step, reps)
+        flops_xl = common.forward_flops(config, batch, seg_len, length) / seg_len
+        flops_vanilla = common.forward_flops(config, batch, length + 1, 0)
+        results.append({
+            "attention_length": length, "seg_len": seg_len, "batch": batch, "jit": jit,
+            "xl_ms_per_token": 1e3 * xl / batch, "vanilla_ms_per_token": 1e3 * vanilla / batch,
+            "speedup": vanilla / xl, "speedup_over_length": vanilla / xl / length,
+            "flop_ratio": flops_vanilla / flops_xl,
+        })
+        print(f"L={length}: XL {1e3 * xl:.3f} ms/token, vanilla {1e3 * vanilla:.1f} ms/token, "
+              f"speed-up {vanilla / xl:.0f}x ({vanilla / xl / length:.2f} L; FLOP ratio "
+              f"{flops_vanilla / flops_xl:.0f})", flush=True)
+    return results
+
+
+def trainer_throughput(settings, jit=True, dtype="float32", batches=20, data_root=None):
+    tf = common.setup()
+    from train.loop import Runner
+    from train.model_fn import OptimizerParams
+
+    config = common.bench_config()
+    results = []
+    with common.temp_dir() as tmp:
+        root = data_root or tmp
+        data_dir = common.prepare_data(root, config.tgt_len)
+        runner = Runner(config, tf.distribute.get_strategy(), data_dir,
+                        os.path.join(root, f"eval_model_{os.getpid()}"), 16,
+                        OptimizerParams(), mixed_precision=dtype, jit_compile=jit,
+                        steps_per_loop=batches)
+        for tgt_len, mem_len in settings:
+            kwargs = dict(batch_size=16, tgt_len=tgt_len, mem_len=mem_len, max_batches=batches)
+            runner.evaluate("valid", **kwargs)  # trace + compile
+            best = float("inf")
+            for _ in range(2):
+                start = time.perf_counter()
+                out = runner.evaluate("valid", **kwargs)
+                best = min(best, time.perf_counter() - start)
+            tokens = out["tokens"]
+            flops = batches * common.forward_flops(config, 16, tgt_len, mem_len)
+            results.append({"tgt_len": tgt_len, "mem_len": mem_len, "batch": 16, "jit": jit,
+                            "dtype": dtype, "tokens_per_s": tokens / best,
+                            "model_flops_per_s": flops / best, "seconds": best,
+                            "tokens": tokens})
+            print(f"eval T={tgt_len} M={mem_len} {dtype} jit={jit}: {tokens / best:,.0f} tokens/s "
+                  f"({flops / best / 1e12:.3f} TFLOP/s)", flush=True)
+    return results
+
+
+def table_cached(results):
+    rows = ["| attention length L | XL (T=%d, M=L) ms/token | vanilla (window L+1) ms/token | "
+            "speed-up | speed-up / L | target ≥ 0.5 L | analytic FLOP ratio |"
+            % results[0]["seg_len"],
+            "| ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+    for r in results:
+        target = "—"
+        if r["attention_length"] >= 512:
+            target = "met" if r["speedup_over_length"] >= 0.5 else (
+                f"missed by {100 * (1 - r['speedup_over_length'] / 0.5):.0f}%")
+        rows.append(f"| {r['attention_length']} | {r['xl_ms_per_token']:.3f} | "
+                    f"{r['vanilla_ms_per_token']:.1f} | {r['speedup']:.0f}× | "
+                    f"{r['speedup_over_length']:.2f} | {target} | {r['flop_ratio']:.0f}× |")
+    return "\n".join(rows)
+
+
+def table_throughput(results):
+    rows = ["| eval segment T | memory M | dtype | XLA | tokens/s | model TFLOP/s | "
+            "vs PyTorch 4,300 tokens/s |", "| ---: | ---: | --- | --- | ---: | ---: | ---: |"]
+    for r in results:
+        rows.append(f"| {r['tgt_len']} | {r['mem_len']} | {r['dtype']} | "
+                    f"{'on' if r['jit'] else 'off'} | {r['tokens_per_s']:,.0f} | "
+                    f"{r['model_flops_per_s'] / 1e12:.3f} | {r['tokens_per_s'] / 4300:.2f}× |")
+    return "\n".join(rows)
+
+
+def main(argv=None):
+    parser = common.add_common_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
+    parser.add_argument("--part", default="cached,throughput")
+    parser.add_argument("--lengths", default="128,256,512,1024")
+    parser.add_argument("--seg_len", type=int, default=128)
+    parser.add_argument("--jit", default="on")
+    parser.add_argument("--dtypes", default="float32")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--data_root", default=None)
+    args = parser.parse_args(argv)
+    common.setup(args)
+    jit = args.jit == "on"
+    out = {}
+    if "cached" in args.part:
+        lengths = [int(x) for x in args.lengths.split(",")]
+        out["cached"] = cached_vs_vanilla(lengths, args.seg_len, jit=jit, reps=args.reps)
+        print(table_cached(out["cached"]))
+    if "throughput" in args.part:
+        settings = [(128, 128), (80, 512)]
+        out["throughput"] = []
+        for dtype in args.dtypes.split(","):
+            out["throughput"] += trainer_throughput(settings, jit=jit, dtype=dtype,
+                                                    batches=8 if args.quick else 20,
+                                                    data_root=args.data_root)
+        print(table_throughput(out["throughput"]))
+    common.dump_json(args.json, out)
+    return out
+
+
+if __name__ == "__main__":
+    main()
