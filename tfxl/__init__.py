@@ -7,12 +7,12 @@ Importing tfxl registers every layer and model with Keras' serialisation (packag
 from tfxl.config import PRESETS, TransfoXLConfig, get_preset
 from tfxl.layers import (AdaptiveEmbedding, AdaptiveSoftmax, PositionwiseFeedForward,
                          RelativeMultiHeadAttention, RelativePositionEncoding, TransformerXLBlock)
-from tfxl.models import TransfoXLBackbone, TransfoXLLM
+from tfxl.models import StatefulTransfoXLLM, TransfoXLBackbone, TransfoXLLM
 
 __version__ = "0.1.0"
 
 __all__ = [
     "PRESETS", "TransfoXLConfig", "get_preset", "AdaptiveEmbedding", "AdaptiveSoftmax",
     "PositionwiseFeedForward", "RelativeMultiHeadAttention", "RelativePositionEncoding",
-    "TransformerXLBlock", "TransfoXLBackbone", "TransfoXLLM",
+    "TransformerXLBlock", "StatefulTransfoXLLM", "TransfoXLBackbone", "TransfoXLLM",
 ]

@@ -2,5 +2,6 @@
 
 from tfxl.models.backbone import TransfoXLBackbone
 from tfxl.models.language_model import TransfoXLLM
+from tfxl.models.stateful import StatefulTransfoXLLM
 
-__all__ = ["TransfoXLBackbone", "TransfoXLLM"]
+__all__ = ["StatefulTransfoXLLM", "TransfoXLBackbone", "TransfoXLLM"]

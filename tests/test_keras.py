@@ -1,0 +1,89 @@
+"""Keras composition: the backbone in a functional model, the LM under plain model.fit."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tfxl
+from tfxl import StatefulTransfoXLLM, TransfoXLBackbone, TransfoXLConfig
+
+T, B = 8, 4
+
+
+def config(**kw):
+    base = dict(vocab_size=16, n_layer=1, d_model=32, n_head=2, d_head=16, d_inner=64,
+                dropout=0.0, tgt_len=T, mem_len=T, init_std=0.05)
+    return TransfoXLConfig(**{**base, **kw})
+
+
+def test_backbone_in_a_functional_classifier_trains_with_fit():
+    # Label: does token 3 occur in the sequence?
+    rng = np.random.default_rng(0)
+    x = rng.integers(4, 16, (256, T)).astype(np.int32)
+    y = rng.integers(0, 2, 256).astype(np.int32)
+    x[y == 1, rng.integers(0, T, int(y.sum()))] = 3
+    ids = keras.Input((T,), dtype="int32")
+    hidden, _ = TransfoXLBackbone(config(), name="backbone")(ids)
+    logits = keras.layers.Dense(2)(keras.layers.GlobalMaxPooling1D()(hidden))
+    classifier = keras.Model(ids, logits)
+    classifier.compile(keras.optimizers.Adam(3e-3),
+                       keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                       metrics=["accuracy"])
+    history = classifier.fit(x, y, batch_size=32, epochs=8, verbose=0)
+    assert history.history["loss"][-1] < 0.5 * history.history["loss"][0]
+    assert history.history["accuracy"][-1] > 0.9
+
+
+def stream_batches(n_batches, seed=0):
+    """B streams of repeated random blocks, cut into consecutive [B, T] segments."""
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 16, (B, n_batches, T))
+    stream = np.repeat(blocks, 2, axis=1).reshape(B, -1)[:, :n_batches * T + 1]
+    x = np.stack([stream[:, i * T:(i + 1) * T] for i in range(n_batches)]).astype(np.int32)
+    y = np.stack([stream[:, i * T + 1:(i + 1) * T + 1] for i in range(n_batches)]).astype(np.int32)
+    return x, y
+
+
+def as_dataset(x, y):
+    return tf.data.Dataset.from_tensor_slices((x, y))  # one [B, T] batch per element, in order
+
+
+def test_stateful_fit_carries_memory_and_matches_the_stateless_model(tmp_path):
+    x, y = stream_batches(60)
+    model = StatefulTransfoXLLM(config(), batch_size=B)
+    model.compile(keras.optimizers.Adam(3e-3))
+    history = model.fit(as_dataset(x, y), epochs=3, verbose=0, shuffle=False)
+    assert history.history["loss"][-1] < history.history["loss"][0] - 0.3
+    assert model._memory.valid.numpy().all()
+    memory_vars = {id(model._memory.states), id(model._memory.valid)}
+    assert not memory_vars & {id(v) for v in model.trainable_weights}
+    assert not memory_vars & {id(getattr(v, "value", v)) for v in model.weights}
+
+    # evaluate() carries memory batch to batch exactly like the stateless model does by hand.
+    model.reset_memory()
+    got = model.evaluate(as_dataset(x[:10], y[:10]), verbose=0)
+    memory, total = model.lm.init_memory(B), 0.0
+    for xb, yb in zip(x[:10], y[:10]):
+        nll, memory = model.lm(xb, memory, targets=yb)
+        total += float(tf.reduce_mean(nll))
+    np.testing.assert_allclose(got, total / 10, rtol=1e-5)
+
+    # The .keras file holds the weights, not the memory.
+    path = str(tmp_path / "stateful.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert isinstance(loaded, StatefulTransfoXLLM) and loaded.batch_size == B
+    assert len(loaded.weights) == len(model.lm.weights)
+    assert not loaded._memory.valid.numpy().any()
+    model.reset_memory()
+    np.testing.assert_allclose(loaded.predict(x[0], batch_size=B, verbose=0),
+                               model.predict(x[0], batch_size=B, verbose=0), atol=1e-5)
+
+
+def test_keras_load_model_works_after_import_tfxl(tmp_path):
+    lm = tfxl.TransfoXLLM(config())
+    ids = np.zeros((1, T), np.int32)
+    want, _ = lm(ids)
+    lm.save(tmp_path / "lm.keras")
+    got, _ = keras.saving.load_model(tmp_path / "lm.keras")(ids)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
