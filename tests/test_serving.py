@@ -178,3 +178,28 @@ def test_export_and_generate_command_lines(model, tmp_path):
     bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags,
                   "--prompt_file=x")
     assert bad.returncode == 2 and "exactly one" in bad.stderr
+
+
+def test_readme_rest_requests_match_the_signatures(exported):
+    """Every JSON request body in the README calls its signature with exactly those inputs."""
+    import json
+    import re
+
+    readme = open(os.path.join(HERE, os.pardir, "README.md")).read()
+    bodies = re.findall(r"```json\n(.*?)\n```", readme, re.S)
+    assert {json.loads(b.replace("STATES", "0").replace("VALID", "0"))["signature_name"]
+            for b in bodies} >= {"init_memory", "score", "generate_text"}
+    signatures = tf.saved_model.load(exported).signatures
+    memory = None
+    for body in bodies:
+        if memory is not None:
+            body = body.replace("STATES", json.dumps(memory["states"].numpy().tolist()))
+            body = body.replace("VALID", json.dumps(memory["valid"].numpy().tolist()))
+        request = json.loads(body)
+        fn = signatures[request["signature_name"]]
+        _, specs = fn.structured_input_signature
+        assert set(request["inputs"]) == set(specs), request["signature_name"]
+        args = {k: tf.constant(v, dtype=specs[k].dtype) for k, v in request["inputs"].items()}
+        result = fn(**args)
+        if request["signature_name"] == "init_memory":
+            memory = result
