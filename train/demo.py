@@ -57,8 +57,12 @@ def main(argv):
           f"memory {config.mem_len}")
     start = time.perf_counter()
     metrics = runner.train(save_every=500)
-    print(f"      trained in {time.perf_counter() - start:.0f} s "
-          f"({metrics.get('train_tokens_per_second') or 0:,.0f} tokens/s)")
+    if metrics["start_step"] >= FLAGS.train_steps:
+        print(f"      {model_dir} is already trained to step {metrics['step']} "
+              f"(delete it to train again)")
+    else:
+        print(f"      trained in {time.perf_counter() - start:.0f} s "
+              f"({metrics['train_tokens_per_second']:,.0f} tokens/s)")
 
     print(f"[3/3] evaluating valid ({FLAGS.eval_tgt_len}-byte segments, every byte once)")
     results = []
