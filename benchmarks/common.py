@@ -99,6 +99,29 @@ def machine_info() -> dict:
     }
 
 
+def cpu_snapshot():
+    """(busy jiffies of the whole VM, all jiffies, CPU seconds of this process and its children)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return sum(fields) - idle, sum(fields), me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def foreign_cpu_share(before, after):
+    """Share of the machine's CPU time used by other processes between two snapshots (0..1).
+
+    Other sessions share this VM (their processes are invisible to `ps` but not to /proc/stat);
+    when this is high, timings are pessimistic.
+    """
+    hz = os.sysconf("SC_CLK_TCK")
+    busy = (after[0] - before[0]) / hz
+    total = (after[1] - before[1]) / hz
+    mine = after[2] - before[2]
+    return max(0.0, min(1.0, (busy - mine) / total)) if total > 0 else 0.0
+
+
 def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 

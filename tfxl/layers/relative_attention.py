@@ -16,6 +16,8 @@ import math
 import keras
 from keras import ops
 
+from tfxl.layers.feed_forward import fast_dropout
+
 
 def rel_shift(x):
     """Aligns position scores to relative distances: out[..., i, j] = x[..., i, j + T - 1 - i].
@@ -104,11 +106,11 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         score = ops.cast(content_score + position_score, "float32") * self.scale
         score = ops.where(mask, score, -1e30)
         probs = ops.cast(ops.softmax(score, axis=-1), segment.dtype)
-        probs = self.attention_dropout(probs, training=training)
+        probs = fast_dropout(probs, self.attention_dropout, training=training)
 
         context = ops.einsum("bntk,bknh->btnh", probs, value)
         output = ops.einsum("btnh,nhd->btd", context, self.output_kernel)
-        output = self.output_dropout(output, training=training)
+        output = fast_dropout(output, self.output_dropout, training=training)
         if self.pre_lnorm:
             return hidden + output
         return self.layer_norm(hidden + output)
