@@ -37,6 +37,28 @@ def rel_shift(x):
     return ops.reshape(padded[..., 1:, :], (*lead, q_len, k_len))
 
 
+def rel_shift_prepadded(x):
+    """`rel_shift` of scores that already carry the zero column: x is [..., T, K + 1] with column 0
+    the score against an all-zero encoding. Same result as `rel_shift(x[..., 1:])` without
+    materialising a padded copy.
+    """
+    dims = _dims(x)
+    *lead, q_len, k_len_1 = dims
+    shifted = ops.reshape(x, (*lead, k_len_1, q_len))[..., 1:, :]
+    return ops.reshape(shifted, (*lead, q_len, k_len_1 - 1))
+
+
+def _dims(x):
+    return [d if d is not None else ops.shape(x)[a] for a, d in enumerate(x.shape)]
+
+
+def _project(x, kernel):
+    """x [..., D] times kernel [D, *out] as one 2-D matmul -> [..., *out]."""
+    x_dims, k_dims = _dims(x), list(kernel.shape)
+    out = ops.matmul(ops.reshape(x, (-1, x_dims[-1])), ops.reshape(kernel, (k_dims[0], -1)))
+    return ops.reshape(out, (*x_dims[:-1], *k_dims[1:]))
+
+
 @keras.saving.register_keras_serializable(package="tfxl")
 class RelativeMultiHeadAttention(keras.layers.Layer):
     """Relative multi-head attention with residual connection and LayerNorm.
@@ -92,14 +114,25 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         segment = self.layer_norm(hidden) if self.pre_lnorm else hidden
         memory = self.layer_norm(memory_state) if self.pre_lnorm else memory_state
         keys_in = ops.concatenate([ops.cast(memory, segment.dtype), segment], axis=1)  # [B, K, D]
+        n, h = self.n_head, self.d_head
 
-        query = ops.einsum("btd,dnh->btnh", segment, self.query_kernel)
-        key = ops.einsum("bkd,dnh->bknh", keys_in, self.key_kernel)
-        value = ops.einsum("bkd,dnh->bknh", keys_in, self.value_kernel)
-        position = ops.einsum("kd,dnh->knh", position_encoding, self.position_kernel)
+        # Projections as plain 2-D matmuls ([rows, D] x [D, N*H]): their weight gradients are one
+        # GEMM instead of a per-batch batched matmul plus a reduction (what einsum's gradient
+        # builds), and k and v share one GEMM over the K rows. q is projected for the T segment
+        # rows only (memory rows are keys/values, never queries).
+        query = _project(segment, self.query_kernel)                          # [B, T, N, H]
+        kv_kernel = ops.concatenate([ops.reshape(self.key_kernel, (self.d_model, n * h)),
+                                     ops.reshape(self.value_kernel, (self.d_model, n * h))],
+                                    axis=-1)
+        key_value = _project(keys_in, ops.reshape(kv_kernel, (self.d_model, 2 * n, h)))
+        key, value = ops.split(key_value, 2, axis=2)  # [B, K, N, H] each (split: cheap gradient)
+        # One zero encoding row in front ([K + 1, D]): the position scores then come out with
+        # the zero column that rel_shift needs, so no padded copy of [B, N, T, K] is made.
+        position_encoding = ops.pad(position_encoding, [[1, 0], [0, 0]])
+        position = _project(position_encoding, self.position_kernel)          # [K + 1, N, H]
 
         content_score = ops.einsum("btnh,bknh->bntk", query + content_bias, key)        # AC
-        position_score = rel_shift(
+        position_score = rel_shift_prepadded(
             ops.einsum("btnh,knh->bntk", query + position_bias, position))              # BD
         # Softmax in float32 whatever the compute dtype: the mask value below is representable,
         # and bf16/fp16 logits lose too much precision in exp/normalise.
@@ -109,7 +142,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         probs = fast_dropout(probs, self.attention_dropout, training=training)
 
         context = ops.einsum("bntk,bknh->btnh", probs, value)
-        output = ops.einsum("btnh,nhd->btd", context, self.output_kernel)
+        output = _project(ops.reshape(context, (*_dims(context)[:2], n * h)),
+                          ops.reshape(self.output_kernel, (n * h, self.d_model)))
         output = fast_dropout(output, self.output_dropout, training=training)
         if self.pre_lnorm:
             return hidden + output
