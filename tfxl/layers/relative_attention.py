@@ -16,7 +16,7 @@ import math
 import keras
 from keras import ops
 
-from tfxl.layers.feed_forward import fast_dropout
+from tfxl.layers.dropout import HashDropout
 
 
 def rel_shift(x):
@@ -30,11 +30,7 @@ def rel_shift(x):
     matrix = x[i, j + T - 1 - i]. Entries with j > M + i read past the row; they are junk that the
     causal mask always hides.
     """
-    dims = [d if d is not None else ops.shape(x)[a] for a, d in enumerate(x.shape)]
-    *lead, q_len, k_len = dims
-    padded = ops.pad(x, [[0, 0]] * len(lead) + [[0, 0], [1, 0]])
-    padded = ops.reshape(padded, (*lead, k_len + 1, q_len))
-    return ops.reshape(padded[..., 1:, :], (*lead, q_len, k_len))
+    return rel_shift_prepadded(ops.pad(x, [[0, 0]] * (len(x.shape) - 1) + [[1, 0]]))
 
 
 def rel_shift_prepadded(x):
@@ -106,8 +102,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="layer_norm", dtype=self.dtype_policy)
         self.layer_norm.build(hidden_shape)
-        self.attention_dropout = keras.layers.Dropout(self.dropatt, name="attention_dropout")
-        self.output_dropout = keras.layers.Dropout(self.dropout, name="output_dropout")
+        self.attention_dropout = HashDropout(self.dropatt, name="attention_dropout")
+        self.output_dropout = HashDropout(self.dropout, name="output_dropout")
 
     def call(self, hidden, memory_state, position_encoding, mask, content_bias, position_bias,
              training=None):
@@ -139,12 +135,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         score = ops.cast(content_score + position_score, "float32") * self.scale
         score = ops.where(mask, score, -1e30)
         probs = ops.cast(ops.softmax(score, axis=-1), segment.dtype)
-        probs = fast_dropout(probs, self.attention_dropout, training=training)
+        probs = self.attention_dropout(probs, training=training)
 
         context = ops.einsum("bntk,bknh->btnh", probs, value)
         output = _project(ops.reshape(context, (*_dims(context)[:2], n * h)),
                           ops.reshape(self.output_kernel, (n * h, self.d_model)))
-        output = fast_dropout(output, self.output_dropout, training=training)
+        output = self.output_dropout(output, training=training)
         if self.pre_lnorm:
             return hidden + output
         return self.layer_norm(hidden + output)

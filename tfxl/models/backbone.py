@@ -9,6 +9,7 @@ from keras import ops
 
 from tfxl.config import TransfoXLConfig
 from tfxl.layers.adaptive_embedding import AdaptiveEmbedding
+from tfxl.layers.dropout import HashDropout
 from tfxl.layers.memory import (STATES, VALID, attention_mask, empty_memory, reset_rows,
                                 updated_memory)
 from tfxl.layers.relative_position import RelativePositionEncoding
@@ -57,9 +58,9 @@ class TransfoXLBackbone(keras.layers.Layer):
         self.embedding.build(ids_shape)
         self.position_encoding = RelativePositionEncoding(c.d_model, c.clamp_len,
                                                           name="position_encoding", dtype=policy)
-        self.embedding_dropout = keras.layers.Dropout(c.dropout, name="embedding_dropout")
-        self.position_dropout = keras.layers.Dropout(c.dropout, name="position_dropout")
-        self.output_dropout = keras.layers.Dropout(c.dropout, name="output_dropout")
+        self.embedding_dropout = HashDropout(c.dropout, name="embedding_dropout")
+        self.position_dropout = HashDropout(c.dropout, name="position_dropout")
+        self.output_dropout = HashDropout(c.dropout, name="output_dropout")
         hidden_shape = (None, None, c.d_model)
         for i in range(c.n_layer):
             block = TransformerXLBlock(
