@@ -165,13 +165,15 @@ def main(argv=None):
     parser.add_argument("--part", default="cached,throughput")
     parser.add_argument("--lengths", default="128,256,512,1024")
     parser.add_argument("--seg_len", type=int, default=128)
-    parser.add_argument("--jit", default="on")
+    parser.add_argument("--jit", default="on", help="on, off or on,off (throughput runs each; "
+                        "the cached comparison uses the first)")
     parser.add_argument("--dtypes", default="float32")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--data_root", default=None)
     args = parser.parse_args(argv)
     common.setup(args)
-    jit = args.jit == "on"
+    jits = [j == "on" for j in args.jit.split(",")]
+    jit = jits[0]
     out = {}
     if "cached" in args.part:
         lengths = [int(x) for x in args.lengths.split(",")]
@@ -181,9 +183,10 @@ def main(argv=None):
         settings = [(128, 128), (80, 512)]
         out["throughput"] = []
         for dtype in args.dtypes.split(","):
-            out["throughput"] += trainer_throughput(settings, jit=jit, dtype=dtype,
-                                                    batches=8 if args.quick else 20,
-                                                    data_root=args.data_root)
+            for jit_throughput in jits:
+                out["throughput"] += trainer_throughput(settings, jit=jit_throughput, dtype=dtype,
+                                                        batches=8 if args.quick else 20,
+                                                        data_root=args.data_root)
         print(table_throughput(out["throughput"]))
     common.dump_json(args.json, out)
     return out
