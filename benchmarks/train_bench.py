@@ -117,8 +117,9 @@ def main(argv=None):
     if args.one:
         common.setup(args)
         steps = args.steps or 8
-        result = run_one(configs[0], dtypes[0], jits[0], steps, args.loops, args.data_root,
-                         args.profile_dir)
+        with common.temp_dir() as tmp:
+            result = run_one(configs[0], dtypes[0], jits[0], steps, args.loops,
+                             args.data_root or tmp, args.profile_dir)
         print("RESULT " + json.dumps(result))
         return result
     results = []
