@@ -59,14 +59,16 @@ def test_stateful_fit_carries_memory_and_matches_the_stateless_model(tmp_path):
     assert not memory_vars & {id(v) for v in model.trainable_weights}
     assert not memory_vars & {id(getattr(v, "value", v)) for v in model.weights}
 
-    # evaluate() carries memory batch to batch exactly like the stateless model does by hand.
-    model.reset_memory()
+    # evaluate() carries its own memory batch to batch exactly like the stateless model does by
+    # hand, starting empty, and leaves the training memory alone.
+    trained_memory = model._memory.states.numpy()
     got = model.evaluate(as_dataset(x[:10], y[:10]), verbose=0)
     memory, total = model.lm.init_memory(B), 0.0
     for xb, yb in zip(x[:10], y[:10]):
         nll, memory = model.lm(xb, memory, targets=yb)
         total += float(tf.reduce_mean(nll))
     np.testing.assert_allclose(got, total / 10, rtol=1e-5)
+    np.testing.assert_array_equal(model._memory.states.numpy(), trained_memory)
 
     # The .keras file holds the weights, not the memory.
     path = str(tmp_path / "stateful.keras")
@@ -75,7 +77,6 @@ def test_stateful_fit_carries_memory_and_matches_the_stateless_model(tmp_path):
     assert isinstance(loaded, StatefulTransfoXLLM) and loaded.batch_size == B
     assert len(loaded.weights) == len(model.lm.weights)
     assert not loaded._memory.valid.numpy().any()
-    model.reset_memory()
     np.testing.assert_allclose(loaded.predict(x[0], batch_size=B, verbose=0),
                                model.predict(x[0], batch_size=B, verbose=0), atol=1e-5)
 

@@ -203,3 +203,10 @@ def test_readme_rest_requests_match_the_signatures(exported):
         result = fn(**args)
         if request["signature_name"] == "init_memory":
             memory = result
+
+
+def test_top_p_at_or_below_zero_is_greedy_not_uniform():
+    log_probs = tf.math.log(tf.constant([[0.1, 0.6, 0.2, 0.1]] * 128))
+    for p in (0.0, -1.0, 1e-6):
+        picked = sample_next(log_probs, 1.0, 0, p, tf.constant([1, 2])).numpy()
+        assert set(picked) == {1}, p

@@ -44,6 +44,13 @@ def copy_data(tmp_path_factory):
     return str(out)
 
 
+@pytest.fixture(scope="module")
+def mirrored():
+    """One MirroredStrategy over the two logical CPUs for the whole module: several strategy
+    objects in one process would share collective instance keys across their programs."""
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
 def tiny_config(vocab_size, **kw):
     base = dict(vocab_size=vocab_size, n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64,
                 dropout=0.0, dropatt=0.0, tgt_len=T, mem_len=T, init_std=0.05)
@@ -82,14 +89,32 @@ def test_memory_solves_the_copy_task_that_no_memory_cannot(copy_data, tmp_path):
     assert with_memory[-50:].mean() < without[-50:].mean() - 0.4
 
 
-def test_mirrored_two_replicas_equal_one_device(copy_data, tmp_path):
+def test_mirrored_two_replicas_equal_one_device(copy_data, tmp_path, mirrored):
     one, _, _ = train_losses(copy_data, tmp_path / "one", steps=12)
-    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     two, runner, _ = train_losses(copy_data, tmp_path / "two", strategy=mirrored, steps=12)
     np.testing.assert_allclose(two, one, atol=1e-5, rtol=1e-5)
     # Each replica holds its own memory rows (per-replica state, b = B / 2 rows each).
     per_replica = runner.strategy.experimental_local_results(runner.model_fn.memory.valid.value)
     assert len(per_replica) == 2 and per_replica[0].shape == (STREAMS // 2, T)
+
+
+def test_resume_under_mirrored_continues_step_for_step(copy_data, tmp_path, mirrored):
+    """Two replicas on one host: the resumed input position counts both replicas' batches."""
+    def run(model_dir, steps):
+        strategy = mirrored
+        cfg = tiny_config(vocab(copy_data), n_layer=1, dropout=0.1)
+        runner = Runner(cfg, strategy, copy_data, str(model_dir), STREAMS,
+                        OptimizerParams(learning_rate=3e-3, train_steps=steps, min_lr_ratio=1.0),
+                        steps_per_loop=3)
+        runner.train(save_every=6)
+        return logged_losses(model_dir)
+
+    straight = run(tmp_path / "straight", 12)
+    run(tmp_path / "resumed", 6)
+    resumed = run(tmp_path / "resumed", 12)
+    assert sorted(resumed) == list(range(1, 13))
+    for step in range(7, 13):
+        assert resumed[step] == pytest.approx(straight[step], abs=1e-5), step
 
 
 def test_jit_compile_agrees_with_eager_steps(copy_data, tmp_path):
@@ -147,6 +172,8 @@ def test_kill_9_and_resume_continues_step_for_step(copy_data, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     want, got = logged_losses(reference), logged_losses(killed)
     assert sorted(got) == list(range(1, steps + 1))
+    with open(killed / "train_log.jsonl") as f:  # steps redone after the kill are logged once
+        assert len(f.readlines()) == steps
     for step in range(1, steps + 1):  # dropout on: the RNG state is checkpointed too
         assert got[step] == pytest.approx(want[step], abs=1e-5), step
 
@@ -273,3 +300,30 @@ def test_tfxl_eval_counts_every_token_with_its_own_settings(copy_data, tmp_path)
     bad = subprocess.run([sys.executable, "-m", "train.evaluate", f"--data_dir={copy_data}",
                           f"--model_dir={tmp_path / 'nothing'}"], capture_output=True, text=True)
     assert bad.returncode == 2 and "config.json" in bad.stderr
+
+
+def test_bad_files_and_values_fail_with_a_message(copy_data, tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    bad_config = tmp_path / "bad_config.json"
+    bad_config.write_text('{"cutoffs": 5}')
+    cases = [
+        (["-m", "train.main", *common_flags(copy_data, a_file, 5)], "is a file"),
+        (["-m", "train.main", *common_flags(copy_data, tmp_path / "m1", 5),
+          f"--config={bad_config}"], "bad_config.json"),
+    ]
+    model_dir = tmp_path / "corrupt"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{not json")
+    eval_flags = [f"--data_dir={copy_data}", f"--model_dir={model_dir}"]
+    cases += [
+        (["-m", "train.evaluate", *eval_flags], "config.json is not valid JSON"),
+        (["-m", "train.evaluate", *eval_flags, f"--output={tmp_path / 'no' / 'x.json'}"],
+         "does not exist"),
+    ]
+    for args, needle in cases:
+        result = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 2, (args, result.stderr[-1500:])
+        assert needle in result.stderr and "Traceback" not in result.stderr, args
+    assert a_file.read_text() == "x"  # nothing overwritten

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 from typing import Optional
 
 
@@ -73,9 +74,13 @@ class TransfoXLConfig:
     eval_same_length: Optional[bool] = None
 
     def __post_init__(self):
-        self.cutoffs = tuple(int(c) for c in self.cutoffs)
-        if self.tie_projs is not None:
-            self.tie_projs = tuple(bool(t) for t in self.tie_projs)
+        try:
+            self.cutoffs = tuple(int(c) for c in self.cutoffs)
+            if self.tie_projs is not None:
+                self.tie_projs = tuple(bool(t) for t in self.tie_projs)
+        except TypeError:
+            raise ValueError(f"TransfoXLConfig: cutoffs and tie_projs must be lists, got "
+                             f"{self.cutoffs!r} and {self.tie_projs!r}") from None
         self.validate()
 
     # -- derived values -------------------------------------------------------------------------
@@ -111,6 +116,14 @@ class TransfoXLConfig:
         def need(ok, what):
             if not ok:
                 raise ValueError(f"TransfoXLConfig: {what}")
+
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            kind = {"int": int, "float": float, "bool": bool}.get(f.type)
+            if kind is not None:
+                need(isinstance(value, numbers.Real) and not (kind is int and isinstance(
+                    value, float) and not value.is_integer()),
+                     f"{f.name} must be {f.type}, got {value!r}")
 
         for name in ("vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner", "tgt_len",
                      "div_val"):

@@ -11,12 +11,14 @@ import json
 import os
 import sys
 
+import tensorflow as tf
 from absl import app, flags
 
 from tfxl.config import TransfoXLConfig
+from tfxl.data.manifest import load_manifest
 from tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from train import flags as train_flags
-from train.loop import Runner, write_json_atomically
+from train.loop import Runner, read_json, write_json_atomically
 from train.model_fn import OptimizerParams
 
 FLAGS = flags.FLAGS
@@ -38,19 +40,17 @@ def define_flags():
 
 def evaluate_from_flags():
     train_flags.require_dir_flags("data_dir", "model_dir")
-    path = os.path.join(FLAGS.model_dir, "config.json")
-    try:
-        with open(path) as f:
-            config = TransfoXLConfig.from_dict(json.load(f))
-    except OSError as err:
-        raise ValueError(f"--model_dir={FLAGS.model_dir}: cannot read config.json "
-                         f"({err.strerror}); is it a tfxl-train model_dir?") from None
+    if FLAGS.output:  # checked first: never evaluate for minutes and then fail to write
+        parent = os.path.dirname(os.path.abspath(FLAGS.output))
+        if not os.path.isdir(parent):
+            raise ValueError(f"--output={FLAGS.output}: directory {parent} does not exist")
+    config = TransfoXLConfig.from_dict(
+        read_json(os.path.join(FLAGS.model_dir, "config.json"), "model config"))
     settings = config.eval_settings()
     pick = lambda flag, key: settings[key] if flag is None else flag  # noqa: E731
     strategy = strategy_from_flags()
-    from tfxl.data.manifest import load_manifest
     streams = load_manifest(FLAGS.data_dir)["num_streams"]
-    batch = FLAGS.eval_batch_size or streams
+    batch = streams if FLAGS.eval_batch_size is None else FLAGS.eval_batch_size
     runner = Runner(config, strategy, FLAGS.data_dir, FLAGS.model_dir, batch,
                     OptimizerParams(), FLAGS.mixed_precision, FLAGS.jit_compile,
                     steps_per_loop=100)
@@ -67,7 +67,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
         result = evaluate_from_flags()
-    except (ValueError, StrategyError) as err:
+    except (ValueError, StrategyError, tf.errors.OpError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(json.dumps(result, sort_keys=True))

@@ -58,7 +58,12 @@ def model_config(vocab_size, cutoffs=None, flag_values=FLAGS):
             raise ValueError(f"--config={flag_values.config}: cannot read ({err.strerror})")
         except json.JSONDecodeError as err:
             raise ValueError(f"--config={flag_values.config}: not valid JSON ({err})")
-        config = TransfoXLConfig.from_dict(base)
+        if not isinstance(base, dict):
+            raise ValueError(f"--config={flag_values.config}: expected a JSON object")
+        try:
+            config = TransfoXLConfig.from_dict(base)
+        except ValueError as err:
+            raise ValueError(f"--config={flag_values.config}: {err}") from None
     else:
         config = get_preset(flag_values.preset)
     changes = {"vocab_size": int(vocab_size)}

@@ -38,12 +38,36 @@ def write_json_atomically(path, payload):
     tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
+def truncate_log(path, last_step):
+    """Drops log lines after `last_step` (steps a killed run did after its last checkpoint)."""
+    if not tf.io.gfile.exists(path):
+        return
+    with tf.io.gfile.GFile(path) as f:
+        kept = [line for line in f if line.strip() and json.loads(line)["step"] <= last_step]
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write("".join(kept))
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def read_json(path, what):
+    """A JSON file's object; ValueError naming the file when it cannot be read or parsed."""
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            return json.load(f)
+    except (OSError, tf.errors.OpError) as err:
+        raise ValueError(f"{what} {path}: cannot read ({err})") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
+
+
 def check_or_store_config(model_dir, config):
     """Stores config.json in a new model_dir; refuses to resume one trained with another model."""
     path = os.path.join(model_dir, "config.json")
+    if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
+        raise ValueError(f"--model_dir={model_dir} is a file, not a directory")
     if tf.io.gfile.exists(path):
-        with tf.io.gfile.GFile(path) as f:
-            stored = json.load(f)
+        stored = read_json(path, "model config")
         wanted = config.to_dict()
         diff = {k: (stored.get(k), wanted.get(k)) for k in sorted(set(stored) | set(wanted))
                 if stored.get(k) != wanted.get(k)}
@@ -74,8 +98,7 @@ class Runner:
         self.config, self.strategy = config, strategy
         self.data_dir, self.model_dir = data_dir, model_dir
         self.manifest = load_manifest(data_dir)
-        check_manifest(self.manifest, tgt_len=config.tgt_len, global_batch_size=global_batch,
-                       vocab_size=config.vocab_size)
+        check_manifest(self.manifest, tgt_len=config.tgt_len, vocab_size=config.vocab_size)
         self.metric = metric_name(self.manifest)
         self.global_batch, self.steps_per_loop, self.seed = global_batch, steps_per_loop, seed
         self.train_steps = opt_params.train_steps
@@ -92,13 +115,18 @@ class Runner:
 
     # -- data ---------------------------------------------------------------------------------
     def _distributed(self, split, batch, training, tgt_len=None, skip_batches=0):
+        """The split as a distributed dataset; `skip_batches` global steps already consumed."""
+        tgt_len = tgt_len or self.manifest["tgt_len"]
         params = dict(data_dir=self.data_dir, batch_size=batch, training=training, seed=self.seed)
 
         def dataset_fn(input_context):
             dataset = pipeline.input_fn(split, params, input_context)
-            if tgt_len and tgt_len != self.manifest["tgt_len"]:
+            if tgt_len != self.manifest["tgt_len"]:
                 dataset = rechunk(dataset, tgt_len)
-            return dataset.skip(skip_batches) if skip_batches else dataset
+            # A pipeline yields one per-replica batch per local replica and step.
+            local_replicas = (input_context.num_replicas_in_sync
+                              // input_context.num_input_pipelines)
+            return dataset.skip(skip_batches * local_replicas) if skip_batches else dataset
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
@@ -172,14 +200,18 @@ class Runner:
 
     def train(self, save_every=None, eval_every=None, max_eval_batches=None, log=print):
         """Trains to `train_steps`; returns the final metrics dict (also in metrics.json)."""
+        # Training slots own whole streams: the global batch must divide the stream count.
+        check_manifest(self.manifest, global_batch_size=self.global_batch)
         restored = self.restore()
         step = int(self.optimizer.iterations.numpy())
+        log_path = os.path.join(self.model_dir, "train_log.jsonl")
         if restored:
             log(f"resumed from {restored} at step {step}")
+            if self.is_chief:
+                truncate_log(log_path, step)
         self._train_loop = self._train_loop or self._make_train_loop()
         writer = (tf.summary.create_file_writer(os.path.join(self.model_dir, "train"))
                   if self.is_chief else tf.summary.create_noop_writer())
-        log_path = os.path.join(self.model_dir, "train_log.jsonl")
         tokens_per_step = self.global_batch * self.config.tgt_len
         progress = keras.utils.Progbar(self.train_steps, stateful_metrics=["loss", self.metric],
                                        verbose=1 if self.is_chief else 0)
@@ -247,14 +279,18 @@ class Runner:
         the paper's longer memory with the same weights. Returns {"loss", bpc or ppl, "tokens"}.
         """
         c = self.config
-        batch = batch_size or self.global_batch
-        replicas = self.strategy.num_replicas_in_sync
-        if batch % replicas:
-            raise ValueError(f"eval batch size {batch} is not divisible by {replicas} replicas")
-        tgt_len = tgt_len or self.manifest["tgt_len"]
+        batch = self.global_batch if batch_size is None else batch_size
+        tgt_len = self.manifest["tgt_len"] if tgt_len is None else tgt_len
         mem_len = c.mem_len if mem_len is None else mem_len
         clamp_len = c.clamp_len if clamp_len is None else clamp_len
         same_length = c.same_length if same_length is None else same_length
+        for name, value, low in (("eval batch size", batch, 1), ("tgt_len", tgt_len, 1),
+                                 ("mem_len", mem_len, 0), ("clamp_len", clamp_len, -1)):
+            if value < low:
+                raise ValueError(f"evaluation {name} must be >= {low}, got {value}")
+        replicas = self.strategy.num_replicas_in_sync
+        if batch % replicas:
+            raise ValueError(f"eval batch size {batch} is not divisible by {replicas} replicas")
         data_steps = pipeline.eval_steps(self.manifest, split, batch)
         steps = -(-data_steps * self.manifest["tgt_len"] // tgt_len)
         if max_batches:

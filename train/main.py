@@ -8,6 +8,7 @@ See BUILD.md for TPU pods and multi-worker runs.
 
 import sys
 
+import tensorflow as tf
 from absl import app, flags, logging
 
 from tfxl.data.errors import DataError
@@ -67,7 +68,7 @@ def main(argv):
                         FLAGS.steps_per_loop, FLAGS.seed, chief)
         metrics = runner.train(FLAGS.save_every, FLAGS.eval_every, FLAGS.max_eval_batches,
                                log=logging.info)
-    except (ValueError, StrategyError, TrainingDiverged) as err:
+    except (ValueError, StrategyError, TrainingDiverged, OSError, tf.errors.OpError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2 if not isinstance(err, TrainingDiverged) else 3
     print(f"done: step {metrics['step']}, train loss {metrics['train_loss']}")

@@ -78,15 +78,15 @@ class ModelFn:
                               if jit_compile else self._eval_forward_fn)
 
     # -- training -----------------------------------------------------------------------------
-    def _forward_backward_fn(self, features, memory):
+    def _forward_backward_fn(self, features, memory, global_tokens):
         variables = self.model.trainable_variables
-        tokens_in_global_batch = float(self.global_batch * self.config.tgt_len)
         with tf.GradientTape() as tape:
             nll, new_memory = self.model(features["inputs"], memory, reset=features["reset"],
                                          targets=features["targets"], training=True)
             mask = tf.cast(features["target_mask"], nll.dtype)
-            # This replica's share of the global mean: summing over replicas gives the mean.
-            loss = tf.reduce_sum(nll * mask) / tokens_in_global_batch
+            # This replica's share of the global token-weighted mean (padding excluded): summing
+            # over replicas gives the mean over every real target of the global batch.
+            loss = tf.reduce_sum(nll * mask) / global_tokens
             scaled = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
         grads = tape.gradient(scaled, variables)
         return loss, [tf.convert_to_tensor(g) for g in grads], new_memory
@@ -94,7 +94,10 @@ class ModelFn:
     def train_step(self, features):
         """One optimisation step on this replica's rows; returns the global (loss, grad norm)."""
         context = tf.distribute.get_replica_context()
-        loss, grads, new_memory = self._forward_backward(features, self.memory.read())
+        tokens = tf.reduce_sum(tf.cast(features["target_mask"], tf.float32))
+        global_tokens = tf.maximum(context.all_reduce(tf.distribute.ReduceOp.SUM, tokens), 1.0)
+        loss, grads, new_memory = self._forward_backward(features, self.memory.read(),
+                                                         global_tokens)
         # Keras optimizers clip before their own all-reduce, i.e. per replica. Global-norm
         # clipping needs the summed gradient, so sum here, clip, and hand the optimizer 1/R of it
         # (its all-reduce sums the R identical copies back).

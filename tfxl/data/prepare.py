@@ -581,13 +581,13 @@ def _resolve(config: PrepareConfig) -> PrepareConfig:
     if config.corpus == "python_stdlib":
         config.format = "text"
         config.tokenizer = config.tokenizer or "bytes"
-        config.tgt_len = config.tgt_len or STDLIB_TGT_LEN
+        config.tgt_len = STDLIB_TGT_LEN if config.tgt_len is None else config.tgt_len
         if config.max_train_bytes < 0:
             config.max_train_bytes = STDLIB_MAX_TRAIN_BYTES
         if config.max_eval_bytes < 0:
             config.max_eval_bytes = STDLIB_MAX_EVAL_BYTES
     config.tokenizer = config.tokenizer or DEFAULT_TOKENIZER[config.format]
-    config.tgt_len = config.tgt_len or 512
+    config.tgt_len = 512 if config.tgt_len is None else config.tgt_len
     config.max_train_bytes = max(0, config.max_train_bytes)
     config.max_eval_bytes = max(0, config.max_eval_bytes)
     if config.tokenizer not in TOKENIZERS:

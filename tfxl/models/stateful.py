@@ -29,7 +29,8 @@ class StatefulTransfoXLLM(keras.Model):
     y = next tokens [B, T], optional sample_weight = target mask [B, T]. The loss is the
     token-weighted NLL from the adaptive softmax (no [B, T, V] logits); `predict` returns log-probs.
     The memory is a non-trainable state variable of B rows, excluded from `trainable_weights`,
-    from `weights` and from `.keras` files; `reset_memory()` clears it.
+    from `weights` and from `.keras` files; `reset_memory()` clears it. `evaluate`/`predict`
+    (and fit's validation) carry their own memory, cleared at their start.
     """
 
     def __init__(self, config, batch_size, **kwargs):
@@ -42,14 +43,31 @@ class StatefulTransfoXLLM(keras.Model):
     def build(self, ids_shape=None):
         c = self.config
         self.lm.build((self.batch_size, c.tgt_len))
-        memory = self.lm.init_memory(self.batch_size)
-        self._memory = _Memory(
-            tf.Variable(memory[STATES], trainable=False, name="memory_states"),
-            tf.Variable(memory[VALID], trainable=False, name="memory_valid"))
+
+        def memory(name):
+            empty = self.lm.init_memory(self.batch_size)
+            return _Memory(tf.Variable(empty[STATES], trainable=False, name=f"{name}_states"),
+                           tf.Variable(empty[VALID], trainable=False, name=f"{name}_valid"))
+
+        # Training carries one memory across fit() batches (and epochs); evaluate() and predict()
+        # use their own, cleared at their start, so validation never leaks into training.
+        self._memory, self._eval_memory = memory("memory"), memory("eval_memory")
         self.built = True
 
     def reset_memory(self):
-        self._memory.valid.assign(tf.zeros_like(self._memory.valid))
+        """Clears the training memory (e.g. before fitting on another set of streams)."""
+        if self.built:
+            self._memory.valid.assign(tf.zeros_like(self._memory.valid))
+
+    def evaluate(self, *args, **kwargs):
+        if self.built:
+            self._eval_memory.valid.assign(tf.zeros_like(self._eval_memory.valid))
+        return super().evaluate(*args, **kwargs)
+
+    def predict(self, *args, **kwargs):
+        if self.built:
+            self._eval_memory.valid.assign(tf.zeros_like(self._eval_memory.valid))
+        return super().predict(*args, **kwargs)
 
     def _split(self, x):
         if isinstance(x, dict):
@@ -59,15 +77,16 @@ class StatefulTransfoXLLM(keras.Model):
     def _run(self, x, targets, training):
         if not self.built:  # fit/evaluate call train_step/test_step without __call__
             self.build()
+        state = self._memory if training else self._eval_memory
         ids, reset = self._split(x)
         tf.debugging.assert_equal(tf.shape(ids)[0], self.batch_size, message=(
             f"StatefulTransfoXLLM was built for batch_size={self.batch_size} streams; batch the "
             "data with exactly that many rows (drop_remainder=True)"))
-        memory = {STATES: self._memory.states.value(), VALID: self._memory.valid.value()}
+        memory = {STATES: state.states.value(), VALID: state.valid.value()}
         output, new_memory = self.lm(ids, memory, reset=reset, targets=targets,
                                      training=training)
-        self._memory.states.assign(tf.cast(new_memory[STATES], self._memory.states.dtype))
-        self._memory.valid.assign(new_memory[VALID])
+        state.states.assign(tf.cast(new_memory[STATES], state.states.dtype))
+        state.valid.assign(new_memory[VALID])
         return output
 
     def call(self, x, training=None):

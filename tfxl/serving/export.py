@@ -71,6 +71,8 @@ def export_saved_model(model, output_dir, version=None, mem_len=None, clamp_len=
     mem_len = settings["mem_len"] if mem_len is None else int(mem_len)
     clamp_len = settings["clamp_len"] if clamp_len is None else int(clamp_len)
     same_length = settings["same_length"] if same_length is None else bool(same_length)
+    if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
+        raise ValueError(f"--output_dir={output_dir} is a file, not a directory")
     version = next_version(output_dir) if version is None else int(version)
     path = os.path.join(output_dir, str(version))
     if tf.io.gfile.exists(path):

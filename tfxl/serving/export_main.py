@@ -30,6 +30,8 @@ def define_flags():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    import tensorflow as tf
+
     from tfxl.serving.export import export_saved_model
     from tfxl.serving.loading import load_language_model
     try:
@@ -43,7 +45,7 @@ def main(argv):
             tokenizer = load_tokenizer(FLAGS.data_dir)
         path = export_saved_model(model, FLAGS.output_dir, FLAGS.version, FLAGS.mem_len,
                                   FLAGS.clamp_len, FLAGS.same_length, FLAGS.top_k, tokenizer)
-    except ValueError as err:
+    except (ValueError, OSError, tf.errors.OpError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(path)

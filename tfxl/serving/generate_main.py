@@ -85,6 +85,11 @@ def main(argv):
             raise ValueError("give exactly one of --prompt and --prompt_file")
         if FLAGS.max_new_tokens < 1:
             raise ValueError(f"--max_new_tokens must be >= 1, got {FLAGS.max_new_tokens}")
+        if not 0.0 < FLAGS.top_p <= 1.0:
+            raise ValueError(f"--top_p must be in (0, 1], got {FLAGS.top_p}")
+        if FLAGS.top_k < 0 or FLAGS.temperature < 0:
+            raise ValueError(f"--top_k and --temperature must be >= 0, got {FLAGS.top_k} and "
+                             f"{FLAGS.temperature}")
         if FLAGS.prompt_file:
             try:
                 with open(FLAGS.prompt_file, encoding="utf-8") as f:
@@ -103,7 +108,7 @@ def main(argv):
         else:
             from tfxl.serving.loading import load_language_model
             step = _ModelStepper(load_language_model(FLAGS.model), FLAGS.mem_len)
-    except ValueError as err:
+    except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -18,7 +18,11 @@ def load_language_model(source, checkpoint=None):
     if source.endswith(".keras"):
         if not os.path.isfile(source):
             raise ValueError(f"{source}: no such .keras file")
-        model = keras.saving.load_model(source)
+        try:
+            model = keras.saving.load_model(source)
+        except (ValueError, OSError, KeyError, TypeError) as err:
+            raise ValueError(f"{source} is not a valid .keras file ({type(err).__name__}: "
+                             f"{str(err).splitlines()[0] if str(err) else ''})") from None
         if not isinstance(model, TransfoXLLM):
             raise ValueError(f"{source} holds a {type(model).__name__}, not a TransfoXLLM")
         return model
@@ -29,6 +33,8 @@ def load_language_model(source, checkpoint=None):
     except OSError as err:
         raise ValueError(f"{config_path}: {err.strerror}; pass a .keras file or a model_dir "
                          "written by tfxl-train") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{config_path} is not valid JSON: {err}") from None
     path = checkpoint or tf.train.latest_checkpoint(os.path.join(source, "checkpoints"))
     if not path:
         raise ValueError(f"{source}/checkpoints holds no checkpoint")

@@ -10,7 +10,7 @@ def sample_next(log_probs, temperature, top_k, top_p, seed):
     """One token per row from log-probabilities [B, V].
 
     temperature <= 0 picks the most likely token (greedy); top_k <= 0 and top_p >= 1 disable those
-    filters. `seed` is a [2] int32 tensor: the same seed gives the same tokens (stateless RNG).
+    filters; top_p <= 0 keeps only the most likely token. `seed` is a [2] int32 tensor: the same seed gives the same tokens (stateless RNG).
     Returns int32 [B].
     """
     log_probs = tf.cast(log_probs, tf.float32)
@@ -25,7 +25,9 @@ def sample_next(log_probs, temperature, top_k, top_p, seed):
     sorted_logits = tf.sort(logits, direction="DESCENDING", axis=-1)
     sorted_probs = tf.nn.softmax(sorted_logits, axis=-1)
     mass_before = tf.cumsum(sorted_probs, axis=-1, exclusive=True)
-    kept = (mass_before < tf.cast(top_p, tf.float32)) | (tf.cast(top_p, tf.float32) >= 1.0)
+    top_p = tf.cast(top_p, tf.float32)
+    most_likely = tf.range(vocab) == 0  # always kept, whatever p (p <= 0 means greedy)
+    kept = (mass_before < top_p) | (top_p >= 1.0) | most_likely[None, :]
     threshold = tf.reduce_min(tf.where(kept, sorted_logits, tf.float32.max), axis=-1,
                               keepdims=True)
     logits = tf.where(logits < threshold, tf.float32.min, logits)
