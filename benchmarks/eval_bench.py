@@ -22,7 +22,6 @@ at the paper's eval setting scaled down (T 80, M 512). The first call compiles a
 """
 
 import argparse
-import json
 import os
 import sys
 import time

@@ -10,7 +10,6 @@
     python -m train.demo [--train_steps=2000] [--out=demo_out]
 """
 
-import json
 import os
 import sys
 import time

@@ -11,7 +11,6 @@ import sys
 import tensorflow as tf
 from absl import app, flags, logging
 
-from tfxl.data.errors import DataError
 from tfxl.data.manifest import load_manifest
 from tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from train import flags as train_flags
