@@ -327,3 +327,17 @@ def test_bad_files_and_values_fail_with_a_message(copy_data, tmp_path):
         assert result.returncode == 2, (args, result.stderr[-1500:])
         assert needle in result.stderr and "Traceback" not in result.stderr, args
     assert a_file.read_text() == "x"  # nothing overwritten
+
+
+def test_resuming_on_data_with_another_vocabulary_is_refused(copy_data, tmp_path):
+    import shutil
+    model_dir = tmp_path / "m"
+    assert cli(*common_flags(copy_data, model_dir, 2)).returncode == 0
+    other = tmp_path / "other"
+    shutil.copytree(copy_data, other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["vocab_sha256"] = "0" * 64
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    result = cli(*common_flags(str(other), model_dir, 4))
+    assert result.returncode == 2 and "another vocabulary" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -81,6 +81,26 @@ def check_or_store_config(model_dir, config):
     write_json_atomically(path, config.to_dict())
 
 
+def check_data_fingerprint(model_dir, manifest, data_dir, store=False):
+    """Refuses data whose vocabulary differs from the one the model_dir was trained on.
+
+    The first training run stores the manifest's vocabulary hash and tgt_len in
+    model_dir/data.json (`store=True`); every later run, training or evaluation, checks them.
+    """
+    path = os.path.join(model_dir, "data.json")
+    if tf.io.gfile.exists(path):
+        stored = read_json(path, "data fingerprint")
+        if stored.get("vocab_sha256") != manifest["vocab_sha256"]:
+            raise ValueError(
+                f"--data_dir={data_dir} has another vocabulary (sha256 "
+                f"{manifest['vocab_sha256'][:12]}...) than the one {model_dir} was trained on "
+                f"({str(stored.get('vocab_sha256'))[:12]}..., from {stored.get('data_dir')})")
+    elif store:
+        write_json_atomically(path, {"vocab_sha256": manifest["vocab_sha256"],
+                                     "vocab_size": manifest["vocab_size"],
+                                     "tgt_len": manifest["tgt_len"], "data_dir": data_dir})
+
+
 def metric_name(manifest):
     return "bpc" if manifest.get("is_character_level", False) else "ppl"
 
@@ -99,6 +119,7 @@ class Runner:
         self.data_dir, self.model_dir = data_dir, model_dir
         self.manifest = load_manifest(data_dir)
         check_manifest(self.manifest, tgt_len=config.tgt_len, vocab_size=config.vocab_size)
+        check_data_fingerprint(model_dir, self.manifest, data_dir)
         self.metric = metric_name(self.manifest)
         self.global_batch, self.steps_per_loop, self.seed = global_batch, steps_per_loop, seed
         self.train_steps = opt_params.train_steps
@@ -202,6 +223,9 @@ class Runner:
         """Trains to `train_steps`; returns the final metrics dict (also in metrics.json)."""
         # Training slots own whole streams: the global batch must divide the stream count.
         check_manifest(self.manifest, global_batch_size=self.global_batch)
+        if self.is_chief:
+            tf.io.gfile.makedirs(self.model_dir)
+            check_data_fingerprint(self.model_dir, self.manifest, self.data_dir, store=True)
         restored = self.restore()
         step = int(self.optimizer.iterations.numpy())
         log_path = os.path.join(self.model_dir, "train_log.jsonl")
