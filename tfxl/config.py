@@ -175,7 +175,7 @@ def _preset(**kw) -> TransfoXLConfig:
 # the trainer overrides vocab_size (and suggested cutoffs) from the data manifest.
 PRESETS = {
     "tiny": dict(
-        vocab_size=259, n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256, dropout=0.1,
+        vocab_size=258, n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256, dropout=0.1,
         dropatt=0.0, tgt_len=64, mem_len=64, eval_tgt_len=32, eval_mem_len=128,
     ),
     "enwik8_base": dict(
