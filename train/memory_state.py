@@ -78,13 +78,15 @@ class ReplicaMemory:
         self.checkpointed.valid.assign(memory[VALID])
 
     def _restore_from_checkpoint(self):
-        states, valid = self.checkpointed.states, self.checkpointed.valid
         b = self.per_replica_batch
 
-        def take_rows():
+        def take_rows(states, valid):
             replica = tf.distribute.get_replica_context().replica_id_in_sync_group
             rows = tf.range(b) + tf.cast(replica, tf.int32) * b
             self.states.assign(tf.gather(states, rows))
             self.valid.assign(tf.gather(valid, rows))
 
-        self.strategy.run(take_rows)
+        # The global copies live on the host: read them here and hand them to the replicas as
+        # arguments (a TPU computation cannot read a host variable itself).
+        self.strategy.run(take_rows, args=(self.checkpointed.states.read_value(),
+                                           self.checkpointed.valid.read_value()))
