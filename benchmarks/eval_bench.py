@@ -155,7 +155,7 @@ def table_throughput(results):
     for r in results:
         rows.append(f"| {r['tgt_len']} | {r['mem_len']} | {r['dtype']} | "
                     f"{'on' if r['jit'] else 'off'} | {r['tokens_per_s']:,.0f} | "
-                    f"{r['model_flops_per_s'] / 1e12:.3f} | {r['tokens_per_s'] / 4300:.2f}× |")
+                    f"{r['model_flops_per_s'] / 1e12:.3f} | {r['tokens_per_s'] / common.PYTORCH_EVAL_TOKENS_PER_S:.2f}× |")
     return "\n".join(rows)
 
 

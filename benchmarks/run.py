@@ -24,7 +24,8 @@ if __package__ in (None, ""):
 from benchmarks import common
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-PYTORCH_TRAIN, PYTORCH_EVAL = 1250.0, 4300.0
+PYTORCH_TRAIN = common.PYTORCH_TRAIN_TOKENS_PER_S
+PYTORCH_EVAL = common.PYTORCH_EVAL_TOKENS_PER_S
 
 
 def run_module(module, args, json_path):
