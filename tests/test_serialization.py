@@ -129,3 +129,17 @@ def test_tf_checkpoint_tracks_every_weight(tmp_path):
     clone(ids)
     tf.train.Checkpoint(model=clone).read(path).assert_consumed()
     np.testing.assert_allclose(clone(ids, targets=ids)[0].numpy(), want.numpy(), atol=1e-6)
+
+
+def test_config_file_errors_name_the_file(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(lm_config().to_json())
+    assert TransfoXLConfig.from_file(str(good)) == lm_config()
+    cases = {"missing.json": None, "broken.json": "{not json", "list.json": "[1, 2]",
+             "typed.json": '{"n_layer": "two"}'}
+    for name, text in cases.items():
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        with pytest.raises(ValueError, match=name):
+            TransfoXLConfig.from_file(str(path))

@@ -166,6 +166,23 @@ class TransfoXLConfig:
     def from_json(cls, text: str) -> "TransfoXLConfig":
         return cls.from_dict(json.loads(text))
 
+    @classmethod
+    def from_file(cls, path: str) -> "TransfoXLConfig":
+        """The config in a JSON file; one ValueError naming the file for any problem with it."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except OSError as err:
+            raise ValueError(f"{path}: cannot read ({err.strerror})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f"{path} is not valid JSON: {err}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a JSON object")
+        try:
+            return cls.from_dict(data)
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
+
 
 def _preset(**kw) -> TransfoXLConfig:
     return TransfoXLConfig(**kw)

@@ -18,7 +18,7 @@ from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import load_manifest
 from tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from train import flags as train_flags
-from train.loop import Runner, read_json, write_json_atomically
+from train.loop import Runner, write_json_atomically
 from train.model_fn import OptimizerParams
 
 FLAGS = flags.FLAGS
@@ -44,8 +44,7 @@ def evaluate_from_flags():
         parent = os.path.dirname(os.path.abspath(FLAGS.output))
         if not os.path.isdir(parent):
             raise ValueError(f"--output={FLAGS.output}: directory {parent} does not exist")
-    config = TransfoXLConfig.from_dict(
-        read_json(os.path.join(FLAGS.model_dir, "config.json"), "model config"))
+    config = TransfoXLConfig.from_file(os.path.join(FLAGS.model_dir, "config.json"))
     settings = config.eval_settings()
     pick = lambda flag, key: settings[key] if flag is None else flag  # noqa: E731
     strategy = strategy_from_flags()

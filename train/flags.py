@@ -1,6 +1,5 @@
 """absl flags of `tfxl-train` and `tfxl-eval`, and the model config they describe."""
 
-import json
 import os
 
 from absl import flags
@@ -52,18 +51,9 @@ def model_config(vocab_size, cutoffs=None, flag_values=FLAGS):
     """
     if flag_values.config:
         try:
-            with open(flag_values.config) as f:
-                base = json.load(f)
-        except OSError as err:
-            raise ValueError(f"--config={flag_values.config}: cannot read ({err.strerror})")
-        except json.JSONDecodeError as err:
-            raise ValueError(f"--config={flag_values.config}: not valid JSON ({err})")
-        if not isinstance(base, dict):
-            raise ValueError(f"--config={flag_values.config}: expected a JSON object")
-        try:
-            config = TransfoXLConfig.from_dict(base)
+            config = TransfoXLConfig.from_file(flag_values.config)
         except ValueError as err:
-            raise ValueError(f"--config={flag_values.config}: {err}") from None
+            raise ValueError(f"--config: {err}") from None
     else:
         config = get_preset(flag_values.preset)
     changes = {"vocab_size": int(vocab_size)}

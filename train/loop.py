@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfxl.config import TransfoXLConfig
 from tfxl.data import pipeline
 from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.data.rechunk import rechunk
@@ -67,7 +68,7 @@ def check_or_store_config(model_dir, config):
     if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
         raise ValueError(f"--model_dir={model_dir} is a file, not a directory")
     if tf.io.gfile.exists(path):
-        stored = read_json(path, "model config")
+        stored = TransfoXLConfig.from_file(path).to_dict()
         wanted = config.to_dict()
         diff = {k: (stored.get(k), wanted.get(k)) for k in sorted(set(stored) | set(wanted))
                 if stored.get(k) != wanted.get(k)}

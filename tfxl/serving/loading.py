@@ -1,6 +1,5 @@
 """Loading a trained language model from a `.keras` file or a training model_dir."""
 
-import json
 import os
 
 import keras
@@ -27,14 +26,10 @@ def load_language_model(source, checkpoint=None):
             raise ValueError(f"{source} holds a {type(model).__name__}, not a TransfoXLLM")
         return model
     config_path = os.path.join(source, "config.json")
-    try:
-        with open(config_path) as f:
-            config = TransfoXLConfig.from_dict(json.load(f))
-    except OSError as err:
-        raise ValueError(f"{config_path}: {err.strerror}; pass a .keras file or a model_dir "
-                         "written by tfxl-train") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{config_path} is not valid JSON: {err}") from None
+    if not os.path.isfile(config_path):
+        raise ValueError(f"{config_path} not found; pass a .keras file or a model_dir written by "
+                         "tfxl-train")
+    config = TransfoXLConfig.from_file(config_path)
     path = checkpoint or tf.train.latest_checkpoint(os.path.join(source, "checkpoints"))
     if not path:
         raise ValueError(f"{source}/checkpoints holds no checkpoint")
