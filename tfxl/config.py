@@ -184,10 +184,6 @@ class TransfoXLConfig:
             raise ValueError(f"{path}: {err}") from None
 
 
-def _preset(**kw) -> TransfoXLConfig:
-    return TransfoXLConfig(**kw)
-
-
 # The original scripts' settings (reference-notes.md). Vocabulary sizes are the published corpora's;
 # the trainer overrides vocab_size (and suggested cutoffs) from the data manifest.
 PRESETS = {

@@ -28,9 +28,6 @@ import tensorflow as tf
 from tfxl.layers.memory import STATES, VALID
 from tfxl.serving.generation import generate
 
-SIGNATURES = ("score", "init_memory", "generate", "generate_text")
-
-
 def next_version(output_dir):
     """1 + the largest integer version directory under `output_dir` (1 when there is none)."""
     if not tf.io.gfile.isdir(output_dir):
