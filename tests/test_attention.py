@@ -68,13 +68,22 @@ def test_attention_matches_naive_per_pair(m_len, same_length, clamp_len, pre_lno
     v = np.random.randn(n_head, d_head).astype(np.float32) * 0.3
 
     encoding = RelativePositionEncoding(d_model, clamp_len)(key_length=m_len + t_len)
+    position_keys = layer.project_positions(encoding)
     mask = attention_mask(tf.constant(mem_valid), t_len, same_length)
-    got = layer(h, mem, encoding, mask, u, v).numpy()
+    got, (segment_keys, segment_values) = layer(h, mem, position_keys, mask, u, v)
+    # The key/value path: the memory rows arrive projected, only the T segment rows are.
+    got_kv, (kv_keys, kv_values) = layer(h, layer.project_memory(mem), position_keys, mask, u, v)
 
     want = relative_attention(h.astype(np.float64), mem.astype(np.float64), mem_valid,
                               attention_weights(layer), u, v, clamp_len,
                               m_len if same_length else None, pre_lnorm)
-    np.testing.assert_allclose(got, want, atol=2e-5, rtol=1e-5)
+    np.testing.assert_allclose(got.numpy(), want, atol=2e-5, rtol=1e-5)
+    np.testing.assert_allclose(got_kv.numpy(), want, atol=2e-5, rtol=1e-5)
+    # The segment's own keys/values (what a key/value memory appends) are its projected rows.
+    want_keys, want_values = layer.project_memory(h)
+    for a, b in ((segment_keys, want_keys), (kv_keys, want_keys), (segment_values, want_values),
+                 (kv_values, want_values)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
 
 
 def test_gradients_reach_biases_and_position_kernel():
@@ -87,7 +96,8 @@ def test_gradients_reach_biases_and_position_kernel():
     encoding = RelativePositionEncoding(8)(key_length=5)
     mask = attention_mask(tf.ones((1, 2), bool), 3)
     with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(layer(h, mem, encoding, mask, u, v) ** 2)
+        output, _ = layer(h, mem, layer.project_positions(encoding), mask, u, v)
+        loss = tf.reduce_sum(output ** 2)
     grads = tape.gradient(loss, [u, v, layer.position_kernel.value])
     for g in grads:
         assert g is not None and float(tf.reduce_max(tf.abs(g))) > 0

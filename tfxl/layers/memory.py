@@ -1,11 +1,24 @@
-"""Transformer-XL memory: cached layer inputs with a validity mask (Dai et al. 2019, section 3.2).
+"""Transformer-XL memory: what each layer remembers of the last M positions (Dai et al. 2019, 3.2).
 
 Shape glossary: B batch (streams), L layers, M memory length, T segment length, K = M + T keys,
-D model size.
+D model size, N heads, H head size.
 
-A memory is a dict with two tensors:
-  "states": [B, L, M, D]  the input of layer l at the last M positions (layer 0: scaled embeddings).
-  "valid":  [B, M] bool   which of those M slots hold a real token.
+A memory is a dict of tensors of one of two kinds; the model accepts either and returns the kind
+it was given.
+
+Layer-input memory (training; the paper's): 4·L·M·D bytes per row in float32.
+  "states": [B, L, M, D]     the input of layer l at the last M positions (layer 0: embeddings).
+  "valid":  [B, M] bool      which of those M slots hold a real token.
+  Training needs it: W_k and W_v receive gradients through the memory rows they project.
+
+Key/value memory (evaluation, generation, serving): 2·N·H/D times the layer-input memory.
+  "keys":   [B, L, N, M, H]  layer l's keys of the last M positions (W_k,E applied, after the
+                             pre-LN LayerNorm where pre_lnorm), heads-major so attention reads
+                             them without a transpose.
+  "values": [B, L, N, M, H]  the same through W_v.
+  "valid":  [B, M] bool      as above.
+  With fixed weights it holds exactly what the layer-input memory would be projected to, so a
+  segment step projects only its T new rows (`TransfoXLBackbone.key_value_memory` converts).
 
 Shapes are static (M is fixed) so steps compile once under XLA/TPU; the mask keeps the semantics
 exact: a fresh or reset memory has no valid slot and is never attended to (the original TF code
@@ -15,15 +28,29 @@ attends to zero-filled slots after a reset). Memory never carries gradients.
 from keras import ops
 
 STATES = "states"
+KEYS = "keys"
+VALUES = "values"
 VALID = "valid"
 
 
+def is_key_value_memory(memory):
+    """True for a key/value memory, False for a layer-input memory."""
+    return KEYS in memory
+
+
 def empty_memory(batch_size, n_layer, mem_len, d_model, dtype="float32"):
-    """A memory with no valid slot: [B, L, M, D] zeros and an all-False [B, M] mask."""
+    """A layer-input memory with no valid slot: [B, L, M, D] zeros and an all-False [B, M] mask."""
     return {
         STATES: ops.zeros((batch_size, n_layer, mem_len, d_model), dtype=dtype),
         VALID: ops.zeros((batch_size, mem_len), dtype="bool"),
     }
+
+
+def empty_key_value_memory(batch_size, n_layer, mem_len, n_head, d_head, dtype="float32"):
+    """A key/value memory with no valid slot: keys and values [B, L, N, M, H], valid [B, M]."""
+    shape = (batch_size, n_layer, n_head, mem_len, d_head)
+    return {KEYS: ops.zeros(shape, dtype=dtype), VALUES: ops.zeros(shape, dtype=dtype),
+            VALID: ops.zeros((batch_size, mem_len), dtype="bool")}
 
 
 def reset_rows(memory, reset):
@@ -31,11 +58,28 @@ def reset_rows(memory, reset):
     if reset is None:
         return memory
     keep = ops.logical_not(ops.cast(reset, "bool"))[:, None]
-    return {STATES: memory[STATES], VALID: ops.logical_and(memory[VALID], keep)}
+    return {**memory, VALID: ops.logical_and(memory[VALID], keep)}
+
+
+def _last_slots(old, new, axis):
+    """The last old.shape[axis] slots of [old; new] along `axis`, with the static shape restated
+    (a segment of unknown length T makes the slice's shape unknown; loops and XLA need it)."""
+    mem_len = old.shape[axis]
+    if not mem_len:
+        return old
+    window = ops.concatenate([old, ops.cast(new, old.dtype)], axis=axis)
+    window = window[(slice(None),) * axis + (slice(-mem_len, None),)]
+    return ops.reshape(window, (-1,) + tuple(old.shape[1:]))
+
+
+def _next_valid(valid, new_rows, segment_valid):
+    if segment_valid is None:
+        segment_valid = ops.ones_like(new_rows, dtype="bool")
+    return _last_slots(valid, ops.cast(segment_valid, "bool"), axis=1)
 
 
 def updated_memory(memory, layer_inputs, segment_valid=None):
-    """The next memory: last M positions of [old memory; this segment], stop-gradient.
+    """The next layer-input memory: last M positions of [old memory; this segment], stop-gradient.
 
     Args:
       memory: the memory the segment attended to ("states" [B, L, M, D], "valid" [B, M]).
@@ -44,19 +88,20 @@ def updated_memory(memory, layer_inputs, segment_valid=None):
     Returns:
       A memory of the same shapes. M may be smaller than, equal to or larger than T.
     """
-    states, valid = memory[STATES], memory[VALID]
-    mem_len = states.shape[2]
     current = ops.stack(layer_inputs, axis=1)  # [B, L, T, D]
-    current = ops.cast(current, states.dtype)
-    new_states = ops.concatenate([states, current], axis=2)[:, :, -mem_len:] if mem_len else states
-    if segment_valid is None:
-        segment_valid = ops.ones_like(current[:, 0, :, 0], dtype="bool")
-    new_valid = ops.concatenate([valid, segment_valid], axis=1)[:, -mem_len:] if mem_len else valid
-    # Re-state the static shapes (a segment of unknown length T makes the slices' shapes unknown);
-    # loops (generation) and XLA need them.
-    new_states = ops.reshape(new_states, (-1,) + tuple(states.shape[1:]))
-    new_valid = ops.reshape(new_valid, (-1, mem_len))
-    return {STATES: ops.stop_gradient(new_states), VALID: new_valid}
+    return {STATES: ops.stop_gradient(_last_slots(memory[STATES], current, axis=2)),
+            VALID: _next_valid(memory[VALID], current[:, 0, :, 0], segment_valid)}
+
+
+def updated_key_value_memory(memory, segment_keys, segment_values, segment_valid=None):
+    """The next key/value memory: last M positions of [old memory; this segment's k and v].
+
+    segment_keys, segment_values: lists of L tensors [B, N, T, H] (each layer's new rows).
+    """
+    keys, values = ops.stack(segment_keys, axis=1), ops.stack(segment_values, axis=1)
+    return {KEYS: ops.stop_gradient(_last_slots(memory[KEYS], keys, axis=3)),
+            VALUES: ops.stop_gradient(_last_slots(memory[VALUES], values, axis=3)),
+            VALID: _next_valid(memory[VALID], keys[:, 0, 0, :, 0], segment_valid)}
 
 
 def attention_mask(memory_valid, segment_len, same_length=False, segment_valid=None):

@@ -5,10 +5,15 @@ D model size, N heads, H head size.
 
 For query i (absolute key position M + i) and key j, with R the sinusoidal encoding of the distance
 M + i - j, the score is
-    (q_i + u) . k_j            terms (a) + (c): content, computed as one einsum "AC"
-  + (q_i + v) . W_k,R R_{M+i-j} terms (b) + (d): position, computed as one einsum "BD"
+    (q_i + u) . k_j            terms (a) + (c): content, one einsum "AC"
+  + (q_i + v) . W_k,R R_{M+i-j} terms (b) + (d): position, one einsum "BD" (`position_score`)
 scaled by 1/sqrt(H). Queries come from the current segment only; keys and values from
 [memory; segment] (the memory arrives already stop-gradient).
+
+Two kinds of memory reach the layer (see `tfxl.layers.memory`): layer inputs [B, M, D], whose
+keys and values are projected here with the segment's (training: W_k and W_v learn through the
+memory rows), or keys and values already projected [B, N, M, H] (inference: only the T new rows
+are projected). Both meet in one attention core, so the two paths cannot drift apart.
 """
 
 import math
@@ -59,6 +64,9 @@ def _project(x, kernel):
 class RelativeMultiHeadAttention(keras.layers.Layer):
     """Relative multi-head attention with residual connection and LayerNorm.
 
+    The position scheme is two methods, `project_positions` and `position_score`: a subclass that
+    overrides them is a new scheme, and `TransformerXLBlock(attention_cls=...)` takes it.
+
     Args:
       d_model: D. n_head: N. d_head: H.
       dropout: rate on the attention output (before the residual).
@@ -69,12 +77,15 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     Call args:
       hidden: [B, T, D] the current segment.
-      memory_state: [B, M, D] this layer's memory (may have M = 0).
-      position_encoding: [K, D] sinusoidal R for distances K-1 ... 0.
+      memory: this layer's memory, either its layer inputs [B, M, D] (may have M = 0) or a pair
+        (keys, values) of [B, N, M, H] from `project_memory` or an earlier call's output.
+      position_keys: `project_positions(R)` for the K = M + T distances of this call; inference
+        computes it once per pass and reuses it for every segment of that shape.
       mask: [B, 1, T, K] bool, True where the query may attend to the key.
       content_bias: u, [N, H]. position_bias: v, [N, H].
     Returns:
-      [B, T, D].
+      (output [B, T, D], (keys, values) [B, N, T, H] of the segment's own rows): what a key/value
+      memory appends.
     """
 
     def __init__(self, d_model, n_head, d_head, dropout=0.0, dropatt=0.0, pre_lnorm=False,
@@ -105,48 +116,83 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.attention_dropout = HashDropout(self.dropatt, name="attention_dropout")
         self.output_dropout = HashDropout(self.dropout, name="output_dropout")
 
-    def call(self, hidden, memory_state, position_encoding, mask, content_bias, position_bias,
+    # -- projections --------------------------------------------------------------------------
+    def _key_value(self, rows):
+        """Keys and values of normalised rows [B, R, D]: [B, N, R, H] each, from one GEMM.
+
+        Plain 2-D matmuls ([rows, D] x [D, 2*N*H]): their weight gradients are one GEMM instead
+        of a batched matmul plus a reduction (what einsum's gradient builds).
+        """
+        n, h = self.n_head, self.d_head
+        kernel = ops.concatenate([ops.reshape(self.key_kernel, (self.d_model, n * h)),
+                                  ops.reshape(self.value_kernel, (self.d_model, n * h))], axis=-1)
+        key_value = _project(rows, ops.reshape(kernel, (self.d_model, 2 * n, h)))
+        key_value = ops.transpose(key_value, (0, 2, 1, 3))  # [B, 2N, R, H], heads-major
+        return ops.split(key_value, 2, axis=1)  # (split: a cheap gradient)
+
+    def project_memory(self, memory_state):
+        """Keys and values [B, N, M, H] of a layer-input memory [B, M, D] (what inference caches)."""
+        memory_state = ops.cast(memory_state, self.compute_dtype)
+        return self._key_value(self.layer_norm(memory_state) if self.pre_lnorm else memory_state)
+
+    def project_positions(self, position_encoding):
+        """W_k,R R: position keys [N, K + 1, H] for R [K, D] (distances K-1 ... 0).
+
+        Depends on K, clamp_len and the weights only. Row 0 is the projection of an all-zero
+        encoding, so `position_score` comes out with the zero column rel_shift needs and no
+        padded copy of [B, N, T, K] is made; heads-major so every query reads it untransposed.
+        """
+        position_encoding = ops.pad(ops.cast(position_encoding, self.compute_dtype),
+                                    [[1, 0], [0, 0]])
+        return ops.transpose(_project(position_encoding, self.position_kernel), (1, 0, 2))
+
+    def position_score(self, query, position_keys):
+        """Terms (b) + (d): (q_i + v) . W_k,R R_{M+i-j} for every query i and key j.
+
+        query: q + v, [B, N, T, H]. position_keys: [N, K + 1, H]. Returns [B, N, T, K].
+        """
+        return rel_shift_prepadded(ops.einsum("bnth,nkh->bntk", query, position_keys))
+
+    # -- attention ----------------------------------------------------------------------------
+    def call(self, hidden, memory, position_keys, mask, content_bias, position_bias,
              training=None):
         segment = self.layer_norm(hidden) if self.pre_lnorm else hidden
-        memory = self.layer_norm(memory_state) if self.pre_lnorm else memory_state
-        keys_in = ops.concatenate([ops.cast(memory, segment.dtype), segment], axis=1)  # [B, K, D]
-        n, h = self.n_head, self.d_head
+        query = ops.transpose(_project(segment, self.query_kernel), (0, 2, 1, 3))  # [B, N, T, H]
+        if isinstance(memory, (tuple, list)):  # key/value memory: project the T new rows only
+            segment_keys, segment_values = self._key_value(segment)
+            keys = ops.concatenate([ops.cast(memory[0], segment_keys.dtype), segment_keys], 2)
+            values = ops.concatenate([ops.cast(memory[1], segment_values.dtype),
+                                      segment_values], 2)
+        else:  # layer-input memory: k and v of all K rows in one GEMM
+            memory = ops.cast(memory, hidden.dtype)
+            memory_rows = self.layer_norm(memory) if self.pre_lnorm else memory
+            keys, values = self._key_value(ops.concatenate([memory_rows, segment], axis=1))
+            mem_len = memory.shape[1]
+            segment_keys, segment_values = keys[:, :, mem_len:], values[:, :, mem_len:]
+        content_bias = ops.cast(content_bias, query.dtype)[:, None, :]  # [N, 1, H]
+        position_bias = ops.cast(position_bias, query.dtype)[:, None, :]
 
-        # Projections as plain 2-D matmuls ([rows, D] x [D, N*H]): their weight gradients are one
-        # GEMM instead of a per-batch batched matmul plus a reduction (what einsum's gradient
-        # builds), and k and v share one GEMM over the K rows. q is projected for the T segment
-        # rows only (memory rows are keys/values, never queries).
-        query = _project(segment, self.query_kernel)                          # [B, T, N, H]
-        kv_kernel = ops.concatenate([ops.reshape(self.key_kernel, (self.d_model, n * h)),
-                                     ops.reshape(self.value_kernel, (self.d_model, n * h))],
-                                    axis=-1)
-        key_value = _project(keys_in, ops.reshape(kv_kernel, (self.d_model, 2 * n, h)))
-        key, value = ops.split(key_value, 2, axis=2)  # [B, K, N, H] each (split: cheap gradient)
-        # One zero encoding row in front ([K + 1, D]): the position scores then come out with
-        # the zero column that rel_shift needs, so no padded copy of [B, N, T, K] is made.
-        position_encoding = ops.pad(position_encoding, [[1, 0], [0, 0]])
-        position = _project(position_encoding, self.position_kernel)          # [K + 1, N, H]
-
-        content_score = ops.einsum("btnh,bknh->bntk", query + content_bias, key)        # AC
-        position_score = rel_shift_prepadded(
-            ops.einsum("btnh,knh->bntk", query + position_bias, position))              # BD
+        content_score = ops.einsum("bnth,bnkh->bntk", query + content_bias, keys)      # AC
+        position_score = self.position_score(query + position_bias, position_keys)    # BD
         # Softmax in float32 whatever the compute dtype: the mask value below is representable,
         # and bf16/fp16 logits lose too much precision in exp/normalise.
         score = ops.cast(content_score + position_score, "float32") * self.scale
         score = ops.where(mask, score, -1e30)
-        probs = ops.cast(ops.softmax(score, axis=-1), segment.dtype)
+        probs = ops.cast(ops.softmax(score, axis=-1), query.dtype)
         probs = self.attention_dropout(probs, training=training)
 
-        context = ops.einsum("bntk,bknh->btnh", probs, value)
+        context = ops.einsum("bntk,bnkh->btnh", probs, values)
+        n, h = self.n_head, self.d_head
         output = _project(ops.reshape(context, (*_dims(context)[:2], n * h)),
                           ops.reshape(self.output_kernel, (n * h, self.d_model)))
         output = self.output_dropout(output, training=training)
-        if self.pre_lnorm:
-            return hidden + output
-        return self.layer_norm(hidden + output)
+        output = hidden + output if self.pre_lnorm else self.layer_norm(hidden + output)
+        return output, (segment_keys, segment_values)
 
-    def compute_output_shape(self, hidden_shape, *args, **kwargs):
-        return hidden_shape
+    def compute_output_spec(self, hidden, *args, **kwargs):
+        batch, seg_len = hidden.shape[0], hidden.shape[1]
+        rows = keras.KerasTensor((batch, self.n_head, seg_len, self.d_head), self.compute_dtype)
+        return keras.KerasTensor(hidden.shape, self.compute_dtype), (rows, rows)
 
     def get_config(self):
         return {

@@ -10,10 +10,11 @@ from keras import ops
 from tfxl.config import TransfoXLConfig
 from tfxl.layers.adaptive_embedding import AdaptiveEmbedding
 from tfxl.layers.dropout import HashDropout
-from tfxl.layers.memory import (STATES, VALID, attention_mask, empty_memory, reset_rows,
-                                updated_memory)
+from tfxl.layers.memory import (KEYS, STATES, VALID, VALUES, attention_mask,
+                                empty_key_value_memory, empty_memory, is_key_value_memory,
+                                reset_rows, updated_key_value_memory, updated_memory)
 from tfxl.layers.relative_position import RelativePositionEncoding
-from tfxl.layers.transformer_xl_block import TransformerXLBlock
+from tfxl.layers.transformer_xl_block import TransformerXLBlock, attention_class
 
 
 def as_config(config):
@@ -21,9 +22,17 @@ def as_config(config):
 
 
 def init_memory(config, batch_size, mem_len=None, dtype="float32"):
-    """An empty memory for `config`: `batch_size` rows, `mem_len` slots (default config.mem_len)."""
+    """An empty layer-input memory for `config`: `batch_size` rows, `mem_len` slots (default
+    config.mem_len)."""
     mem_len = config.mem_len if mem_len is None else mem_len
     return empty_memory(batch_size, config.n_layer, mem_len, config.d_model, dtype)
+
+
+def init_key_value_memory(config, batch_size, mem_len=None, dtype="float32"):
+    """An empty key/value memory for `config` (default mem_len: config.eval_settings())."""
+    mem_len = config.eval_settings()["mem_len"] if mem_len is None else mem_len
+    return empty_key_value_memory(batch_size, config.n_layer, mem_len, config.n_head,
+                                  config.d_head, dtype)
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -32,22 +41,27 @@ class TransfoXLBackbone(keras.layers.Layer):
 
     Call args:
       token_ids: int [B, T].
-      memory: {"states": [B, L, M, D], "valid": [B, M] bool} or None for an empty memory of
-        `config.mem_len` slots. M is taken from the memory given, so evaluation may use a longer
-        memory than training.
+      memory: a layer-input memory {"states", "valid"} (training), a key/value memory {"keys",
+        "values", "valid"} (inference: only the T new rows are projected), see
+        `tfxl.layers.memory`; or None for an empty layer-input memory of `config.mem_len` slots.
+        M is taken from the memory given, so evaluation may use a longer memory than training.
+        The new memory is of the same kind.
       reset: optional bool [B]: rows whose memory is cleared before this segment (a new document).
       segment_valid: optional bool [B, T]: False marks padding tokens (e.g. left-padded prompts of
         different lengths), which no query attends to and the memory does not keep.
       training: enables dropout.
       clamp_len, same_length: override the config for this call (evaluation uses the paper's
         longer settings with the same weights).
+      position_keys: `position_keys(M + T, clamp_len)` computed once and reused by every call of
+        that shape (inference; without it each call projects the K encodings in every layer).
     Returns:
       (hidden [B, T, D], new memory of the same shapes as the one used).
     """
 
-    def __init__(self, config, **kwargs):
+    def __init__(self, config, attention_cls=None, **kwargs):
         super().__init__(**kwargs)
         self.config = as_config(config)
+        self.attention_cls = attention_class(attention_cls)
 
     def build(self, ids_shape=None):
         c = self.config
@@ -65,7 +79,8 @@ class TransfoXLBackbone(keras.layers.Layer):
         for i in range(c.n_layer):
             block = TransformerXLBlock(
                 c.d_model, c.n_head, c.d_head, c.d_inner, c.dropout, c.dropatt, c.pre_lnorm,
-                c.init_std, c.layer_norm_epsilon, name=f"block_{i}", dtype=policy)
+                c.init_std, c.layer_norm_epsilon, attention_cls=self.attention_cls,
+                name=f"block_{i}", dtype=policy)
             block.build(hidden_shape)
             # One attribute per block (not a list): tf.train.Checkpoint tracks attributes only.
             setattr(self, f"block_{i}", block)
@@ -82,11 +97,34 @@ class TransfoXLBackbone(keras.layers.Layer):
         return [getattr(self, f"block_{i}") for i in range(self.config.n_layer)]
 
     def init_memory(self, batch_size, mem_len=None, dtype=None):
-        """An empty memory for `batch_size` rows and `mem_len` slots (default: config.mem_len)."""
+        """An empty layer-input memory (default mem_len: config.mem_len), for training."""
         return init_memory(self.config, batch_size, mem_len, dtype or self.compute_dtype)
 
+    def init_key_value_memory(self, batch_size, mem_len=None, dtype=None):
+        """An empty key/value memory (default mem_len: the config's eval_mem_len), for inference."""
+        return init_key_value_memory(self.config, batch_size, mem_len, dtype or self.compute_dtype)
+
+    def key_value_memory(self, memory):
+        """The key/value memory a layer-input memory stands for under the current weights.
+
+        Carries a trainer's or a client's memory over to the inference path exactly: the keys and
+        values are what every later segment would have projected from those layer inputs.
+        """
+        if is_key_value_memory(memory):
+            return memory
+        pairs = [block.attention.project_memory(memory[STATES][:, i])
+                 for i, block in enumerate(self.blocks)]
+        return {KEYS: ops.stack([k for k, _ in pairs], axis=1),
+                VALUES: ops.stack([v for _, v in pairs], axis=1), VALID: memory[VALID]}
+
+    def position_keys(self, key_length, clamp_len=None):
+        """Every layer's position keys for K = `key_length` (a Python int): a list of L tensors
+        [N, K + 1, H] to pass as `position_keys=` to every inference call of that shape."""
+        position = self.position_encoding(key_length=key_length, clamp_len=clamp_len)
+        return [block.attention.project_positions(position) for block in self.blocks]
+
     def call(self, token_ids, memory=None, reset=None, training=None, clamp_len=None,
-             same_length=None, segment_valid=None):
+             same_length=None, segment_valid=None, position_keys=None):
         c = self.config
         same_length = c.same_length if same_length is None else bool(same_length)
         segment_len = token_ids.shape[1] if token_ids.shape[1] is not None else (
@@ -94,33 +132,50 @@ class TransfoXLBackbone(keras.layers.Layer):
         if memory is None:
             memory = self.init_memory(ops.shape(token_ids)[0])
         memory = reset_rows(memory, reset)
-        mem_len = memory[STATES].shape[2]
+        key_value = is_key_value_memory(memory)
+        mem_len = memory[VALID].shape[1]
 
         mask = attention_mask(memory[VALID], segment_len, same_length, segment_valid)
-        position = self.position_encoding(key_length=mem_len + segment_len, clamp_len=clamp_len)
-        position = self.position_dropout(position, training=training)
+        if position_keys is not None and position_keys[0].shape[1] not in (
+                None, mem_len + segment_len + 1):
+            raise ValueError(f"position_keys were computed for {position_keys[0].shape[1] - 1} "
+                             f"keys; this call has M + T = {mem_len} + {segment_len}")
+        if position_keys is None:
+            position = self.position_encoding(key_length=mem_len + segment_len,
+                                              clamp_len=clamp_len)
+            position = self.position_dropout(position, training=training)
+            position_keys = [b.attention.project_positions(position) for b in self.blocks]
         hidden = self.embedding_dropout(self.embedding(token_ids), training=training)
-        layer_inputs = []
+        layer_inputs, segment_keys, segment_values = [], [], []
         for i, block in enumerate(self.blocks):
             layer_inputs.append(hidden)
             u = self.content_bias[i] if c.untie_r else self.content_bias
             v = self.position_bias[i] if c.untie_r else self.position_bias
-            hidden = block(hidden, memory[STATES][:, i], position, mask, u, v, training=training)
+            layer_memory = ((memory[KEYS][:, i], memory[VALUES][:, i]) if key_value
+                            else memory[STATES][:, i])
+            hidden, (keys, values) = block(hidden, layer_memory, position_keys[i], mask, u, v,
+                                           training=training)
+            segment_keys.append(keys)
+            segment_values.append(values)
         hidden = self.output_dropout(hidden, training=training)
+        if key_value:
+            return hidden, updated_key_value_memory(memory, segment_keys, segment_values,
+                                                    segment_valid)
         return hidden, updated_memory(memory, layer_inputs, segment_valid)
 
     def compute_output_spec(self, token_ids, memory=None, reset=None, training=None,
-                            clamp_len=None, same_length=None, segment_valid=None):
+                            clamp_len=None, same_length=None, segment_valid=None,
+                            position_keys=None):
         c = self.config
         batch, segment_len = token_ids.shape[0], token_ids.shape[1]
-        mem_len = c.mem_len if memory is None else memory[STATES].shape[2]
         dtype = self.compute_dtype
         hidden = keras.KerasTensor((batch, segment_len, c.d_model), dtype=dtype)
-        states_dtype = dtype if memory is None else memory[STATES].dtype
-        return hidden, {
-            STATES: keras.KerasTensor((batch, c.n_layer, mem_len, c.d_model), dtype=states_dtype),
-            VALID: keras.KerasTensor((batch, mem_len), dtype="bool"),
-        }
+        if memory is None:
+            memory = {STATES: keras.KerasTensor((batch, c.n_layer, c.mem_len, c.d_model), dtype),
+                      VALID: keras.KerasTensor((batch, c.mem_len), "bool")}
+        return hidden, {name: keras.KerasTensor((batch,) + tuple(t.shape[1:]), t.dtype)
+                        for name, t in memory.items()}
 
     def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict()}
+        return {**super().get_config(), "config": self.config.to_dict(),
+                "attention_cls": keras.saving.get_registered_name(self.attention_cls)}

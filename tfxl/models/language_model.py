@@ -8,7 +8,9 @@ import keras
 
 from tfxl.config import TransfoXLConfig
 from tfxl.layers.adaptive_softmax import AdaptiveSoftmax
-from tfxl.models.backbone import TransfoXLBackbone, as_config, init_memory
+from tfxl.layers.transformer_xl_block import attention_class
+from tfxl.models.backbone import (TransfoXLBackbone, as_config, init_key_value_memory,
+                                  init_memory)
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -17,24 +19,29 @@ class TransfoXLLM(keras.Model):
 
     Call args:
       token_ids: int [B, T].
-      memory: a memory structure (see `tfxl.layers.memory`) or None for an empty one.
+      memory: a layer-input memory (training) or a key/value memory (inference), see
+        `tfxl.layers.memory`, or None for an empty layer-input memory. The new memory returned
+        is of the same kind.
       reset: optional bool [B], rows whose memory is cleared before this segment.
       targets: optional int [B, T].
       training: enables dropout.
       clamp_len, same_length: per-call overrides of the config (e.g. the paper's eval settings).
       segment_valid: optional bool [B, T], False at padding tokens (see the backbone).
+      position_keys: `position_keys(M + T)` reused across inference calls (see the backbone).
     Returns:
       (nll [B, T] float32, new memory) when `targets` is given — no [B, T, V] tensor is built;
       otherwise (log_probs [B, T, V] float32, new memory).
     """
 
-    def __init__(self, config, **kwargs):
+    def __init__(self, config, attention_cls=None, **kwargs):
         super().__init__(**kwargs)
         self.config = as_config(config)
+        self.attention_cls = attention_class(attention_cls)
 
     def build(self, ids_shape=None):
         c = self.config
-        self.backbone = TransfoXLBackbone(c, name="backbone", dtype=self.dtype_policy)
+        self.backbone = TransfoXLBackbone(c, attention_cls=self.attention_cls, name="backbone",
+                                          dtype=self.dtype_policy)
         self.backbone.build(ids_shape)
         self.softmax = AdaptiveSoftmax(
             c.vocab_size, c.embed_dim, c.d_model, c.cutoffs, c.div_val, c.proj_same_dim,
@@ -44,8 +51,20 @@ class TransfoXLLM(keras.Model):
         self.built = True
 
     def init_memory(self, batch_size, mem_len=None, dtype=None):
-        """An empty memory (see `tfxl.models.backbone.init_memory`) in the compute dtype."""
+        """An empty layer-input memory (default mem_len: config.mem_len), for training."""
         return init_memory(self.config, batch_size, mem_len, dtype or self.compute_dtype)
+
+    def init_key_value_memory(self, batch_size, mem_len=None, dtype=None):
+        """An empty key/value memory (default mem_len: the config's eval_mem_len), for inference."""
+        return init_key_value_memory(self.config, batch_size, mem_len, dtype or self.compute_dtype)
+
+    def key_value_memory(self, memory):
+        """See `TransfoXLBackbone.key_value_memory`."""
+        return self.backbone.key_value_memory(memory)
+
+    def position_keys(self, key_length, clamp_len=None):
+        """See `TransfoXLBackbone.position_keys`."""
+        return self.backbone.position_keys(key_length, clamp_len)
 
     def _tied_tensors(self):
         embedding = self.backbone.embedding
@@ -55,17 +74,19 @@ class TransfoXLLM(keras.Model):
         return weights, projections
 
     def call(self, token_ids, memory=None, reset=None, targets=None, training=None,
-             clamp_len=None, same_length=None, segment_valid=None):
+             clamp_len=None, same_length=None, segment_valid=None, position_keys=None):
         hidden, new_memory = self.backbone(token_ids, memory, reset, training=training,
                                            clamp_len=clamp_len, same_length=same_length,
-                                           segment_valid=segment_valid)
+                                           segment_valid=segment_valid,
+                                           position_keys=position_keys)
         tied_weights, tied_projections = self._tied_tensors()
         output = self.softmax(hidden, targets, tied_weights=tied_weights,
                               tied_projections=tied_projections)
         return output, new_memory
 
     def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict()}
+        return {**super().get_config(), "config": self.config.to_dict(),
+                "attention_cls": keras.saving.get_registered_name(self.attention_cls)}
 
     @classmethod
     def from_config(cls, config):
