@@ -11,8 +11,8 @@ import tensorflow as tf
 from tfxl import TransfoXLConfig, TransfoXLLM
 from tfxl.data.tokenizers import BytesTokenizer
 from tfxl.serving.export import export_saved_model, next_version
-from tfxl.serving.generation import generate
-from tfxl.serving.sampling import sample_next
+from tfxl.models.generation import generate
+from tfxl.models.sampling import sample_next
 
 HERE = os.path.dirname(__file__)
 MEM = 24

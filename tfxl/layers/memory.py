@@ -97,11 +97,46 @@ def updated_key_value_memory(memory, segment_keys, segment_values, segment_valid
     """The next key/value memory: last M positions of [old memory; this segment's k and v].
 
     segment_keys, segment_values: lists of L tensors [B, N, T, H] (each layer's new rows).
+    A memory in per-layer form (see `per_layer`) stays in that form.
     """
+    valid = _next_valid(memory[VALID], segment_keys[0][:, 0, :, 0], segment_valid)
+    if isinstance(memory[KEYS], (list, tuple)):
+        return {KEYS: [ops.stop_gradient(_last_slots(old, new, axis=2))
+                       for old, new in zip(memory[KEYS], segment_keys)],
+                VALUES: [ops.stop_gradient(_last_slots(old, new, axis=2))
+                         for old, new in zip(memory[VALUES], segment_values)],
+                VALID: valid}
     keys, values = ops.stack(segment_keys, axis=1), ops.stack(segment_values, axis=1)
     return {KEYS: ops.stop_gradient(_last_slots(memory[KEYS], keys, axis=3)),
             VALUES: ops.stop_gradient(_last_slots(memory[VALUES], values, axis=3)),
-            VALID: _next_valid(memory[VALID], keys[:, 0, 0, :, 0], segment_valid)}
+            VALID: valid}
+
+
+def layer_keys_values(memory, layer):
+    """Layer `layer`'s (keys, values) [B, N, M, H] of a key/value memory in either form."""
+    if isinstance(memory[KEYS], (list, tuple)):
+        return memory[KEYS][layer], memory[VALUES][layer]
+    return memory[KEYS][:, layer], memory[VALUES][:, layer]
+
+
+def per_layer(memory):
+    """A key/value memory with keys and values as lists of L tensors [B, N, M, H].
+
+    Loops that carry the memory through many one-token steps (generation) use this form: slicing
+    each layer out of [B, L, N, M, H] and stacking the layers back are two copies of the whole
+    memory per step, which at M in the thousands cost more than the step's attention.
+    """
+    n_layer = memory[KEYS].shape[1]
+    return {KEYS: [memory[KEYS][:, i] for i in range(n_layer)],
+            VALUES: [memory[VALUES][:, i] for i in range(n_layer)], VALID: memory[VALID]}
+
+
+def stacked(memory):
+    """The public form of a key/value memory: keys and values [B, L, N, M, H]."""
+    if not isinstance(memory[KEYS], (list, tuple)):
+        return memory
+    return {KEYS: ops.stack(memory[KEYS], axis=1), VALUES: ops.stack(memory[VALUES], axis=1),
+            VALID: memory[VALID]}
 
 
 def attention_mask(memory_valid, segment_len, same_length=False, segment_valid=None):

@@ -16,6 +16,7 @@ memory rows), or keys and values already projected [B, N, M, H] (inference: only
 are projected). Both meet in one attention core, so the two paths cannot drift apart.
 """
 
+import functools
 import math
 
 import keras
@@ -160,19 +161,22 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         query = ops.transpose(_project(segment, self.query_kernel), (0, 2, 1, 3))  # [B, N, T, H]
         if isinstance(memory, (tuple, list)):  # key/value memory: project the T new rows only
             segment_keys, segment_values = self._key_value(segment)
-            keys = ops.concatenate([ops.cast(memory[0], segment_keys.dtype), segment_keys], 2)
-            values = ops.concatenate([ops.cast(memory[1], segment_values.dtype),
-                                      segment_values], 2)
+            # Memory and segment stay separate tensors (scores concatenated instead): copying
+            # the M cached rows every step would cost more than attending to them.
+            key_parts = [ops.cast(memory[0], query.dtype), segment_keys]
+            value_parts = [ops.cast(memory[1], query.dtype), segment_values]
         else:  # layer-input memory: k and v of all K rows in one GEMM
             memory = ops.cast(memory, hidden.dtype)
             memory_rows = self.layer_norm(memory) if self.pre_lnorm else memory
             keys, values = self._key_value(ops.concatenate([memory_rows, segment], axis=1))
             mem_len = memory.shape[1]
             segment_keys, segment_values = keys[:, :, mem_len:], values[:, :, mem_len:]
+            key_parts, value_parts = [keys], [values]
         content_bias = ops.cast(content_bias, query.dtype)[:, None, :]  # [N, 1, H]
         position_bias = ops.cast(position_bias, query.dtype)[:, None, :]
 
-        content_score = ops.einsum("bnth,bnkh->bntk", query + content_bias, keys)      # AC
+        content_score = ops.concatenate(                                                 # AC
+            [ops.einsum("bnth,bnkh->bntk", query + content_bias, k) for k in key_parts], -1)
         position_score = self.position_score(query + position_bias, position_keys)    # BD
         # Softmax in float32 whatever the compute dtype: the mask value below is representable,
         # and bf16/fp16 logits lose too much precision in exp/normalise.
@@ -181,7 +185,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         probs = ops.cast(ops.softmax(score, axis=-1), query.dtype)
         probs = self.attention_dropout(probs, training=training)
 
-        context = ops.einsum("bntk,bnkh->btnh", probs, values)
+        contexts, start = [], 0
+        for v in value_parts:
+            length = v.shape[2] if v.shape[2] is not None else ops.shape(v)[2]
+            contexts.append(ops.einsum("bntk,bnkh->btnh", probs[..., start:start + length], v))
+            start += length
+        context = functools.reduce(ops.add, contexts)
         n, h = self.n_head, self.d_head
         output = _project(ops.reshape(context, (*_dims(context)[:2], n * h)),
                           ops.reshape(self.output_kernel, (n * h, self.d_model)))

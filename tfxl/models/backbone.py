@@ -12,6 +12,7 @@ from tfxl.layers.adaptive_embedding import AdaptiveEmbedding
 from tfxl.layers.dropout import HashDropout
 from tfxl.layers.memory import (KEYS, STATES, VALID, VALUES, attention_mask,
                                 empty_key_value_memory, empty_memory, is_key_value_memory,
+                                layer_keys_values,
                                 reset_rows, updated_key_value_memory, updated_memory)
 from tfxl.layers.relative_position import RelativePositionEncoding
 from tfxl.layers.transformer_xl_block import TransformerXLBlock, attention_class
@@ -151,8 +152,7 @@ class TransfoXLBackbone(keras.layers.Layer):
             layer_inputs.append(hidden)
             u = self.content_bias[i] if c.untie_r else self.content_bias
             v = self.position_bias[i] if c.untie_r else self.position_bias
-            layer_memory = ((memory[KEYS][:, i], memory[VALUES][:, i]) if key_value
-                            else memory[STATES][:, i])
+            layer_memory = layer_keys_values(memory, i) if key_value else memory[STATES][:, i]
             hidden, (keys, values) = block(hidden, layer_memory, position_keys[i], mask, u, v,
                                            training=training)
             segment_keys.append(keys)

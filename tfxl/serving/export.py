@@ -26,7 +26,7 @@ import keras
 import tensorflow as tf
 
 from tfxl.layers.memory import STATES, VALID
-from tfxl.serving.generation import generate
+from tfxl.models.generation import generate
 
 def next_version(output_dir):
     """1 + the largest integer version directory under `output_dir` (1 when there is none)."""

@@ -37,7 +37,7 @@ class _ModelStepper:
     def __init__(self, model, mem_len):
         import tensorflow as tf
 
-        from tfxl.serving.generation import generate
+        from tfxl.models.generation import generate
         self.tf = tf
         settings = model.config.eval_settings()
         self.mem_len = settings["mem_len"] if mem_len is None else mem_len
