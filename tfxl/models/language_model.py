@@ -5,10 +5,13 @@ size.
 """
 
 import keras
+import numpy as np
+import tensorflow as tf
 
 from tfxl.config import TransfoXLConfig
 from tfxl.layers.adaptive_softmax import AdaptiveSoftmax
 from tfxl.layers.transformer_xl_block import attention_class
+from tfxl.models import generation
 from tfxl.models.backbone import (TransfoXLBackbone, as_config, init_key_value_memory,
                                   init_memory)
 
@@ -65,6 +68,35 @@ class TransfoXLLM(keras.Model):
     def position_keys(self, key_length, clamp_len=None):
         """See `TransfoXLBackbone.position_keys`."""
         return self.backbone.position_keys(key_length, clamp_len)
+
+    def generate(self, prompt_ids, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0, seed=0,
+                 mem_len=None):
+        """Samples `max_new_tokens` tokens after each prompt, on a key/value memory.
+
+        prompt_ids: int [B, P] (or [P] for one prompt). temperature 0 is greedy; top_k 0 and
+        top_p 1 switch those filters off; the same seed gives the same tokens. The memory length
+        (default the config's eval_mem_len), clamp_len and same_length are the config's evaluation
+        settings. Runs as one compiled loop per memory length (traced on first use). Returns the
+        new tokens as a numpy int32 array [B, max_new_tokens] (or [max_new_tokens]).
+        """
+        ids = np.asarray(prompt_ids, np.int32)
+        if ids.ndim not in (1, 2) or ids.shape[-1] == 0:
+            raise ValueError(f"prompt_ids must be [P] or [B, P] with P >= 1, got shape {ids.shape}")
+        settings = self.config.eval_settings()
+        mem_len = settings["mem_len"] if mem_len is None else int(mem_len)
+        if not hasattr(self, "_generate_loops"):
+            self._generate_loops = {}
+        if mem_len not in self._generate_loops:
+            run = dict(clamp_len=settings["clamp_len"], same_length=settings["same_length"])
+            self._generate_loops[mem_len] = tf.function(
+                lambda ids, n, t, k, p, seed: generation.generate(
+                    self, ids, self.init_key_value_memory(tf.shape(ids)[0], mem_len), n, t, k, p,
+                    seed, **run)[0])
+        out = self._generate_loops[mem_len](
+            tf.constant(ids.reshape(-1, ids.shape[-1])), tf.constant(int(max_new_tokens)),
+            tf.constant(float(temperature)), tf.constant(int(top_k)),
+            tf.constant(float(top_p)), tf.constant(int(seed)))
+        return out.numpy()[0] if ids.ndim == 1 else out.numpy()
 
     def _tied_tensors(self):
         embedding = self.backbone.embedding

@@ -1,0 +1,66 @@
+"""Generation on the key/value memory against the same loop on the layer-input memory."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfxl import TransfoXLConfig, TransfoXLLM
+from tfxl.models.generation import generate
+from tfxl.models.sampling import sample_next
+
+MEM = 6  # shorter than prompt + new tokens: the memory slides during generation
+
+
+@pytest.fixture(scope="module")
+def lm():
+    config = TransfoXLConfig(vocab_size=41, n_layer=2, d_model=16, n_head=2, d_head=8,
+                             d_inner=32, dropout=0.0, tgt_len=4, mem_len=4, eval_mem_len=MEM,
+                             eval_clamp_len=4, eval_same_length=True, pre_lnorm=True,
+                             untie_r=True, cutoffs=(20,), div_val=2, init_std=0.3)
+    model = TransfoXLLM(config)
+    model.build((None, 4))
+    return model
+
+
+def layer_input_generation(lm, prompt, n, temperature, top_k, top_p, seed):
+    """The reference: one model call per token on the layer-input memory, in Python."""
+    run = dict(clamp_len=4, same_length=True)
+    log_probs, memory = lm(prompt, lm.init_memory(len(prompt), mem_len=MEM), **run)
+    last, out = log_probs[:, -1], []
+    for i in range(n):
+        token = sample_next(last, temperature, top_k, top_p, tf.constant([seed, i]))
+        out.append(token.numpy())
+        log_probs, memory = lm(token[:, None], memory, **run)
+        last = log_probs[:, 0]
+    return np.stack(out, axis=1)
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p,seed", [(0.0, 0, 1.0, 0), (1.0, 10, 0.9, 7),
+                                                          (0.7, 0, 1.0, 3)])
+def test_key_value_generation_gives_the_tokens_of_the_layer_input_path(lm, temperature, top_k,
+                                                                       top_p, seed):
+    prompt = np.random.default_rng(seed).integers(0, 41, (2, 5)).astype(np.int32)
+    want = layer_input_generation(lm, prompt, 9, temperature, top_k, top_p, seed)
+    got, memory = generate(lm, prompt, lm.init_key_value_memory(2), 9, temperature, top_k,
+                           top_p, seed, clamp_len=4, same_length=True)
+    np.testing.assert_array_equal(got.numpy(), want)
+    assert memory["keys"].shape == (2, 2, 2, MEM, 8) and memory["valid"].numpy().all()
+    # The Keras-style method runs the same loop with the config's evaluation settings.
+    np.testing.assert_array_equal(lm.generate(prompt, 9, temperature, top_k, top_p, seed), want)
+    np.testing.assert_array_equal(lm.generate(prompt[0], 9, temperature, top_k, top_p, seed),
+                                  want[0])
+
+
+def test_generation_continues_a_layer_input_memory_exactly(lm):
+    rng = np.random.default_rng(5)
+    context, prompt = rng.integers(0, 41, (1, 8)), rng.integers(0, 41, (1, 2))
+    _, states = lm(context, lm.init_memory(1, mem_len=MEM), clamp_len=4, same_length=True)
+    from_states, _ = generate(lm, prompt, states, 6, 0.0, clamp_len=4, same_length=True)
+    from_key_value, _ = generate(lm, prompt, lm.key_value_memory(states), 6, 0.0, clamp_len=4,
+                                 same_length=True)
+    np.testing.assert_array_equal(from_states.numpy(), from_key_value.numpy())
+
+
+def test_generate_method_refuses_an_empty_prompt(lm):
+    with pytest.raises(ValueError, match="prompt_ids"):
+        lm.generate(np.zeros((1, 0), np.int32), 3)
