@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from tfxl import TransfoXLConfig, TransfoXLLM
+from tfxl.models import generation
 from tfxl.models.generation import generate
 from tfxl.models.sampling import sample_next
 
@@ -64,3 +65,31 @@ def test_generation_continues_a_layer_input_memory_exactly(lm):
 def test_generate_method_refuses_an_empty_prompt(lm):
     with pytest.raises(ValueError, match="prompt_ids"):
         lm.generate(np.zeros((1, 0), np.int32), 3)
+
+
+@pytest.mark.parametrize("window,mem_len,n", [(1, MEM, 7), (3, MEM, 14), (4, 9, 30), (32, 40, 75),
+                                              (8, 0, 12)])
+def test_recent_window_merges_keep_the_tokens_exact(lm, monkeypatch, window, mem_len, n):
+    """Window sizes around and below M, several merges, and no memory at all."""
+    monkeypatch.setattr(generation, "RECENT_WINDOW", window)
+    prompt = np.random.default_rng(window).integers(0, 41, (2, 3)).astype(np.int32)
+    run = dict(clamp_len=4, same_length=True)
+    log_probs, memory = lm(prompt, lm.init_memory(2, mem_len=mem_len), **run)
+    last, want = log_probs[:, -1], []
+    for i in range(n):
+        token = sample_next(last, 0.9, 0, 1.0, tf.constant([11, i]))
+        want.append(token.numpy())
+        log_probs, memory = lm(token[:, None], memory, **run)
+        last = log_probs[:, 0]
+    got, got_memory = generate(lm, prompt, lm.init_key_value_memory(2, mem_len=mem_len), n, 0.9,
+                               seed=11, **run)
+    np.testing.assert_array_equal(got.numpy(), np.stack(want, axis=1))
+    # The returned memory is the one the layer-input loop had before reading the last token.
+    _, before_last = lm(prompt, lm.init_memory(2, mem_len=mem_len), **run)
+    for i in range(n - 1):
+        _, before_last = lm(got.numpy()[:, i:i + 1], before_last, **run)
+    want_memory = lm.key_value_memory(before_last)
+    for name in ("keys", "values"):
+        np.testing.assert_allclose(got_memory[name].numpy(), want_memory[name].numpy(),
+                                   atol=1e-5)
+    np.testing.assert_array_equal(got_memory["valid"].numpy(), want_memory["valid"].numpy())

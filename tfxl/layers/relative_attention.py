@@ -147,24 +147,33 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                                     [[1, 0], [0, 0]])
         return ops.transpose(_project(position_encoding, self.position_kernel), (1, 0, 2))
 
-    def position_score(self, query, position_keys):
+    def position_score(self, query, position_keys, key_distance=None):
         """Terms (b) + (d): (q_i + v) . W_k,R R_{M+i-j} for every query i and key j.
 
         query: q + v, [B, N, T, H]. position_keys: [N, K + 1, H]. Returns [B, N, T, K].
+        key_distance: optional int [K], each key's distance from a single query (T = 1) whose
+          keys are not stored oldest-first (a decode cache kept in parts); read by column.
         """
-        return rel_shift_prepadded(ops.einsum("bnth,nkh->bntk", query, position_keys))
+        score = ops.einsum("bnth,nkh->bntk", query, position_keys)  # column m: distance K - m
+        if key_distance is None:
+            return rel_shift_prepadded(score)
+        key_len = position_keys.shape[1] - 1
+        return ops.take(score, key_len - ops.clip(key_distance, 0, key_len - 1), axis=-1)
 
     # -- attention ----------------------------------------------------------------------------
     def call(self, hidden, memory, position_keys, mask, content_bias, position_bias,
-             training=None):
+             training=None, key_distance=None):
+        """See the class docstring; `memory` may also be a list of (keys, values) parts whose
+        keys, with the segment's, are listed in `key_distance` order (see `position_score`)."""
         segment = self.layer_norm(hidden) if self.pre_lnorm else hidden
         query = ops.transpose(_project(segment, self.query_kernel), (0, 2, 1, 3))  # [B, N, T, H]
         if isinstance(memory, (tuple, list)):  # key/value memory: project the T new rows only
             segment_keys, segment_values = self._key_value(segment)
-            # Memory and segment stay separate tensors (scores concatenated instead): copying
-            # the M cached rows every step would cost more than attending to them.
-            key_parts = [ops.cast(memory[0], query.dtype), segment_keys]
-            value_parts = [ops.cast(memory[1], query.dtype), segment_values]
+            # Memory parts and segment stay separate tensors (scores concatenated instead):
+            # copying the M cached rows every step would cost more than attending to them.
+            parts = memory if isinstance(memory[0], (tuple, list)) else [memory]
+            key_parts = [ops.cast(k, query.dtype) for k, _ in parts] + [segment_keys]
+            value_parts = [ops.cast(v, query.dtype) for _, v in parts] + [segment_values]
         else:  # layer-input memory: k and v of all K rows in one GEMM
             memory = ops.cast(memory, hidden.dtype)
             memory_rows = self.layer_norm(memory) if self.pre_lnorm else memory
@@ -177,7 +186,8 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
         content_score = ops.concatenate(                                                 # AC
             [ops.einsum("bnth,bnkh->bntk", query + content_bias, k) for k in key_parts], -1)
-        position_score = self.position_score(query + position_bias, position_keys)    # BD
+        position_score = self.position_score(query + position_bias, position_keys,    # BD
+                                             key_distance)
         # Softmax in float32 whatever the compute dtype: the mask value below is representable,
         # and bf16/fp16 logits lose too much precision in exp/normalise.
         score = ops.cast(content_score + position_score, "float32") * self.scale

@@ -58,9 +58,10 @@ class TransformerXLBlock(keras.layers.Layer):
         self.feed_forward.build(hidden_shape)
 
     def call(self, hidden, memory, position_keys, mask, content_bias, position_bias,
-             training=None):
+             training=None, key_distance=None):
         hidden, segment_key_value = self.attention(hidden, memory, position_keys, mask,
-                                                   content_bias, position_bias, training=training)
+                                                   content_bias, position_bias, training=training,
+                                                   key_distance=key_distance)
         return self.feed_forward(hidden, training=training), segment_key_value
 
     def compute_output_spec(self, hidden, *args, **kwargs):

@@ -147,21 +147,44 @@ class TransfoXLBackbone(keras.layers.Layer):
             position = self.position_dropout(position, training=training)
             position_keys = [b.attention.project_positions(position) for b in self.blocks]
         hidden = self.embedding_dropout(self.embedding(token_ids), training=training)
-        layer_inputs, segment_keys, segment_values = [], [], []
-        for i, block in enumerate(self.blocks):
-            layer_inputs.append(hidden)
-            u = self.content_bias[i] if c.untie_r else self.content_bias
-            v = self.position_bias[i] if c.untie_r else self.position_bias
-            layer_memory = layer_keys_values(memory, i) if key_value else memory[STATES][:, i]
-            hidden, (keys, values) = block(hidden, layer_memory, position_keys[i], mask, u, v,
-                                           training=training)
-            segment_keys.append(keys)
-            segment_values.append(values)
+        layer_memories = [layer_keys_values(memory, i) if key_value else memory[STATES][:, i]
+                          for i in range(c.n_layer)]
+        hidden, layer_inputs, segment_keys, segment_values = self._blocks(
+            hidden, layer_memories, position_keys, mask, training)
         hidden = self.output_dropout(hidden, training=training)
         if key_value:
             return hidden, updated_key_value_memory(memory, segment_keys, segment_values,
                                                     segment_valid)
         return hidden, updated_memory(memory, layer_inputs, segment_valid)
+
+    def decode_step(self, token_ids, memory_parts, memory_valid, key_distance, position_keys):
+        """One token per row [B, 1] against a key/value cache kept in parts (inference only).
+
+        memory_parts: per layer, a list of (keys, values) [B, N, S, H] parts; memory_valid:
+        [B, sum of S] bool in the same order; key_distance: int [sum of S + 1], the distance of
+        every part's slots and then the token itself (0) from the token; position_keys: from
+        `position_keys(K)` with K > the largest distance. Returns (hidden [B, 1, D], the token's
+        keys and values per layer, [B, N, 1, H]) for the caller to store: generation keeps a
+        window of recent tokens beside the memory so a step copies no cached rows.
+        """
+        mask = attention_mask(memory_valid, 1)
+        hidden, _, keys, values = self._blocks(self.embedding(token_ids), memory_parts,
+                                               position_keys, mask, False, key_distance)
+        return hidden, keys, values
+
+    def _blocks(self, hidden, layer_memories, position_keys, mask, training, key_distance=None):
+        """Every block in turn; returns (hidden, each layer's input, keys and values)."""
+        c = self.config
+        layer_inputs, segment_keys, segment_values = [], [], []
+        for i, block in enumerate(self.blocks):
+            layer_inputs.append(hidden)
+            u = self.content_bias[i] if c.untie_r else self.content_bias
+            v = self.position_bias[i] if c.untie_r else self.position_bias
+            hidden, (keys, values) = block(hidden, layer_memories[i], position_keys[i], mask, u, v,
+                                           training=training, key_distance=key_distance)
+            segment_keys.append(keys)
+            segment_values.append(values)
+        return hidden, layer_inputs, segment_keys, segment_values
 
     def compute_output_spec(self, token_ids, memory=None, reset=None, training=None,
                             clamp_len=None, same_length=None, segment_valid=None,

@@ -1,12 +1,22 @@
-"""Generation on a key/value memory: each new token costs one one-token segment step.
+"""Generation on a key/value memory: each new token costs one one-token step and copies nothing.
 
-Shape glossary: B batch, P prompt length, N new tokens, L layers, M memory length, D model size.
+Shape glossary: B batch, P prompt length, N new tokens, L layers, M memory length, W recent window,
+D model size, H head size.
+
+Why a window: appending one token to a [B, N, M, H] memory and dropping the oldest is a copy of
+the whole memory in every layer (TensorFlow tensors are immutable), and at M in the thousands
+that copy costs more than the token's attention. So the decode loop keeps the memory fixed and
+writes new tokens' keys and values into a small window of W slots beside it; the step attends to
+both (the oldest memory slots hidden as the window fills, so it always sees the last M
+positions), and every W tokens the window is merged into the memory (one copy per W tokens).
 """
 
 import tensorflow as tf
 
-from tfxl.layers.memory import VALID, per_layer, stacked
+from tfxl.layers.memory import KEYS, VALID, VALUES, per_layer, stacked
 from tfxl.models.sampling import sample_next
+
+RECENT_WINDOW = 32
 
 
 def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
@@ -14,20 +24,22 @@ def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0
     """Samples `max_new_tokens` (>= 1) tokens after `prompt_ids` [B, P], in-graph.
 
     `memory` is a key/value memory (a layer-input memory is converted first, exactly). The prompt
-    is read in one segment step on top of it; then every new token is one segment step of length
-    1 (a tf.while_loop) that projects only that token's keys and values, with the position keys
-    of K = M + 1 computed once before the loop. `prompt_valid` [B, P] marks left padding (False)
-    for prompts of different lengths. Token i is drawn with the stateless seed (seed, i).
+    is read in one segment step on top of it; then every new token is one step (a tf.while_loop)
+    that projects only that token's keys and values, with the position keys computed once before
+    the loop. `prompt_valid` [B, P] marks left padding (False) for prompts of different lengths.
+    Token i is drawn with the stateless seed (seed, i). `same_length` changes nothing after the
+    prompt: a single query sees the M + 1 positions either way.
 
     Returns (generated ids int32 [B, N], key/value memory). The memory holds the prompt and every
     generated token but the last, which has not been read yet: to continue, pass
     `generated[:, -1:]` as the next prompt with this memory (how streaming clients call it one
     token at a time).
     """
-    run = dict(clamp_len=clamp_len, same_length=same_length)
     memory = model.key_value_memory(memory)
-    log_probs, memory = model(prompt_ids, memory, segment_valid=prompt_valid, **run)
-    step_position_keys = model.position_keys(memory[VALID].shape[1] + 1, clamp_len)
+    log_probs, memory = model(prompt_ids, memory, segment_valid=prompt_valid, clamp_len=clamp_len,
+                              same_length=same_length)
+    window = _RecentWindow(memory, RECENT_WINDOW)
+    position_keys = model.position_keys(window.max_distance + 1, clamp_len)  # once
     batch = tf.shape(prompt_ids)[0]
     max_new_tokens = tf.cast(max_new_tokens, tf.int32)
     tf.debugging.assert_positive(max_new_tokens, message="max_new_tokens must be >= 1")
@@ -36,17 +48,92 @@ def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0
     def draw(step, last):
         return sample_next(last, temperature, top_k, top_p, tf.stack([seed, step]))
 
-    def body(step, last, memory, out):
+    def body(step, last, state, out):
         token = draw(step, last)
-        next_log_probs, memory = model(token[:, None], memory, position_keys=step_position_keys,
-                                       **run)
-        return step + 1, next_log_probs[:, 0], memory, out.write(step, token)
+        state = window.merged_if_full(state)
+        parts, valid, distance = window.attended(state)
+        next_log_probs, keys, values = model.decode_step(token[:, None], parts, valid, distance,
+                                                         position_keys)
+        return step + 1, next_log_probs[:, 0], window.appended(state, keys, values), out.write(
+            step, token)
 
     out = tf.TensorArray(tf.int32, size=max_new_tokens, element_shape=[None])
-    step, last, memory, out = tf.while_loop(
+    step, last, state, out = tf.while_loop(
         lambda step, *_: step < max_new_tokens - 1, body,
-        (tf.constant(0), log_probs[:, -1], per_layer(memory), out))
-    memory = stacked(memory)
+        (tf.constant(0), log_probs[:, -1], window.start(), out))
     out = out.write(step, draw(step, last))
     generated = tf.transpose(out.stack())  # [N, B] -> [B, N]
-    return tf.reshape(generated, [batch, max_new_tokens]), memory
+    return tf.reshape(generated, [batch, max_new_tokens]), window.memory(state)
+
+
+class _RecentWindow:
+    """The decode state: the memory (fixed between merges) plus a window of the newest tokens.
+
+    State (a dict of tensors, a tf.while_loop variable): per layer "keys"/"values" [B, N, M, H]
+    and "recent_keys"/"recent_values" [B, N, W, H]; "valid" [B, M], "recent_valid" [B, W]; and
+    "filled", the number r of window slots in use. The newest M positions are memory slots r..M-1
+    and window slots 0..r-1: memory slot f is at distance M - f + r from the token being read,
+    window slot i at r - i.
+    """
+
+    def __init__(self, memory, size):
+        self.initial = per_layer(memory)
+        self.mem_len = memory[VALID].shape[1]
+        self.size = size
+        self.max_distance = self.mem_len + size - 1
+
+    def start(self):
+        keys = self.initial[KEYS][0]
+        batch = tf.shape(keys)[0]
+        empty = tf.zeros([batch, keys.shape[1], self.size, keys.shape[3]], keys.dtype)
+        return {**self.initial, "recent_keys": [empty] * len(self.initial[KEYS]),
+                "recent_values": [empty] * len(self.initial[KEYS]),
+                "recent_valid": tf.fill([batch, self.size], False), "filled": tf.constant(0)}
+
+    def _joined(self, state, first):
+        """Memory and window slots [first, first + M) of [memory; window], per layer."""
+        def last_m(memory, recent, axis):
+            joined = tf.concat([memory, recent], axis=axis)
+            begin = [0] * len(joined.shape)
+            begin[axis] = first
+            size = [-1] * len(joined.shape)
+            size[axis] = self.mem_len
+            return tf.ensure_shape(tf.slice(joined, begin, size), memory.shape)
+        return {KEYS: [last_m(m, r, 2) for m, r in zip(state[KEYS], state["recent_keys"])],
+                VALUES: [last_m(m, r, 2) for m, r in zip(state[VALUES], state["recent_values"])],
+                VALID: last_m(state[VALID], state["recent_valid"], 1)}
+
+    def merged_if_full(self, state):
+        """Every W tokens: the window moves into the memory (the one copy of the memory)."""
+        def merge():
+            return {**state, **self._joined(state, self.size),
+                    "recent_valid": tf.zeros_like(state["recent_valid"]),
+                    "filled": tf.constant(0)}
+        return tf.cond(state["filled"] >= self.size, merge, lambda: state)
+
+    def attended(self, state):
+        """(per-layer parts, valid [B, M + W], distances [M + W + 1]) for the next token."""
+        filled = state["filled"]
+        distance = tf.concat([self.mem_len - tf.range(self.mem_len) + filled,
+                              filled - tf.range(self.size), [0]], axis=0)
+        # A slot is seen when it holds a token within the last M positions.
+        in_window = (distance[:-1] >= 1) & (distance[:-1] <= self.mem_len)
+        valid = tf.concat([state[VALID], state["recent_valid"]], axis=1) & in_window[None, :]
+        parts = [[(k, v), (rk, rv)] for k, v, rk, rv in zip(
+            state[KEYS], state[VALUES], state["recent_keys"], state["recent_values"])]
+        return parts, valid, distance
+
+    def appended(self, state, keys, values):
+        """The token's keys and values [B, N, 1, H] per layer written into window slot r."""
+        slot = tf.range(self.size) == state["filled"]  # [W]
+        write = lambda new, old: tf.where(slot[None, None, :, None], new, old)  # noqa: E731
+        return {**state,
+                "recent_keys": [write(k, old) for k, old in zip(keys, state["recent_keys"])],
+                "recent_values": [write(v, old) for v, old in zip(values,
+                                                                  state["recent_values"])],
+                "recent_valid": state["recent_valid"] | slot[None, :],
+                "filled": state["filled"] + 1}
+
+    def memory(self, state):
+        """The key/value memory of the newest M positions (public, stacked form)."""
+        return stacked(self._joined(state, state["filled"]))

@@ -98,6 +98,16 @@ class TransfoXLLM(keras.Model):
             tf.constant(float(top_p)), tf.constant(int(seed)))
         return out.numpy()[0] if ids.ndim == 1 else out.numpy()
 
+    def decode_step(self, token_ids, memory_parts, memory_valid, key_distance, position_keys):
+        """`TransfoXLBackbone.decode_step` followed by the softmax: (log_probs [B, 1, V], keys,
+        values)."""
+        hidden, keys, values = self.backbone.decode_step(token_ids, memory_parts, memory_valid,
+                                                         key_distance, position_keys)
+        tied_weights, tied_projections = self._tied_tensors()
+        log_probs = self.softmax(hidden, None, tied_weights=tied_weights,
+                                 tied_projections=tied_projections)
+        return log_probs, keys, values
+
     def _tied_tensors(self):
         embedding = self.backbone.embedding
         n = len(embedding.clusters)
