@@ -45,7 +45,7 @@ def test_key_value_generation_gives_the_tokens_of_the_layer_input_path(lm, tempe
     got, memory = generate(lm, prompt, lm.init_key_value_memory(2), 9, temperature, top_k,
                            top_p, seed, clamp_len=4, same_length=True)
     np.testing.assert_array_equal(got.numpy(), want)
-    assert memory["keys"].shape == (2, 2, 2, MEM, 8) and memory["valid"].numpy().all()
+    assert memory["keys"].shape == (2, 2, 2, 8, MEM) and memory["valid"].numpy().all()
     # The Keras-style method runs the same loop with the config's evaluation settings.
     np.testing.assert_array_equal(lm.generate(prompt, 9, temperature, top_k, top_p, seed), want)
     np.testing.assert_array_equal(lm.generate(prompt[0], 9, temperature, top_k, top_p, seed),

@@ -58,7 +58,8 @@ def test_key_value_path_equals_layer_input_path_and_oracle(case):
             np.testing.assert_allclose(key_value[name].numpy(), converted[name].numpy(),
                                        atol=1e-5)
         np.testing.assert_array_equal(key_value["valid"].numpy(), states["valid"].numpy())
-    assert key_value["keys"].shape == (2, c.n_layer, c.n_head, c.mem_len, c.d_head)
+    assert key_value["keys"].shape == (2, c.n_layer, c.n_head, c.d_head, c.mem_len)
+    assert key_value["values"].shape == (2, c.n_layer, c.n_head, c.mem_len, c.d_head)
 
 
 def test_reset_rows_and_padding_follow_the_layer_input_path():

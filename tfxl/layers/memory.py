@@ -12,10 +12,12 @@ Layer-input memory (training; the paper's): 4·L·M·D bytes per row in float32.
   Training needs it: W_k and W_v receive gradients through the memory rows they project.
 
 Key/value memory (evaluation, generation, serving): 2·N·H/D times the layer-input memory.
-  "keys":   [B, L, N, M, H]  layer l's keys of the last M positions (W_k,E applied, after the
-                             pre-LN LayerNorm where pre_lnorm), heads-major so attention reads
-                             them without a transpose.
-  "values": [B, L, N, M, H]  the same through W_v.
+  "keys":   [B, L, N, H, M]  layer l's keys of the last M positions (W_k,E applied, after the
+                             pre-LN LayerNorm where pre_lnorm), stored as each head's [H, M]
+                             matrix so that q . k is a plain matmul reading them in place (a
+                             transposed operand is packed into a fresh copy first).
+  "values": [B, L, N, M, H]  the same through W_v, each head's [M, H] matrix (probs . v reads it
+                             in place).
   "valid":  [B, M] bool      as above.
   With fixed weights it holds exactly what the layer-input memory would be projected to, so a
   segment step projects only its T new rows (`TransfoXLBackbone.key_value_memory` converts).
@@ -47,9 +49,10 @@ def empty_memory(batch_size, n_layer, mem_len, d_model, dtype="float32"):
 
 
 def empty_key_value_memory(batch_size, n_layer, mem_len, n_head, d_head, dtype="float32"):
-    """A key/value memory with no valid slot: keys and values [B, L, N, M, H], valid [B, M]."""
-    shape = (batch_size, n_layer, n_head, mem_len, d_head)
-    return {KEYS: ops.zeros(shape, dtype=dtype), VALUES: ops.zeros(shape, dtype=dtype),
+    """A key/value memory with no valid slot: keys [B, L, N, H, M], values [B, L, N, M, H],
+    valid [B, M]."""
+    return {KEYS: ops.zeros((batch_size, n_layer, n_head, d_head, mem_len), dtype=dtype),
+            VALUES: ops.zeros((batch_size, n_layer, n_head, mem_len, d_head), dtype=dtype),
             VALID: ops.zeros((batch_size, mem_len), dtype="bool")}
 
 
@@ -96,35 +99,36 @@ def updated_memory(memory, layer_inputs, segment_valid=None):
 def updated_key_value_memory(memory, segment_keys, segment_values, segment_valid=None):
     """The next key/value memory: last M positions of [old memory; this segment's k and v].
 
-    segment_keys, segment_values: lists of L tensors [B, N, T, H] (each layer's new rows).
-    A memory in per-layer form (see `per_layer`) stays in that form.
+    segment_keys: lists of L tensors [B, N, H, T], segment_values: [B, N, T, H] (each layer's
+    new rows). A memory in per-layer form (see `per_layer`) stays in that form.
     """
-    valid = _next_valid(memory[VALID], segment_keys[0][:, 0, :, 0], segment_valid)
+    valid = _next_valid(memory[VALID], segment_keys[0][:, 0, 0, :], segment_valid)
     if isinstance(memory[KEYS], (list, tuple)):
-        return {KEYS: [ops.stop_gradient(_last_slots(old, new, axis=2))
+        return {KEYS: [ops.stop_gradient(_last_slots(old, new, axis=3))
                        for old, new in zip(memory[KEYS], segment_keys)],
                 VALUES: [ops.stop_gradient(_last_slots(old, new, axis=2))
                          for old, new in zip(memory[VALUES], segment_values)],
                 VALID: valid}
     keys, values = ops.stack(segment_keys, axis=1), ops.stack(segment_values, axis=1)
-    return {KEYS: ops.stop_gradient(_last_slots(memory[KEYS], keys, axis=3)),
+    return {KEYS: ops.stop_gradient(_last_slots(memory[KEYS], keys, axis=4)),
             VALUES: ops.stop_gradient(_last_slots(memory[VALUES], values, axis=3)),
             VALID: valid}
 
 
 def layer_keys_values(memory, layer):
-    """Layer `layer`'s (keys, values) [B, N, M, H] of a key/value memory in either form."""
+    """Layer `layer`'s (keys [B, N, H, M], values [B, N, M, H]) of a key/value memory in either
+    form."""
     if isinstance(memory[KEYS], (list, tuple)):
         return memory[KEYS][layer], memory[VALUES][layer]
     return memory[KEYS][:, layer], memory[VALUES][:, layer]
 
 
 def per_layer(memory):
-    """A key/value memory with keys and values as lists of L tensors [B, N, M, H].
+    """A key/value memory with keys and values as lists of L per-layer tensors.
 
     Loops that carry the memory through many one-token steps (generation) use this form: slicing
-    each layer out of [B, L, N, M, H] and stacking the layers back are two copies of the whole
-    memory per step, which at M in the thousands cost more than the step's attention.
+    each layer out of [B, L, ...] and stacking the layers back are two copies of the whole memory
+    per step, which at M in the thousands cost more than the step's attention.
     """
     n_layer = memory[KEYS].shape[1]
     return {KEYS: [memory[KEYS][:, i] for i in range(n_layer)],
@@ -132,7 +136,7 @@ def per_layer(memory):
 
 
 def stacked(memory):
-    """The public form of a key/value memory: keys and values [B, L, N, M, H]."""
+    """The public form of a key/value memory: keys [B, L, N, H, M], values [B, L, N, M, H]."""
     if not isinstance(memory[KEYS], (list, tuple)):
         return memory
     return {KEYS: ops.stack(memory[KEYS], axis=1), VALUES: ops.stack(memory[VALUES], axis=1),

@@ -12,8 +12,8 @@ scaled by 1/sqrt(H). Queries come from the current segment only; keys and values
 
 Two kinds of memory reach the layer (see `tfxl.layers.memory`): layer inputs [B, M, D], whose
 keys and values are projected here with the segment's (training: W_k and W_v learn through the
-memory rows), or keys and values already projected [B, N, M, H] (inference: only the T new rows
-are projected). Both meet in one attention core, so the two paths cannot drift apart.
+memory rows), or keys and values already projected, keys [B, N, H, M] and values [B, N, M, H] (inference: only
+the T new rows are projected). Both meet in one attention core, so the two paths cannot drift apart.
 """
 
 import functools
@@ -79,14 +79,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     Call args:
       hidden: [B, T, D] the current segment.
       memory: this layer's memory, either its layer inputs [B, M, D] (may have M = 0) or a pair
-        (keys, values) of [B, N, M, H] from `project_memory` or an earlier call's output.
+        (keys [B, N, H, M], values [B, N, M, H]) from `project_memory` or earlier calls' outputs.
       position_keys: `project_positions(R)` for the K = M + T distances of this call; inference
         computes it once per pass and reuses it for every segment of that shape.
       mask: [B, 1, T, K] bool, True where the query may attend to the key.
       content_bias: u, [N, H]. position_bias: v, [N, H].
     Returns:
-      (output [B, T, D], (keys, values) [B, N, T, H] of the segment's own rows): what a key/value
-      memory appends.
+      (output [B, T, D], (keys [B, N, H, T], values [B, N, T, H]) of the segment's own rows): what
+      a key/value memory appends.
     """
 
     def __init__(self, d_model, n_head, d_head, dropout=0.0, dropatt=0.0, pre_lnorm=False,
@@ -132,32 +132,35 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return ops.split(key_value, 2, axis=1)  # (split: a cheap gradient)
 
     def project_memory(self, memory_state):
-        """Keys and values [B, N, M, H] of a layer-input memory [B, M, D] (what inference caches)."""
+        """Keys [B, N, H, M] and values [B, N, M, H] of a layer-input memory [B, M, D]: what
+        inference caches."""
         memory_state = ops.cast(memory_state, self.compute_dtype)
-        return self._key_value(self.layer_norm(memory_state) if self.pre_lnorm else memory_state)
+        keys, values = self._key_value(
+            self.layer_norm(memory_state) if self.pre_lnorm else memory_state)
+        return ops.transpose(keys, (0, 1, 3, 2)), values
 
     def project_positions(self, position_encoding):
-        """W_k,R R: position keys [N, K + 1, H] for R [K, D] (distances K-1 ... 0).
+        """W_k,R R: position keys [N, H, K + 1] for R [K, D] (distances K-1 ... 0).
 
-        Depends on K, clamp_len and the weights only. Row 0 is the projection of an all-zero
+        Depends on K, clamp_len and the weights only. Column 0 is the projection of an all-zero
         encoding, so `position_score` comes out with the zero column rel_shift needs and no
-        padded copy of [B, N, T, K] is made; heads-major so every query reads it untransposed.
+        padded copy of [B, N, T, K] is made; each head's [H, K + 1] matrix is read in place.
         """
         position_encoding = ops.pad(ops.cast(position_encoding, self.compute_dtype),
                                     [[1, 0], [0, 0]])
-        return ops.transpose(_project(position_encoding, self.position_kernel), (1, 0, 2))
+        return ops.transpose(_project(position_encoding, self.position_kernel), (1, 2, 0))
 
     def position_score(self, query, position_keys, key_distance=None):
         """Terms (b) + (d): (q_i + v) . W_k,R R_{M+i-j} for every query i and key j.
 
-        query: q + v, [B, N, T, H]. position_keys: [N, K + 1, H]. Returns [B, N, T, K].
+        query: q + v, [B, N, T, H]. position_keys: [N, H, K + 1]. Returns [B, N, T, K].
         key_distance: optional int [K], each key's distance from a single query (T = 1) whose
           keys are not stored oldest-first (a decode cache kept in parts); read by column.
         """
-        score = ops.einsum("bnth,nkh->bntk", query, position_keys)  # column m: distance K - m
+        score = ops.einsum("bnth,nhk->bntk", query, position_keys)  # column m: distance K - m
         if key_distance is None:
             return rel_shift_prepadded(score)
-        key_len = position_keys.shape[1] - 1
+        key_len = position_keys.shape[2] - 1
         return ops.take(score, key_len - ops.clip(key_distance, 0, key_len - 1), axis=-1)
 
     # -- attention ----------------------------------------------------------------------------
@@ -167,25 +170,28 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         keys, with the segment's, are listed in `key_distance` order (see `position_score`)."""
         segment = self.layer_norm(hidden) if self.pre_lnorm else hidden
         query = ops.transpose(_project(segment, self.query_kernel), (0, 2, 1, 3))  # [B, N, T, H]
+        query_u = query + ops.cast(content_bias, query.dtype)[:, None, :]  # u: [N, 1, H]
         if isinstance(memory, (tuple, list)):  # key/value memory: project the T new rows only
             segment_keys, segment_values = self._key_value(segment)
+            segment_keys = ops.transpose(segment_keys, (0, 1, 3, 2))  # [B, N, H, T]
             # Memory parts and segment stay separate tensors (scores concatenated instead):
             # copying the M cached rows every step would cost more than attending to them.
             parts = memory if isinstance(memory[0], (tuple, list)) else [memory]
             key_parts = [ops.cast(k, query.dtype) for k, _ in parts] + [segment_keys]
             value_parts = [ops.cast(v, query.dtype) for _, v in parts] + [segment_values]
+            content_score = ops.concatenate(                                             # AC
+                [ops.einsum("bnth,bnhk->bntk", query_u, k) for k in key_parts], -1)
         else:  # layer-input memory: k and v of all K rows in one GEMM
             memory = ops.cast(memory, hidden.dtype)
             memory_rows = self.layer_norm(memory) if self.pre_lnorm else memory
             keys, values = self._key_value(ops.concatenate([memory_rows, segment], axis=1))
             mem_len = memory.shape[1]
-            segment_keys, segment_values = keys[:, :, mem_len:], values[:, :, mem_len:]
-            key_parts, value_parts = [keys], [values]
-        content_bias = ops.cast(content_bias, query.dtype)[:, None, :]  # [N, 1, H]
+            segment_keys = ops.transpose(keys[:, :, mem_len:], (0, 1, 3, 2))
+            segment_values = values[:, :, mem_len:]
+            value_parts = [values]
+            content_score = ops.einsum("bnth,bnkh->bntk", query_u, keys)                  # AC
         position_bias = ops.cast(position_bias, query.dtype)[:, None, :]
 
-        content_score = ops.concatenate(                                                 # AC
-            [ops.einsum("bnth,bnkh->bntk", query + content_bias, k) for k in key_parts], -1)
         position_score = self.position_score(query + position_bias, position_keys,    # BD
                                              key_distance)
         # Softmax in float32 whatever the compute dtype: the mask value below is representable,
@@ -209,9 +215,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return output, (segment_keys, segment_values)
 
     def compute_output_spec(self, hidden, *args, **kwargs):
-        batch, seg_len = hidden.shape[0], hidden.shape[1]
-        rows = keras.KerasTensor((batch, self.n_head, seg_len, self.d_head), self.compute_dtype)
-        return keras.KerasTensor(hidden.shape, self.compute_dtype), (rows, rows)
+        batch, seg_len, dtype = hidden.shape[0], hidden.shape[1], self.compute_dtype
+        keys = keras.KerasTensor((batch, self.n_head, self.d_head, seg_len), dtype)
+        values = keras.KerasTensor((batch, self.n_head, seg_len, self.d_head), dtype)
+        return keras.KerasTensor(hidden.shape, dtype), (keys, values)
 
     def get_config(self):
         return {

@@ -120,7 +120,7 @@ class TransfoXLBackbone(keras.layers.Layer):
 
     def position_keys(self, key_length, clamp_len=None):
         """Every layer's position keys for K = `key_length` (a Python int): a list of L tensors
-        [N, K + 1, H] to pass as `position_keys=` to every inference call of that shape."""
+        [N, H, K + 1] to pass as `position_keys=` to every inference call of that shape."""
         position = self.position_encoding(key_length=key_length, clamp_len=clamp_len)
         return [block.attention.project_positions(position) for block in self.blocks]
 
@@ -137,9 +137,9 @@ class TransfoXLBackbone(keras.layers.Layer):
         mem_len = memory[VALID].shape[1]
 
         mask = attention_mask(memory[VALID], segment_len, same_length, segment_valid)
-        if position_keys is not None and position_keys[0].shape[1] not in (
+        if position_keys is not None and position_keys[0].shape[-1] not in (
                 None, mem_len + segment_len + 1):
-            raise ValueError(f"position_keys were computed for {position_keys[0].shape[1] - 1} "
+            raise ValueError(f"position_keys were computed for {position_keys[0].shape[-1] - 1} "
                              f"keys; this call has M + T = {mem_len} + {segment_len}")
         if position_keys is None:
             position = self.position_encoding(key_length=mem_len + segment_len,
@@ -160,12 +160,13 @@ class TransfoXLBackbone(keras.layers.Layer):
     def decode_step(self, token_ids, memory_parts, memory_valid, key_distance, position_keys):
         """One token per row [B, 1] against a key/value cache kept in parts (inference only).
 
-        memory_parts: per layer, a list of (keys, values) [B, N, S, H] parts; memory_valid:
-        [B, sum of S] bool in the same order; key_distance: int [sum of S + 1], the distance of
-        every part's slots and then the token itself (0) from the token; position_keys: from
-        `position_keys(K)` with K > the largest distance. Returns (hidden [B, 1, D], the token's
-        keys and values per layer, [B, N, 1, H]) for the caller to store: generation keeps a
-        window of recent tokens beside the memory so a step copies no cached rows.
+        memory_parts: per layer, a list of (keys [B, N, H, S], values [B, N, S, H]) parts;
+        memory_valid: [B, sum of S] bool in the same order; key_distance: int [sum of S + 1], the
+        distance of every part's slots and then of the token itself (0) from the token;
+        position_keys: from `position_keys(K)` with K > the largest distance.
+        Returns (hidden [B, 1, D], per layer the token's keys [B, N, H, 1] and values
+        [B, N, 1, H]) for the caller to store: generation keeps a window of recent tokens beside
+        the memory so that a step copies no cached rows.
         """
         mask = attention_mask(memory_valid, 1)
         hidden, _, keys, values = self._blocks(self.embedding(token_ids), memory_parts,

@@ -69,8 +69,9 @@ def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0
 class _RecentWindow:
     """The decode state: the memory (fixed between merges) plus a window of the newest tokens.
 
-    State (a dict of tensors, a tf.while_loop variable): per layer "keys"/"values" [B, N, M, H]
-    and "recent_keys"/"recent_values" [B, N, W, H]; "valid" [B, M], "recent_valid" [B, W]; and
+    State (a dict of tensors, a tf.while_loop variable): per layer "keys" [B, N, H, M], "values"
+    [B, N, M, H] and likewise "recent_keys"/"recent_values" with W slots; "valid" [B, M],
+    "recent_valid" [B, W]; and
     "filled", the number r of window slots in use. The newest M positions are memory slots r..M-1
     and window slots 0..r-1: memory slot f is at distance M - f + r from the token being read,
     window slot i at r - i.
@@ -83,11 +84,13 @@ class _RecentWindow:
         self.max_distance = self.mem_len + size - 1
 
     def start(self):
-        keys = self.initial[KEYS][0]
-        batch = tf.shape(keys)[0]
-        empty = tf.zeros([batch, keys.shape[1], self.size, keys.shape[3]], keys.dtype)
-        return {**self.initial, "recent_keys": [empty] * len(self.initial[KEYS]),
-                "recent_values": [empty] * len(self.initial[KEYS]),
+        values = self.initial[VALUES][0]  # [B, N, M, H]
+        batch, n_head, d_head = tf.shape(values)[0], values.shape[1], values.shape[3]
+        layers = len(self.initial[VALUES])
+        empty_keys = tf.zeros([batch, n_head, d_head, self.size], values.dtype)
+        empty_values = tf.zeros([batch, n_head, self.size, d_head], values.dtype)
+        return {**self.initial, "recent_keys": [empty_keys] * layers,
+                "recent_values": [empty_values] * layers,
                 "recent_valid": tf.fill([batch, self.size], False), "filled": tf.constant(0)}
 
     def _joined(self, state, first):
@@ -99,7 +102,7 @@ class _RecentWindow:
             size = [-1] * len(joined.shape)
             size[axis] = self.mem_len
             return tf.ensure_shape(tf.slice(joined, begin, size), memory.shape)
-        return {KEYS: [last_m(m, r, 2) for m, r in zip(state[KEYS], state["recent_keys"])],
+        return {KEYS: [last_m(m, r, 3) for m, r in zip(state[KEYS], state["recent_keys"])],
                 VALUES: [last_m(m, r, 2) for m, r in zip(state[VALUES], state["recent_values"])],
                 VALID: last_m(state[VALID], state["recent_valid"], 1)}
 
@@ -124,13 +127,14 @@ class _RecentWindow:
         return parts, valid, distance
 
     def appended(self, state, keys, values):
-        """The token's keys and values [B, N, 1, H] per layer written into window slot r."""
+        """The token's keys [B, N, H, 1] and values [B, N, 1, H] per layer written into window
+        slot r (a select over the W slots: small, and no scatter in a loop)."""
         slot = tf.range(self.size) == state["filled"]  # [W]
-        write = lambda new, old: tf.where(slot[None, None, :, None], new, old)  # noqa: E731
         return {**state,
-                "recent_keys": [write(k, old) for k, old in zip(keys, state["recent_keys"])],
-                "recent_values": [write(v, old) for v, old in zip(values,
-                                                                  state["recent_values"])],
+                "recent_keys": [tf.where(slot, k, old)
+                                for k, old in zip(keys, state["recent_keys"])],
+                "recent_values": [tf.where(slot[:, None], v, old)
+                                  for v, old in zip(values, state["recent_values"])],
                 "recent_valid": state["recent_valid"] | slot[None, :],
                 "filled": state["filled"] + 1}
 
