@@ -56,9 +56,9 @@ def cached_vs_vanilla(lengths, seg_len=128, batch=1, jit=True, reps=3):
     model = TransfoXLLM(config)
     model.build((None, None))
 
-    def forward(ids, memory, targets, same_length):
+    def forward(ids, memory, targets, same_length, position_keys=None):
         nll, new_memory = model(ids, memory, targets=targets, training=False,
-                                same_length=same_length)
+                                same_length=same_length, position_keys=position_keys)
         return tf.reduce_sum(nll), new_memory
 
     forward = tf.function(forward, jit_compile=jit, reduce_retracing=False,
@@ -66,14 +66,16 @@ def cached_vs_vanilla(lengths, seg_len=128, batch=1, jit=True, reps=3):
     rng = tf.random.Generator.from_seed(0)
     results = []
     for length in lengths:
-        # Transformer-XL: segment of T with a full memory of M = L slots.
+        # Transformer-XL: segment of T with a full key/value memory of M = L slots, position
+        # keys computed once (as every evaluation pass does).
         ids = rng.uniform((batch, seg_len), 0, config.vocab_size, tf.int32)
         memory = model.init_memory(batch, mem_len=length)
-        memory = {"states": rng.normal(memory["states"].shape) * 0.5,
-                  "valid": tf.ones_like(memory["valid"])}
+        memory = model.key_value_memory({"states": rng.normal(memory["states"].shape) * 0.5,
+                                         "valid": tf.ones_like(memory["valid"])})
+        position_keys = model.position_keys(length + seg_len)
 
         def xl_step():
-            loss, new = forward(ids, memory, ids, True)
+            loss, new = forward(ids, memory, ids, True, position_keys)
             loss.numpy()
 
         xl = _best_time(xl_step, reps) / seg_len
@@ -97,6 +99,78 @@ def cached_vs_vanilla(lengths, seg_len=128, batch=1, jit=True, reps=3):
         print(f"L={length}: XL {1e3 * xl:.3f} ms/token, vanilla {1e3 * vanilla:.1f} ms/token, "
               f"speed-up {vanilla / xl:.0f}x ({vanilla / xl / length:.2f} L; FLOP ratio "
               f"{flops_vanilla / flops_xl:.0f})", flush=True)
+    return results
+
+
+def memory_paths(settings, batch=16, segments=8, jit=True, reps=3):
+    """Evaluation tokens/s of the same model on both memories, segment after segment.
+
+    The bench model (float32, random weights) scores `segments` consecutive [batch, T] segments
+    with memory M, carried from one segment to the next: on the layer-input memory (every segment
+    re-projects the M memory rows and the K position encodings in every layer; the path before
+    the key/value memory) and on the key/value memory with the position keys computed once per
+    pass. One compiled segment step per path (jit_compile as given), the same data, interleaved
+    repetitions; the best pass counts.
+    """
+    tf = common.setup()
+    import keras
+    from tfxl.layers.memory import per_layer
+    from tfxl.models import TransfoXLLM
+
+    keras.config.set_dtype_policy("float32")
+    keras.utils.set_random_seed(0)
+    config = common.bench_config()
+    model = TransfoXLLM(config)
+    model.build((None, None))
+
+    @tf.function(jit_compile=jit, reduce_retracing=False, autograph=False)
+    def step(ids, memory, position_keys):
+        nll, new_memory = model(ids[:, :-1], memory, targets=ids[:, 1:], training=False,
+                                position_keys=position_keys)
+        return tf.reduce_sum(nll), new_memory
+
+    results = []
+    for tgt_len, mem_len in settings:
+        data = tf.random.Generator.from_seed(tgt_len + mem_len).uniform(
+            (segments, batch, tgt_len + 1), 0, config.vocab_size, tf.int32)
+
+        def layer_input_pass():
+            memory, total = model.init_memory(batch, mem_len=mem_len), 0.0
+            for ids in data:
+                nll, memory = step(ids, memory, None)
+                total += nll
+            return float(total)
+
+        def key_value_pass():
+            # Per-layer form: no per-segment slicing of each layer out of [B, L, ...] and
+            # stacking back (the memory never leaves this loop).
+            memory = per_layer(model.init_key_value_memory(batch, mem_len=mem_len))
+            position_keys, total = model.position_keys(mem_len + tgt_len), 0.0
+            for ids in data:
+                nll, memory = step(ids, memory, position_keys)
+                total += nll
+            return float(total)
+
+        passes = {"layer_input": layer_input_pass, "key_value": key_value_pass}
+        sums = {name: fn() for name, fn in passes.items()}  # trace + compile
+        best = {name: float("inf") for name in passes}
+        for _ in range(reps):  # interleaved: both paths see the same machine load
+            for name, fn in passes.items():
+                start = time.perf_counter()
+                fn()
+                best[name] = min(best[name], time.perf_counter() - start)
+        tokens = segments * batch * tgt_len
+        row = {"tgt_len": tgt_len, "mem_len": mem_len, "batch": batch, "jit": jit,
+               "layer_input_tokens_per_s": tokens / best["layer_input"],
+               "key_value_tokens_per_s": tokens / best["key_value"],
+               "same_nll": abs(sums["layer_input"] - sums["key_value"]) <= 1e-4 * abs(
+                   sums["layer_input"])}
+        row["speedup"] = row["key_value_tokens_per_s"] / row["layer_input_tokens_per_s"]
+        results.append(row)
+        print(f"eval T={tgt_len} M={mem_len} jit={jit}: layer-input "
+              f"{row['layer_input_tokens_per_s']:,.0f} tokens/s, key/value "
+              f"{row['key_value_tokens_per_s']:,.0f} tokens/s ({row['speedup']:.2f}x)",
+              flush=True)
     return results
 
 
@@ -149,6 +223,24 @@ def table_cached(results):
     return "\n".join(rows)
 
 
+PATH_TARGETS = {(80, 512): 2.0, (80, 2100): 3.0}
+
+
+def table_paths(results):
+    rows = ["| eval segment T | memory M | XLA | layer-input memory (tokens/s) | key/value memory "
+            "(tokens/s) | speed-up | target | same NLL |",
+            "| ---: | ---: | --- | ---: | ---: | ---: | --- | --- |"]
+    for r in results:
+        target = PATH_TARGETS.get((r["tgt_len"], r["mem_len"]))
+        verdict = "—" if target is None else (
+            f"≥ {target:g}×: " + ("met" if r["speedup"] >= target else
+                                  f"missed by {100 * (1 - r['speedup'] / target):.0f}%"))
+        rows.append(f"| {r['tgt_len']} | {r['mem_len']} | {'on' if r['jit'] else 'off'} | "
+                    f"{r['layer_input_tokens_per_s']:,.0f} | {r['key_value_tokens_per_s']:,.0f} | "
+                    f"{r['speedup']:.2f}× | {verdict} | {'yes' if r['same_nll'] else 'NO'} |")
+    return "\n".join(rows)
+
+
 def table_throughput(results):
     rows = ["| eval segment T | memory M | dtype | XLA | tokens/s | model TFLOP/s | "
             "vs PyTorch 4,300 tokens/s |", "| ---: | ---: | --- | --- | ---: | ---: | ---: |"]
@@ -161,7 +253,7 @@ def table_throughput(results):
 
 def main(argv=None):
     parser = common.add_common_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
-    parser.add_argument("--part", default="cached,throughput")
+    parser.add_argument("--part", default="cached,paths,throughput")
     parser.add_argument("--lengths", default="128,256,512,1024")
     parser.add_argument("--seg_len", type=int, default=128)
     parser.add_argument("--jit", default="on", help="on, off or on,off (throughput runs each; "
@@ -178,8 +270,15 @@ def main(argv=None):
         lengths = [int(x) for x in args.lengths.split(",")]
         out["cached"] = cached_vs_vanilla(lengths, args.seg_len, jit=jit, reps=args.reps)
         print(table_cached(out["cached"]))
+    if "paths" in args.part:
+        out["paths"] = []
+        for jit_paths in jits:
+            out["paths"] += memory_paths([(128, 128), (80, 512), (80, 2100)],
+                                         segments=4 if args.quick else 8, jit=jit_paths,
+                                         reps=1 if args.quick else args.reps)
+        print(table_paths(out["paths"]))
     if "throughput" in args.part:
-        settings = [(128, 128), (80, 512)]
+        settings = [(128, 128), (80, 512), (80, 2100)]
         out["throughput"] = []
         for dtype in args.dtypes.split(","):
             for jit_throughput in jits:

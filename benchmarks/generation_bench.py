@@ -9,7 +9,7 @@ loop on layer-input memory), so the prompt step and the call overhead cancel out
 The floor at batch 1: every token reads every weight once, so ms/token >= weight bytes / memory
 bandwidth; the bandwidth is measured here as the best time of a large array copy (read + write).
 
-    python -m benchmarks.generation_bench [--mem_lens 128,512,1600] [--layers 18] [--tokens 16]
+    python -m benchmarks.generation_bench [--mem_lens 128,512,1600] [--layers 18] [--tokens 64]
 """
 
 import argparse
@@ -63,7 +63,7 @@ def weight_bytes(model):
     return sum(int(v.numpy().nbytes) for v in model.weights)
 
 
-def measure(mem_lens, n_layer=18, tokens=16, reps=3):
+def measure(mem_lens, n_layer=18, tokens=64, reps=3):
     tf = common.setup()
     import keras
     from tfxl.models import TransfoXLLM
@@ -135,7 +135,7 @@ def main(argv=None):
     parser = common.add_common_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--mem_lens", default="128,512,1600")
     parser.add_argument("--layers", type=int, default=18)
-    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=64, help="new tokens timed (the window merges every 32)")
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args(argv)
     common.setup(args)
