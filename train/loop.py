@@ -143,11 +143,11 @@ class Runner:
 
         def dataset_fn(input_context):
             dataset = pipeline.input_fn(split, params, input_context)
-            if tgt_len != self.manifest["tgt_len"]:
-                dataset = rechunk(dataset, tgt_len)
             # A pipeline yields one per-replica batch per local replica and step.
             local_replicas = (input_context.num_replicas_in_sync
                               // input_context.num_input_pipelines)
+            if tgt_len != self.manifest["tgt_len"]:
+                dataset = rechunk(dataset, tgt_len, local_replicas)
             return dataset.skip(skip_batches * local_replicas) if skip_batches else dataset
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
