@@ -25,3 +25,10 @@ def _float32_and_seeded():
     np.random.seed(1234)
     yield
     keras.config.set_dtype_policy("float32")
+
+
+@pytest.fixture(scope="session")
+def mirrored():
+    """One MirroredStrategy over the two logical CPUs for the whole session: several strategy
+    objects in one process would share collective instance keys across their programs."""
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

@@ -54,21 +54,22 @@ def test_stateful_fit_carries_memory_and_matches_the_stateless_model(tmp_path):
     model.compile(keras.optimizers.Adam(3e-3))
     history = model.fit(as_dataset(x, y), epochs=3, verbose=0, shuffle=False)
     assert history.history["loss"][-1] < history.history["loss"][0] - 0.3
-    assert model._memory.valid.numpy().all()
-    memory_vars = {id(model._memory.states), id(model._memory.valid)}
-    assert not memory_vars & {id(v) for v in model.trainable_weights}
-    assert not memory_vars & {id(getattr(v, "value", v)) for v in model.weights}
+    assert model._memory.variables["valid"].numpy().all()
+    # The memories and cached position keys are no weights: the model's weights (Keras
+    # variables, compared as such) are exactly the LM's.
+    assert {id(v) for v in model.weights} == {id(v) for v in model.lm.weights}
 
-    # evaluate() carries its own memory batch to batch exactly like the stateless model does by
-    # hand, starting empty, and leaves the training memory alone.
-    trained_memory = model._memory.states.numpy()
+    # evaluate() carries its own (key/value) memory batch to batch exactly like the stateless
+    # model does by hand on the layer-input path, starting empty, and leaves the training memory
+    # alone.
+    trained_memory = model._memory.variables["states"].numpy()
     got = model.evaluate(as_dataset(x[:10], y[:10]), verbose=0)
     memory, total = model.lm.init_memory(B), 0.0
     for xb, yb in zip(x[:10], y[:10]):
         nll, memory = model.lm(xb, memory, targets=yb)
         total += float(tf.reduce_mean(nll))
     np.testing.assert_allclose(got, total / 10, rtol=1e-5)
-    np.testing.assert_array_equal(model._memory.states.numpy(), trained_memory)
+    np.testing.assert_array_equal(model._memory.variables["states"].numpy(), trained_memory)
 
     # The .keras file holds the weights, not the memory.
     path = str(tmp_path / "stateful.keras")
@@ -76,9 +77,48 @@ def test_stateful_fit_carries_memory_and_matches_the_stateless_model(tmp_path):
     loaded = keras.saving.load_model(path)
     assert isinstance(loaded, StatefulTransfoXLLM) and loaded.batch_size == B
     assert len(loaded.weights) == len(model.lm.weights)
-    assert not loaded._memory.valid.numpy().any()
+    assert not loaded._memory.variables["valid"].numpy().any()
     np.testing.assert_allclose(loaded.predict(x[0], batch_size=B, verbose=0),
                                model.predict(x[0], batch_size=B, verbose=0), atol=1e-5)
+
+
+def log_probs_by_hand(lm, segments):
+    """Log-probs of consecutive [B, T'] segments on the stateless layer-input path."""
+    memory, out = lm.init_memory(B), []
+    for ids in segments:
+        log_probs, memory = lm(ids, memory)
+        out.append(log_probs.numpy())
+    return np.concatenate(out)
+
+
+def test_stateful_predict_uses_a_key_value_memory_equal_to_the_layer_input_path():
+    x, _ = stream_batches(6, seed=1)
+    # mem_len > T, and an init_std at which attention is neither uniform nor one-hot.
+    model = StatefulTransfoXLLM(config(mem_len=2 * T, init_std=0.1), batch_size=B)
+    model.compile(keras.optimizers.Adam(3e-3))
+    assert not model.built
+
+    def predict(segments):
+        return model.predict(tf.data.Dataset.from_tensor_slices(segments), verbose=0)
+
+    np.testing.assert_allclose(predict(x), log_probs_by_hand(model.lm, x), atol=2e-5)
+    assert set(model._eval_memory.variables) == {"keys", "values", "valid"}
+    assert model._eval_memory.variables["valid"].numpy().all()
+    # Other weights (as after fit): the next predict() recomputes its cached position keys.
+    for variable in model.lm.trainable_variables:
+        variable.assign(variable * 1.5)
+    np.testing.assert_allclose(predict(x), log_probs_by_hand(model.lm, x), atol=2e-5)
+    # Segments shorter than tgt_len compute their position keys in the step.
+    halves = x[:, :, :T // 2]
+    np.testing.assert_allclose(predict(halves), log_probs_by_hand(model.lm, halves), atol=2e-5)
+    # predict_on_batch continues the memory, with position keys for the current weights (here
+    # set after build, which computed the first ones).
+    fresh = StatefulTransfoXLLM(model.config, batch_size=B)
+    fresh.build()
+    fresh.set_weights(model.get_weights())
+    got = [fresh.predict_on_batch(ids) for ids in x[:3]]
+    np.testing.assert_allclose(np.concatenate(got), log_probs_by_hand(model.lm, x[:3]),
+                               atol=2e-5)
 
 
 def test_keras_load_model_works_after_import_tfxl(tmp_path):

@@ -44,13 +44,6 @@ def copy_data(tmp_path_factory):
     return str(out)
 
 
-@pytest.fixture(scope="module")
-def mirrored():
-    """One MirroredStrategy over the two logical CPUs for the whole module: several strategy
-    objects in one process would share collective instance keys across their programs."""
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-
-
 def tiny_config(vocab_size, **kw):
     base = dict(vocab_size=vocab_size, n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64,
                 dropout=0.0, dropatt=0.0, tgt_len=T, mem_len=T, init_std=0.05)
@@ -94,7 +87,8 @@ def test_mirrored_two_replicas_equal_one_device(copy_data, tmp_path, mirrored):
     two, runner, _ = train_losses(copy_data, tmp_path / "two", strategy=mirrored, steps=12)
     np.testing.assert_allclose(two, one, atol=1e-5, rtol=1e-5)
     # Each replica holds its own memory rows (per-replica state, b = B / 2 rows each).
-    per_replica = runner.strategy.experimental_local_results(runner.model_fn.memory.valid.value)
+    valid = runner.model_fn.memory.variables["valid"]
+    per_replica = runner.strategy.experimental_local_results(valid.value)
     assert len(per_replica) == 2 and per_replica[0].shape == (STREAMS // 2, T)
 
 
@@ -240,7 +234,8 @@ def free_ports(n):
 def test_multi_worker_mirrored_two_local_workers_equal_one_device(copy_data, tmp_path):
     steps = 6
     flags = [f for f in common_flags(copy_data, tmp_path / "single", steps)
-             if not f.startswith("--dropout")] + ["--dropout=0.0", "--steps_per_loop=3"]
+             if not f.startswith("--dropout")] + ["--dropout=0.0", "--steps_per_loop=3",
+                                                  "--eval_every=6", "--max_eval_batches=5"]
     single = cli(*flags)
     assert single.returncode == 0, single.stderr[-2000:]
     workers = [f"127.0.0.1:{p}" for p in free_ports(2)]
@@ -262,6 +257,11 @@ def test_multi_worker_mirrored_two_local_workers_equal_one_device(copy_data, tmp
     for step in want:
         assert got[step] == pytest.approx(want[step], abs=1e-5), step
     assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")).endswith(f"-{steps}")
+    # Evaluation under the two workers (each with its replica's key/value memory) agrees too.
+    evaluated = [json.loads((d / "metrics.json").read_text())["valid"]
+                 for d in (tmp_path / "single", model_dir)]
+    assert evaluated[1]["tokens"] == evaluated[0]["tokens"] > 0
+    assert evaluated[1]["loss"] == pytest.approx(evaluated[0]["loss"], abs=1e-5)
 
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
@@ -275,7 +275,9 @@ def test_mixed_precision_training_runs_and_learns(copy_data, tmp_path, policy):
         losses = [json.loads(line)["loss"] for line in f]
     assert np.isfinite(losses).all()
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
-    assert runner.model_fn.memory.states.dtype == policy.split("_")[1]
+    assert runner.model_fn.memory.variables["states"].dtype == policy.split("_")[1]
+    # Evaluation (key/value memory and position keys in the compute dtype) runs too.
+    assert np.isfinite(runner.evaluate("valid", max_batches=3)["loss"])
 
 
 def test_tfxl_eval_counts_every_token_with_its_own_settings(copy_data, tmp_path):

@@ -22,7 +22,6 @@ from tfxl.data import pipeline
 from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.data.rechunk import rechunk
 from train import summaries
-from train.memory_state import ReplicaMemory
 from train.model_fn import ModelFn
 
 LOG2 = math.log(2.0)
@@ -130,7 +129,8 @@ class Runner:
         self.model_fn = ModelFn(config, strategy, global_batch, opt_params, mixed_precision,
                                 jit_compile)
         self.model, self.optimizer = self.model_fn.model, self.model_fn.optimizer
-        self._eval_memories = {}
+        self._eval_memories = {}  # (batch, mem_len) -> key/value ReplicaMemory
+        self._eval_position_keys = {}  # (K, clamp_len) -> ReplicaPositionKeys
         self._train_iterator = None
         self._train_loop = None
         self._eval_loops = {}
@@ -143,11 +143,11 @@ class Runner:
 
         def dataset_fn(input_context):
             dataset = pipeline.input_fn(split, params, input_context)
-            if tgt_len != self.manifest["tgt_len"]:
-                dataset = rechunk(dataset, tgt_len)
             # A pipeline yields one per-replica batch per local replica and step.
             local_replicas = (input_context.num_replicas_in_sync
                               // input_context.num_input_pipelines)
+            if tgt_len != self.manifest["tgt_len"]:
+                dataset = rechunk(dataset, tgt_len, local_replicas)
             return dataset.skip(skip_batches * local_replicas) if skip_batches else dataset
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
@@ -301,7 +301,9 @@ class Runner:
         """Token-weighted loss over `split` (every token once unless max_batches), with memory.
 
         tgt_len/mem_len/clamp_len/same_length default to the training config; evaluation may use
-        the paper's longer memory with the same weights. Returns {"loss", bpc or ppl, "tokens"}.
+        the paper's longer memory with the same weights. The memory is a key/value memory, empty
+        at the start, and the position keys are computed once per call (`ModelFn.eval_step`).
+        Returns {"loss", bpc or ppl, "tokens"}.
         """
         c = self.config
         batch = self.global_batch if batch_size is None else batch_size
@@ -322,12 +324,15 @@ class Runner:
             steps = min(steps, max_batches)
         key = (batch, mem_len)
         if key not in self._eval_memories:
-            self._eval_memories[key] = ReplicaMemory(
-                self.strategy, c.n_layer, mem_len, c.d_model, batch // replicas,
-                self.model.compute_dtype, f"eval_memory_{batch}_{mem_len}")
+            self._eval_memories[key] = self.model_fn.eval_memory(batch, mem_len)
         memory = self._eval_memories[key]
         memory.clear()
-        loop_key = (key, clamp_len, same_length)
+        keys_key = (mem_len + tgt_len, clamp_len)
+        if keys_key not in self._eval_position_keys:
+            self._eval_position_keys[keys_key] = self.model_fn.eval_position_keys(*keys_key)
+        position_keys = self._eval_position_keys[keys_key]
+        position_keys.refresh()  # once per pass: the weights may have changed since the last
+        loop_key = (key, keys_key, same_length)
         if loop_key not in self._eval_loops:
             strategy, model_fn = self.strategy, self.model_fn
 
@@ -335,8 +340,8 @@ class Runner:
             def eval_loop(iterator, n):
                 total, count = tf.constant(0.0), tf.constant(0.0)
                 for _ in tf.range(n):
-                    s, k = strategy.run(model_fn.eval_step,
-                                        args=(next(iterator), memory, clamp_len, same_length))
+                    s, k = strategy.run(model_fn.eval_step, args=(
+                        next(iterator), memory, position_keys, same_length))
                     total += strategy.experimental_local_results(s)[0]
                     count += strategy.experimental_local_results(k)[0]
                 return total, count

@@ -1,92 +1,155 @@
-"""Transformer-XL memory as per-replica training state.
+"""Per-replica state of training and evaluation: the memory and the position keys.
 
 Shape glossary: B global batch, b = B / R per-replica batch (R replicas), L layers, M memory
-length, D model size.
+length, T segment length, K = M + T keys, D model size, N heads, H head size.
 
 Why ON_READ variables rather than loop-carried tensors: the memory must survive between host loops
 (the reference TPU code and Model Garden reset it every loop) and between a checkpoint and a resume.
 A `keras.Variable(synchronization="on_read", aggregation="none", trainable=False)` created under the
 strategy scope has one copy per replica, lives on that replica's device, is read and assigned inside
 `strategy.run` with no host round trip, and never enters `trainable_variables`, so no gradient or
-optimizer slot ever touches it. Reading it across replicas goes through `strategy.gather`, which is
-how it is checkpointed: before a save the per-replica copies are gathered, in replica order, into a
-plain global [B, ...] variable that tf.train.Checkpoint tracks; after a restore each replica takes
+optimizer slot ever touches it.
+
+A memory is a dict of tensors of one of two kinds (`tfxl.layers.memory`): training keeps the
+layer-input memory {"states", "valid"} (W_k and W_v learn through it), evaluation the key/value
+memory {"keys", "values", "valid"} (each step projects only its T new rows). `ReplicaMemory` holds
+either, one ON_READ variable per named tensor.
+
+Only the training memory is checkpointed (`CheckpointedReplicaMemory`); an evaluation pass starts
+from an empty memory. Reading a memory across replicas goes through `strategy.gather`, which is
+how it is checkpointed: before a save the per-replica copies are gathered, in replica order, into
+plain global [B, ...] variables that tf.train.Checkpoint tracks; after a restore each replica takes
 back its rows. Batch slot g of the global batch is replica g // b, row g % b, the same order
 `input_fn` uses, so the checkpoint does not depend on the number of replicas that wrote it.
 """
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from tfxl.layers.memory import STATES, VALID
+from tfxl.layers.memory import VALID
+
+
+def replica_variable(strategy, initial_value, name):
+    """One copy of `initial_value` per replica, read and written in replica context."""
+    with strategy.scope():
+        return keras.Variable(initial_value, dtype=initial_value.dtype, trainable=False,
+                              synchronization="on_read", aggregation="none", name=name)
 
 
 class ReplicaMemory:
-    """Per-replica memory of `per_replica_batch` rows and `mem_len` slots."""
+    """A memory of either kind, b rows per replica.
 
-    def __init__(self, strategy, n_layer, mem_len, d_model, per_replica_batch, dtype, name):
+    Args:
+      strategy: the distribution strategy.
+      empty: one replica's empty memory, e.g. `model.init_key_value_memory(b, M)`; gives the
+        names, shapes [b, ...] and dtypes of the variables.
+      name: prefix of the variable names.
+    """
+
+    def __init__(self, strategy, empty, name):
         self.strategy = strategy
-        self.global_batch = per_replica_batch * strategy.num_replicas_in_sync
-        self.per_replica_batch = per_replica_batch
-        shape = (per_replica_batch, n_layer, mem_len, d_model)
-        on_read = dict(trainable=False, synchronization="on_read", aggregation="none")
-        with strategy.scope():
-            self.states = keras.Variable(np.zeros(shape, np.float32), dtype=dtype,
-                                         name=f"{name}_states", **on_read)
-            self.valid = keras.Variable(np.zeros(shape[:1] + (mem_len,), bool), dtype="bool",
-                                        name=f"{name}_valid", **on_read)
+        self.per_replica_batch = int(empty[VALID].shape[0])
+        self.global_batch = self.per_replica_batch * strategy.num_replicas_in_sync
+        self.variables = {key: replica_variable(strategy, value, f"{name}_{key}")
+                          for key, value in empty.items()}
+        # Cross-replica reads run in a tf.function (TPUStrategy.run only runs inside one).
         self.gather = tf.function(self._gather)
-        self.restore_from_checkpoint = tf.function(self._restore_from_checkpoint)
-        # Global copies for checkpoints; plain variables outside the strategy.
-        with tf.device("/cpu:0"):
-            self.checkpointed = tf.train.Checkpoint(
-                states=tf.Variable(tf.zeros((self.global_batch,) + shape[1:], self.states.dtype),
-                                   trainable=False),
-                valid=tf.Variable(tf.zeros((self.global_batch, mem_len), tf.bool),
-                                  trainable=False))
 
     # -- replica context ----------------------------------------------------------------------
     def read(self):
-        return {STATES: self.states.value, VALID: self.valid.value}
+        return {key: variable.value for key, variable in self.variables.items()}
 
     def write(self, memory):
-        self.states.assign(tf.cast(memory[STATES], self.states.dtype))
-        self.valid.assign(memory[VALID])
+        for key, variable in self.variables.items():
+            variable.assign(tf.cast(memory[key], variable.dtype))
 
     # -- cross-replica context ----------------------------------------------------------------
-    # Cross-replica methods; gather/restore are wrapped in tf.function per instance in __init__
-    # (TPUStrategy.run only runs inside one).
     def clear(self):
         """Invalidates every row of every replica (start of an evaluation pass)."""
-        for copy in self.strategy.experimental_local_results(self.valid.value):
+        for copy in self.strategy.experimental_local_results(self.variables[VALID].value):
             copy.assign(tf.zeros_like(copy))
 
     def _gather(self):
         """The global memory: per-replica copies concatenated in replica order."""
         # Collectives take float32/int32, not bfloat16/bool: widen, gather, narrow back.
-        per_replica = self.strategy.run(
-            lambda: {STATES: tf.cast(self.states.value, tf.float32),
-                     VALID: tf.cast(self.valid.value, tf.int32)})
-        return {STATES: tf.cast(self.strategy.gather(per_replica[STATES], axis=0),
-                                self.states.dtype),
-                VALID: tf.cast(self.strategy.gather(per_replica[VALID], axis=0), tf.bool)}
+        def wide(dtype):
+            return tf.int32 if tf.as_dtype(dtype) == tf.bool else tf.float32
+
+        per_replica = self.strategy.run(lambda: {
+            key: tf.cast(variable.value, wide(variable.dtype))
+            for key, variable in self.variables.items()})
+        return {key: tf.cast(self.strategy.gather(per_replica[key], axis=0), variable.dtype)
+                for key, variable in self.variables.items()}
+
+
+class CheckpointedReplicaMemory(ReplicaMemory):
+    """The training memory: a `ReplicaMemory` with global copies for tf.train.Checkpoint.
+
+    `checkpointed` is the trackable to put in the checkpoint; `save_to_checkpoint()` before a
+    save, `restore_from_checkpoint()` after a restore (both cross-replica).
+    """
+
+    def __init__(self, strategy, empty, name):
+        super().__init__(strategy, empty, name)
+        self.restore_from_checkpoint = tf.function(self._restore_from_checkpoint)
+        # Global copies for checkpoints; plain variables outside the strategy.
+        with tf.device("/cpu:0"):
+            self.checkpointed = tf.train.Checkpoint(**{
+                key: tf.Variable(tf.zeros((self.global_batch,) + tuple(value.shape[1:]),
+                                          value.dtype), trainable=False)
+                for key, value in empty.items()})
 
     def save_to_checkpoint(self):
-        memory = self.gather()
-        self.checkpointed.states.assign(memory[STATES])
-        self.checkpointed.valid.assign(memory[VALID])
+        for key, value in self.gather().items():
+            getattr(self.checkpointed, key).assign(value)
 
     def _restore_from_checkpoint(self):
         b = self.per_replica_batch
 
-        def take_rows(states, valid):
+        def take_rows(memory):
             replica = tf.distribute.get_replica_context().replica_id_in_sync_group
             rows = tf.range(b) + tf.cast(replica, tf.int32) * b
-            self.states.assign(tf.gather(states, rows))
-            self.valid.assign(tf.gather(valid, rows))
+            self.write({key: tf.gather(value, rows) for key, value in memory.items()})
 
         # The global copies live on the host: read them here and hand them to the replicas as
         # arguments (a TPU computation cannot read a host variable itself).
-        self.strategy.run(take_rows, args=(self.checkpointed.states.read_value(),
-                                           self.checkpointed.valid.read_value()))
+        self.strategy.run(take_rows, args=({key: getattr(self.checkpointed, key).read_value()
+                                            for key in self.variables},))
+
+
+class ReplicaPositionKeys:
+    """Every layer's position keys W_k,R R for one (K, clamp_len), one copy per replica.
+
+    Why a per-replica variable: the keys depend only on the weights, K and clamp_len, so one
+    `refresh()` at the start of an evaluation pass (a single `strategy.run`) computes them on every
+    replica, and each eval step of the pass reads its own replica's copy in place. Nothing is
+    recomputed per step, nothing is copied host-to-device per step (what handing a host tensor to
+    every `strategy.run` would cost on TPU), the XLA-compiled step receives them as an ordinary
+    input, and host loops of one pass share them. Refreshing per pass, not once, follows the
+    weights, which change between the evaluations of a training run.
+
+    Args:
+      strategy, model: the strategy and the `TransfoXLLM` built under it.
+      key_length: K = M + T, a Python int. clamp_len: the distance clamp (-1: none).
+    """
+
+    def __init__(self, strategy, model, key_length, clamp_len, name):
+        self.strategy, self.model = strategy, model
+        self.key_length, self.clamp_len = int(key_length), int(clamp_len)
+        c = model.config
+        shape = (c.n_layer, c.n_head, self.key_length + 1, c.d_head)  # [L, N, K + 1, H]
+        self.variable = replica_variable(strategy, tf.zeros(shape, model.compute_dtype), name)
+        self.refresh = tf.function(self._refresh)
+
+    def read(self):
+        """In replica context: a list of L tensors [N, K + 1, H], for `model(position_keys=)`."""
+        return tf.unstack(self.variable.value, axis=0)
+
+    def _refresh(self):
+        """Cross-replica: recomputes every replica's copy from the current weights."""
+        def compute():
+            keys = self.model.position_keys(self.key_length, self.clamp_len)
+            # (Cast: outside a model call Keras does not autocast, the keys come out float32.)
+            self.variable.assign(tf.cast(tf.stack(keys, axis=0), self.variable.dtype))
+
+        self.strategy.run(compute)

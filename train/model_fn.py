@@ -1,6 +1,7 @@
 """model_fn: the model, its optimizer and the per-replica train and eval steps.
 
-Shape glossary: B global batch, b per-replica batch, T segment length, R replicas.
+Shape glossary: B global batch, b per-replica batch, T segment length, R replicas, M memory
+length, K = M + T keys.
 
 Everything here runs in replica context (inside `strategy.run`); the host loop lives in loop.py.
 """
@@ -11,7 +12,7 @@ import keras
 import tensorflow as tf
 
 from tfxl.models import TransfoXLLM
-from train.memory_state import ReplicaMemory
+from train.memory_state import CheckpointedReplicaMemory, ReplicaMemory, ReplicaPositionKeys
 
 
 @dataclasses.dataclass
@@ -52,7 +53,8 @@ def make_optimizer(p: OptimizerParams, mixed_precision: str):
 
 
 class ModelFn:
-    """Builds model, optimizer and training memory under `strategy`; defines the replica steps."""
+    """Builds model, optimizer and training memory under `strategy`, makes evaluation state;
+    defines the replica steps."""
 
     def __init__(self, config, strategy, global_batch, opt: OptimizerParams,
                  mixed_precision="float32", jit_compile=False):
@@ -69,11 +71,11 @@ class ModelFn:
             self.optimizer, self.schedule = make_optimizer(opt, mixed_precision)
             self.optimizer.build(self.model.trainable_variables)
         self.loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
-        self.memory = ReplicaMemory(strategy, config.n_layer, config.mem_len, config.d_model,
-                                    self.per_replica_batch, self.model.compute_dtype, "train_memory")
+        self.memory = CheckpointedReplicaMemory(
+            strategy, self.model.init_memory(self.per_replica_batch), "train_memory")
         self._forward_backward = (tf.function(self._forward_backward_fn, jit_compile=True)
                                   if jit_compile else self._forward_backward_fn)
-        # One trace per (memory length, eval settings): shapes stay static for XLA.
+        # One trace per (memory length, segment length, same_length): shapes stay static for XLA.
         self._eval_forward = (tf.function(self._eval_forward_fn, jit_compile=True)
                               if jit_compile else self._eval_forward_fn)
 
@@ -114,18 +116,38 @@ class ModelFn:
         return context.all_reduce(tf.distribute.ReduceOp.SUM, loss), grad_norm
 
     # -- evaluation ---------------------------------------------------------------------------
-    def _eval_forward_fn(self, features, memory, clamp_len, same_length):
+    # Evaluation reads a key/value memory: with fixed weights it is exactly what the training
+    # memory would be projected to, and each step projects only its T new rows. The position keys
+    # (W_k,R R for K = M + T) are computed once per pass, not per step (see ReplicaPositionKeys).
+    def eval_memory(self, global_batch, mem_len):
+        """An empty key/value memory of `mem_len` slots for `global_batch` rows (cross-replica)."""
+        per_replica = global_batch // self.strategy.num_replicas_in_sync
+        return ReplicaMemory(self.strategy,
+                             self.model.init_key_value_memory(per_replica, mem_len=mem_len),
+                             f"eval_memory_{global_batch}_{mem_len}")
+
+    def eval_position_keys(self, key_length, clamp_len):
+        """Per-replica position keys for K = `key_length` (cross-replica; `refresh()` them)."""
+        return ReplicaPositionKeys(self.strategy, self.model, key_length, clamp_len,
+                                   f"eval_position_keys_{key_length}_{clamp_len}")
+
+    def _eval_forward_fn(self, features, memory, position_keys, same_length):
         nll, new_memory = self.model(features["inputs"], memory, reset=features["reset"],
                                      targets=features["targets"], training=False,
-                                     clamp_len=clamp_len, same_length=same_length)
+                                     same_length=same_length, position_keys=position_keys)
         mask = tf.cast(features["target_mask"], tf.float32)
         return tf.reduce_sum(nll * mask), tf.reduce_sum(mask), new_memory
 
-    def eval_step(self, features, memory: ReplicaMemory, clamp_len, same_length):
-        """Scores this replica's rows; returns the global (sum of NLL, number of target tokens)."""
+    def eval_step(self, features, memory: ReplicaMemory, position_keys: ReplicaPositionKeys,
+                  same_length):
+        """Scores this replica's rows; returns the global (sum of NLL, number of target tokens).
+
+        memory: a key/value `eval_memory`; position_keys: `eval_position_keys` for M + T, already
+        refreshed for this pass (they carry the clamp_len).
+        """
         context = tf.distribute.get_replica_context()
-        nll_sum, count, new_memory = self._eval_forward(features, memory.read(), clamp_len,
-                                                        same_length)
+        nll_sum, count, new_memory = self._eval_forward(features, memory.read(),
+                                                        position_keys.read(), same_length)
         memory.write(new_memory)
         return (context.all_reduce(tf.distribute.ReduceOp.SUM, nll_sum),
                 context.all_reduce(tf.distribute.ReduceOp.SUM, count))

@@ -234,3 +234,19 @@ def test_rechunked_evaluation_still_counts_every_token_once(bytes_dir):
         tokens = np.concatenate([batches["targets"][:, s][mask[:, s] == 1] for s in range(S)])
         np.testing.assert_array_equal(tokens, np.frombuffer(text[:1001].encode(), np.uint8))
         assert batches["reset"][0].tolist() == [1] * S
+
+
+def test_rechunk_of_two_replicas_batches_in_turn_equals_rechunk_of_the_global_batch(bytes_dir):
+    """One pipeline feeding two local replicas yields their [3, T] batches in turn; re-cut, each
+    replica must get its own rows of the re-cut global batch, still in turn."""
+    from tfxl.data.rechunk import rechunk
+
+    data_dir, _ = bytes_dir
+    params = {"data_dir": data_dir, "batch_size": 6, "training": False}
+    want = collect(rechunk(input_fn("valid", params), 4))  # [steps, 6, 4]
+    context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
+                                         num_replicas_in_sync=2)
+    got = collect(rechunk(input_fn("valid", params, context), 4, replicas=2))  # [2 steps, 3, 4]
+    for key in ("inputs", "targets", "target_mask", "reset"):
+        turns = got[key].reshape((-1, 2) + got[key].shape[1:])  # [steps, replica, 3, ...]
+        np.testing.assert_array_equal(turns.reshape(want[key].shape), want[key], err_msg=key)

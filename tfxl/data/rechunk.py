@@ -15,12 +15,29 @@ import tensorflow as tf
 _TOKEN_FEATURES = ("inputs", "targets", "target_mask")
 
 
-def rechunk(dataset, tgt_len):
-    """[b, T] segment batches -> [b, tgt_len] segment batches of the same token streams."""
+def rechunk(dataset, tgt_len, replicas=1):
+    """[b, T] segment batches -> [b, tgt_len] segment batches of the same token streams.
+
+    replicas: consecutive elements are the batches of this many replicas in turn (one input
+    pipeline feeding several local replicas, as `distribute_datasets_from_function` reads it), so
+    a row continues `replicas` elements later. The output keeps that order.
+    """
     spec = dataset.element_spec
     rows = spec["inputs"].shape[0]
     if rows is None:
         raise ValueError("rechunk needs a static batch size (drop_remainder batches)")
+    if replicas > 1:  # re-cut the replicas' b rows of each step as one batch of replicas * b rows
+        def merge(features):
+            return {k: tf.reshape(v, (replicas * rows,) + tuple(v.shape[2:]))
+                    for k, v in features.items()}
+
+        def split(features):
+            return tf.data.Dataset.from_tensor_slices(
+                {k: tf.reshape(v, (replicas, rows) + tuple(v.shape[1:]))
+                 for k, v in features.items()})
+
+        merged = dataset.batch(replicas, drop_remainder=True).map(merge)
+        return rechunk(merged, tgt_len).flat_map(split)
 
     def to_time_major(features):
         steps = tf.shape(features["inputs"])[1]

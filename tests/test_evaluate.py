@@ -1,0 +1,91 @@
+"""Runner.evaluate (key/value memory, position keys once per pass) against the same evaluation
+done by hand, segment by segment, on the layer-input memory path."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfxl.config import TransfoXLConfig
+from tfxl.data import pipeline
+from tfxl.data.prepare import PrepareConfig, prepare
+from tfxl.data.rechunk import rechunk
+from train.loop import Runner
+from train.model_fn import OptimizerParams
+
+T = 8          # segment length of the data
+STREAMS = 4
+BATCHES = 10   # evaluated batches: several host loops of 3 steps
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("eval")
+    rng = np.random.default_rng(0)
+    for split, blocks in (("train", 40), ("valid", 40), ("test", 10)):
+        # Repeated random blocks: the loss depends on what the memory holds.
+        text = np.repeat(rng.choice(np.frombuffer(b"abcdefgh", np.uint8), (blocks, T)), 3, 0)
+        (root / f"{split}.txt").write_bytes(text.tobytes())
+    out = root / "data"
+    prepare(PrepareConfig(output_dir=str(out), train=[str(root / "train.txt")],
+                          valid=[str(root / "valid.txt")], test=[str(root / "test.txt")],
+                          tokenizer="bytes", tgt_len=T, num_streams=STREAMS), log=lambda *a: None)
+    return str(out)
+
+
+def make_runner(data_dir, model_dir, strategy, jit_compile):
+    vocab_size = pipeline.load_manifest(data_dir)["vocab_size"]
+    # A large init_std: predictions far from uniform, so the mean loss moves with every key.
+    config = TransfoXLConfig(vocab_size=vocab_size, n_layer=2, d_model=32, n_head=2, d_head=16,
+                             d_inner=64, dropout=0.0, dropatt=0.0, tgt_len=T, mem_len=T,
+                             init_std=0.3)
+    return Runner(config, strategy, data_dir, str(model_dir), STREAMS, OptimizerParams(),
+                  jit_compile=jit_compile, steps_per_loop=3)
+
+
+def evaluate_by_hand(runner, data_dir, tgt_len, mem_len, clamp_len, same_length):
+    """The mean NLL of the first BATCHES segments, on the layer-input memory path."""
+    dataset = pipeline.input_fn("valid", dict(data_dir=data_dir, batch_size=STREAMS,
+                                              training=False))
+    if tgt_len != T:
+        dataset = rechunk(dataset, tgt_len)
+    lm = runner.model
+    memory, total, count = lm.init_memory(STREAMS, mem_len=mem_len), 0.0, 0.0
+    for features in dataset.take(BATCHES):
+        nll, memory = lm(features["inputs"], memory, reset=features["reset"],
+                         targets=features["targets"], clamp_len=clamp_len,
+                         same_length=same_length)
+        mask = tf.cast(features["target_mask"], nll.dtype)
+        total += float(tf.reduce_sum(nll * mask))
+        count += float(tf.reduce_sum(mask))
+    return total / count
+
+
+SETTINGS = {
+    "training settings": dict(tgt_len=T, mem_len=T, clamp_len=-1, same_length=False),
+    "longer memory, re-cut, same_length, clamp": dict(tgt_len=T // 2, mem_len=3 * T,
+                                                      clamp_len=5, same_length=True),
+}
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["eager", "xla"])
+@pytest.mark.parametrize("settings", SETTINGS, ids=list(SETTINGS))
+@pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
+def test_evaluate_equals_the_layer_input_path_by_hand(data_dir, tmp_path, mirrored,
+                                                      strategy_name, settings, jit_compile):
+    strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
+    runner = make_runner(data_dir, tmp_path, strategy, jit_compile)
+    kwargs = SETTINGS[settings]
+    no_memory = runner.evaluate("valid", max_batches=BATCHES, **{**kwargs, "mem_len": 0})
+    for weights_scale in (1.0, 1.5):
+        # The second pass runs with other weights: its position keys must be recomputed.
+        for variable in runner.model.trainable_variables:
+            variable.assign(variable * weights_scale)
+        got = runner.evaluate("valid", max_batches=BATCHES, **kwargs)
+        want = evaluate_by_hand(runner, data_dir, **kwargs)
+        assert got["loss"] == pytest.approx(want, abs=1e-5), weights_scale
+    assert got["tokens"] == BATCHES * STREAMS * kwargs["tgt_len"]
+    # The memory matters here (so the comparison above tests it), and it is a key/value memory.
+    assert abs(no_memory["loss"] - got["loss"]) > 1e-2
+    memory = runner._eval_memories[(STREAMS, kwargs["mem_len"])]
+    assert set(memory.variables) == {"keys", "values", "valid"}
+    assert memory.gather()["keys"].shape == (STREAMS, 2, 2, kwargs["mem_len"], 16)
