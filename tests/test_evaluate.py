@@ -88,4 +88,4 @@ def test_evaluate_equals_the_layer_input_path_by_hand(data_dir, tmp_path, mirror
     assert abs(no_memory["loss"] - got["loss"]) > 1e-2
     memory = runner._eval_memories[(STREAMS, kwargs["mem_len"])]
     assert set(memory.variables) == {"keys", "values", "valid"}
-    assert memory.gather()["keys"].shape == (STREAMS, 2, 2, kwargs["mem_len"], 16)
+    assert memory.gather()["keys"].shape == (STREAMS, 2, 2, 16, kwargs["mem_len"])

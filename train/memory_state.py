@@ -137,19 +137,18 @@ class ReplicaPositionKeys:
         self.strategy, self.model = strategy, model
         self.key_length, self.clamp_len = int(key_length), int(clamp_len)
         c = model.config
-        shape = (c.n_layer, c.n_head, self.key_length + 1, c.d_head)  # [L, N, K + 1, H]
+        shape = (c.n_layer, c.n_head, c.d_head, self.key_length + 1)  # [L, N, H, K + 1]
         self.variable = replica_variable(strategy, tf.zeros(shape, model.compute_dtype), name)
         self.refresh = tf.function(self._refresh)
 
     def read(self):
-        """In replica context: a list of L tensors [N, K + 1, H], for `model(position_keys=)`."""
+        """In replica context: a list of L tensors [N, H, K + 1], for `model(position_keys=)`."""
         return tf.unstack(self.variable.value, axis=0)
 
     def _refresh(self):
         """Cross-replica: recomputes every replica's copy from the current weights."""
         def compute():
             keys = self.model.position_keys(self.key_length, self.clamp_len)
-            # (Cast: outside a model call Keras does not autocast, the keys come out float32.)
-            self.variable.assign(tf.cast(tf.stack(keys, axis=0), self.variable.dtype))
+            self.variable.assign(tf.stack(keys, axis=0))
 
         self.strategy.run(compute)

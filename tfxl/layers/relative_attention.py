@@ -55,8 +55,10 @@ def _dims(x):
 
 
 def _project(x, kernel):
-    """x [..., D] times kernel [D, *out] as one 2-D matmul -> [..., *out]."""
+    """x [..., D] times kernel [D, *out] as one 2-D matmul -> [..., *out], in x's dtype (outside
+    a layer call, e.g. precomputing position keys, Keras does not autocast the kernel)."""
     x_dims, k_dims = _dims(x), list(kernel.shape)
+    kernel = ops.cast(kernel, x.dtype)
     out = ops.matmul(ops.reshape(x, (-1, x_dims[-1])), ops.reshape(kernel, (k_dims[0], -1)))
     return ops.reshape(out, (*x_dims[:-1], *k_dims[1:]))
 

@@ -72,15 +72,14 @@ class StatefulTransfoXLLM(keras.Model):
         self._memory = _Hidden("memory", **self.lm.init_memory(self.batch_size))
         self._eval_memory = _Hidden(
             "eval_memory", **self.lm.init_key_value_memory(self.batch_size, mem_len=c.mem_len))
-        # [L, N, K + 1, H] for segments of tgt_len tokens; recomputed by _start_inference().
+        # [L, N, H, K + 1] for segments of tgt_len tokens; recomputed by _start_inference().
         self._position_keys = _Hidden("eval", **{POSITION_KEYS: self._current_position_keys()})
         self.built = True
 
     def _current_position_keys(self):
         c = self.config
         keys = self.lm.position_keys(c.mem_len + c.tgt_len)
-        # (Cast: outside a model call Keras does not autocast, the keys come out float32.)
-        return tf.cast(tf.stack(keys, axis=0), self.lm.compute_dtype)
+        return tf.stack(keys, axis=0)
 
     def reset_memory(self):
         """Clears the training memory (e.g. before fitting on another set of streams)."""
