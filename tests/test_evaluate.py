@@ -9,6 +9,7 @@ from tfxl.config import TransfoXLConfig
 from tfxl.data import pipeline
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.data.rechunk import rechunk
+from tfxl.layers.memory import stacked
 from train.loop import Runner
 from train.model_fn import OptimizerParams
 
@@ -88,4 +89,4 @@ def test_evaluate_equals_the_layer_input_path_by_hand(data_dir, tmp_path, mirror
     assert abs(no_memory["loss"] - got["loss"]) > 1e-2
     memory = runner._eval_memories[(STREAMS, kwargs["mem_len"])]
     assert set(memory.variables) == {"keys", "values", "valid"}
-    assert memory.gather()["keys"].shape == (STREAMS, 2, 2, 16, kwargs["mem_len"])
+    assert stacked(memory.gather())["keys"].shape == (STREAMS, 2, 2, 16, kwargs["mem_len"])

@@ -41,8 +41,9 @@ class ReplicaMemory:
 
     Args:
       strategy: the distribution strategy.
-      empty: one replica's empty memory, e.g. `model.init_key_value_memory(b, M)`; gives the
-        names, shapes [b, ...] and dtypes of the variables.
+      empty: one replica's empty memory, e.g. `per_layer(model.init_key_value_memory(b, M))`;
+        gives the structure, shapes [b, ...] and dtypes of the variables (a memory in per-layer
+        form gets one variable per layer: no step slices layers out or stacks them back).
       name: prefix of the variable names.
     """
 
@@ -50,18 +51,19 @@ class ReplicaMemory:
         self.strategy = strategy
         self.per_replica_batch = int(empty[VALID].shape[0])
         self.global_batch = self.per_replica_batch * strategy.num_replicas_in_sync
-        self.variables = {key: replica_variable(strategy, value, f"{name}_{key}")
-                          for key, value in empty.items()}
+        flat = tf.nest.flatten(empty)
+        self.variables = tf.nest.pack_sequence_as(empty, [
+            replica_variable(strategy, value, f"{name}_{i}") for i, value in enumerate(flat)])
         # Cross-replica reads run in a tf.function (TPUStrategy.run only runs inside one).
         self.gather = tf.function(self._gather)
 
     # -- replica context ----------------------------------------------------------------------
     def read(self):
-        return {key: variable.value for key, variable in self.variables.items()}
+        return tf.nest.map_structure(lambda variable: variable.value, self.variables)
 
     def write(self, memory):
-        for key, variable in self.variables.items():
-            variable.assign(tf.cast(memory[key], variable.dtype))
+        tf.nest.map_structure(lambda variable, value: variable.assign(
+            tf.cast(value, variable.dtype)), self.variables, memory)
 
     # -- cross-replica context ----------------------------------------------------------------
     def clear(self):
@@ -75,11 +77,11 @@ class ReplicaMemory:
         def wide(dtype):
             return tf.int32 if tf.as_dtype(dtype) == tf.bool else tf.float32
 
-        per_replica = self.strategy.run(lambda: {
-            key: tf.cast(variable.value, wide(variable.dtype))
-            for key, variable in self.variables.items()})
-        return {key: tf.cast(self.strategy.gather(per_replica[key], axis=0), variable.dtype)
-                for key, variable in self.variables.items()}
+        per_replica = self.strategy.run(lambda: tf.nest.map_structure(
+            lambda variable: tf.cast(variable.value, wide(variable.dtype)), self.variables))
+        return tf.nest.map_structure(
+            lambda value, variable: tf.cast(self.strategy.gather(value, axis=0), variable.dtype),
+            per_replica, self.variables)
 
 
 class CheckpointedReplicaMemory(ReplicaMemory):

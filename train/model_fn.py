@@ -11,6 +11,7 @@ import dataclasses
 import keras
 import tensorflow as tf
 
+from tfxl.layers.memory import per_layer
 from tfxl.models import TransfoXLLM
 from train.memory_state import CheckpointedReplicaMemory, ReplicaMemory, ReplicaPositionKeys
 
@@ -122,9 +123,9 @@ class ModelFn:
     def eval_memory(self, global_batch, mem_len):
         """An empty key/value memory of `mem_len` slots for `global_batch` rows (cross-replica)."""
         per_replica = global_batch // self.strategy.num_replicas_in_sync
-        return ReplicaMemory(self.strategy,
-                             self.model.init_key_value_memory(per_replica, mem_len=mem_len),
-                             f"eval_memory_{global_batch}_{mem_len}")
+        return ReplicaMemory(
+            self.strategy, per_layer(self.model.init_key_value_memory(per_replica, mem_len)),
+            f"eval_memory_{global_batch}_{mem_len}")
 
     def eval_position_keys(self, key_length, clamp_len):
         """Per-replica position keys for K = `key_length` (cross-replica; `refresh()` them)."""
