@@ -230,6 +230,8 @@ BAD_REQUESTS = {
         r"target_mask must be 0 or 1, but got values from\] \[0.5\]"),
     "score_text: empty text": ("score_text", dict(text=np.array([b"ab", b""])),
                                r"score_text: text must encode to >= 1 token.*\[2 0\]"),
+    "score_text: only empty texts": ("score_text", dict(text=np.array([b""])),
+                                     r"score_text: text must encode to >= 1 token.*\[0\]"),
     "score_text: no text": ("score_text", dict(text=np.array([], object)),
                             r"score_text: text must have shape \[B\] with B >= 1.*\[0\]"),
     "score_text: text rank 2": ("score_text", dict(text=np.array([[b"ab"]])),

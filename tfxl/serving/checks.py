@@ -7,14 +7,11 @@ list of rules into assert ops that run one after the other before anything reads
 bad request gets one InvalidArgumentError naming the input, what the export expects and what it
 received.
 
-Two things make such checks fold away silently if written naively, and are handled here:
-* tf.shape/tf.rank of an input whose signature shape is fully known (a scalar) is a constant at
-  trace time; `shape_of` uses the raw Shape op.
-* Grappler infers an input's shape from what the ops consuming it require (StringSplit: a
-  vector; top_k's k: a scalar) and folds a rank or shape test to True before it ever runs. So
-  `shape_of` hides the shape vector behind serialize/parse (8 bytes per dimension), and `checked`
-  hands the signature each input reshaped to that opaque shape: no op downstream can refine the
-  fed tensor's shape back. `tf.ensure_shape` restores the signature's static shape for tracing.
+A shape test written with tf.shape/tf.rank/tf.size folds to True before it ever runs: they are
+constants at trace time where the signature's shape (or rank) is static, and Grappler infers an
+input's rank from what the ops consuming it require (StringSplit: a vector) and folds Rank.
+`shape_of` therefore reads the shape with the raw Shape op through a serialize/parse round trip
+(a few bytes), which neither tracing nor Grappler can see through; tests feed such inputs.
 TF orders only the asserts, not the computation of their predicates, so every predicate is
 computable for inputs of any shape (no op in it can fail).
 """
@@ -63,15 +60,10 @@ def ids_rule(what, ids, vocab_size):
 
 
 def checked(rules, *tensors):
-    """`tensors` as the signature may use them: read only after every rule passed, in order.
-
-    Each comes back reshaped to its opaque run-time shape (see the module docstring) with its
-    static shape restored; None stays None.
-    """
+    """`tensors` (None stays None), to be read only after every rule passed, in order."""
     asserts = []
     for ok, message in rules:
         with tf.control_dependencies(asserts):  # only the first failing rule reports
             asserts = [tf.debugging.Assert(ok, message, summarize=8)]
     with tf.control_dependencies(asserts):
-        return [None if t is None else tf.ensure_shape(tf.reshape(t, shape_of(t)), t.shape)
-                for t in tensors]
+        return [None if t is None else tf.identity(t) for t in tensors]

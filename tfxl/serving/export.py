@@ -213,8 +213,8 @@ class Signatures:
         lengths = tf.cast(ids.row_lengths(), tf.int32)
         rule = (tf.reduce_all(lengths >= 1),
                 [f"{what} must encode to >= 1 token each, but got token counts", lengths])
-        lengths, = checked([rule], lengths)
-        return ids, lengths
+        lengths, values = checked([rule], lengths, ids.flat_values)
+        return ids.with_flat_values(values), lengths
 
     def generate_text(self, prompt, max_new_tokens, temperature, top_k, top_p, seed):
         sampling = (max_new_tokens, temperature, top_k, top_p, seed)
