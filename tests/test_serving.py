@@ -23,7 +23,7 @@ from tfxl.serving.export import export_saved_model, next_version
 
 HERE = os.path.dirname(__file__)
 T, MEM = 6, 24  # the export's segment and memory lengths (the config's eval settings)
-MEMORY_SHAPE = (2, 2, MEM, 16)  # [L, N, M, H] of the fixture model
+KEYS_SHAPE, VALUES_SHAPE = (2, 2, 16, MEM), (2, 2, MEM, 16)  # [L, N, H, M], [L, N, M, H]
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,8 @@ def test_tensorflow_only_client_matches_the_python_model(model, exported, tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     out = np.load(tmp_path / "out.npz", allow_pickle=False)
     assert not out["tfxl_imported"]
-    assert out["init_keys"].shape == out["init_values"].shape == (2, *MEMORY_SHAPE)
+    assert out["init_keys"].shape == (2, *KEYS_SHAPE)
+    assert out["init_values"].shape == (2, *VALUES_SHAPE)
     assert out["init_valid"].shape == (2, MEM) and not out["init_valid"].any()
 
     # Streaming through three `score` requests equals one long pass (memory >= document).
@@ -190,12 +191,14 @@ def zeros(*shape, dtype=np.float32):
     return np.zeros(shape, dtype)
 
 
-MEMORY = dict(keys=zeros(2, *MEMORY_SHAPE), values=zeros(2, *MEMORY_SHAPE),
+MEMORY = dict(keys=zeros(2, *KEYS_SHAPE), values=zeros(2, *VALUES_SHAPE),
               valid=zeros(2, MEM, dtype=bool))
 SAMPLING = dict(max_new_tokens=np.int32(3), temperature=np.float32(1.0), top_k=np.int32(0),
                 top_p=np.float32(1.0), seed=np.int32(0))
 IDS = np.ones((2, 3), np.int32)
-KV = f"\\[B, L, N, M, H\\].*=\\] \\[{{}} 2 2 {MEM} 16\\] \\[but got\\] \\[{{}}\\]"
+# keys: expected [B 2 2 16 M] for batch B, received {}.
+KEYS = (f"keys must have shape \\[B, L, N, H, M\\].*=\\] \\[{{}} 2 2 16 {MEM}\\] "
+        "\\[but got\\] \\[{}\\]")
 BAD_REQUESTS = {
     "score: id >= V": ("score", dict(token_ids=[[1, 300]] * 2, **MEMORY),
                        r"score: token_ids must be token ids in \[0, 258\).* \[1\] \[to\] \[300\]"),
@@ -207,13 +210,17 @@ BAD_REQUESTS = {
     "score: ids rank 3": ("score", dict(token_ids=zeros(2, 3, 1, dtype=np.int32), **MEMORY),
                           r"token_ids must have shape \[B, T\].* but got\] \[2 3 1\]"),
     "score: batch mismatch": ("score", dict(token_ids=np.ones((3, 2), np.int32), **MEMORY),
-                              "score: keys must have shape " + KV.format(3, f"2 2 2 {MEM} 16")),
+                              "score: " + KEYS.format(3, f"2 2 2 16 {MEM}")),
     "score: keys of another M": (
-        "score", dict(token_ids=IDS, **{**MEMORY, "keys": zeros(2, 2, 2, 5, 16)}),
-        "score: keys must have shape " + KV.format(2, "2 2 2 5 16")),
+        "score", dict(token_ids=IDS, **{**MEMORY, "keys": zeros(2, 2, 2, 16, 5)}),
+        "score: " + KEYS.format(2, "2 2 2 16 5")),
+    "score: keys in the values' layout": (
+        "score", dict(token_ids=IDS, **{**MEMORY, "keys": zeros(2, *VALUES_SHAPE)}),
+        "score: " + KEYS.format(2, f"2 2 2 {MEM} 16")),
     "score: values of another rank": (
         "score", dict(token_ids=IDS, **{**MEMORY, "values": zeros(2, 2, MEM, 16)}),
-        "score: values must have shape " + KV.format(2, f"2 2 {MEM} 16")),
+        rf"score: values must have shape \[B, L, N, M, H\].*=\] \[2 2 2 {MEM} 16\] "
+        rf"\[but got\] \[2 2 {MEM} 16\]"),
     "score: valid of another M": (
         "score", dict(token_ids=IDS, **{**MEMORY, "valid": zeros(2, 5, dtype=bool)}),
         rf"score: valid must have shape \[B, M\].*\[2 {MEM}\] \[but got\] \[2 5\]"),
@@ -251,7 +258,7 @@ BAD_REQUESTS = {
         r"generate: top_k must have shape \[\] \(a scalar\) =\] \[\] \[but got\] \[2\]"),
     "generate: memory batch": (
         "generate", dict(prompt_ids=IDS[:1], **MEMORY, **SAMPLING),
-        "generate: keys must have shape " + KV.format(1, f"2 2 2 {MEM} 16")),
+        "generate: " + KEYS.format(1, f"2 2 2 16 {MEM}")),
     "generate_text: empty prompt": ("generate_text", dict(prompt=np.array([b""]), **SAMPLING),
                                     r"generate_text: prompt must encode to >= 1 token"),
     "generate_text: top_p > 1": (
@@ -280,7 +287,7 @@ def test_good_requests_pass_the_served_checks(model, serving_session):
     out = serve(serving_session, "score", token_ids=IDS, **MEMORY)
     want, _ = model(IDS, model.init_key_value_memory(2, mem_len=MEM))
     np.testing.assert_allclose(out["log_probs"], want.numpy(), atol=1e-5)
-    assert out["keys"].shape == (2, *MEMORY_SHAPE)
+    assert out["keys"].shape == (2, *KEYS_SHAPE)
     out = serve(serving_session, "score_document_masked", token_ids=IDS,
                 target_mask=np.array([[1, 0], [0, 0]], np.float32))
     np.testing.assert_array_equal(out["tokens"], [1, 0])

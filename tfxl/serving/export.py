@@ -5,7 +5,8 @@ tokens, L layers, N heads, M memory length, H head size, V vocabulary size, K sc
 L, N, H and V are the model's; M and the other evaluation settings are fixed at export.
 
 Signatures (batch-major; concurrent requests never share state). The memory on the wire is the
-key/value memory of `tfxl.layers.memory`: keys, values float32 [B, L, N, M, H], valid bool [B, M].
+key/value memory of `tfxl.layers.memory`: keys float32 [B, L, N, H, M], values float32
+[B, L, N, M, H], valid bool [B, M].
   score (= serving_default): token_ids int32 [B, T], keys, values, valid
       -> log_probs float32 [B, T, V] (score_top_k=0) or top_ids int32 [B, T, K] and
          top_log_probs float32 [B, T, K]; plus the new keys, values, valid. The client carries
@@ -95,7 +96,7 @@ class Signatures:
         """{signature: input specs}, `score` first (the archive makes it serving_default)."""
         c, mem_len = self.model.config, self.settings["mem_len"]
         spec = tf.TensorSpec
-        memory = [spec([None, c.n_layer, c.n_head, mem_len, c.d_head], tf.float32, KEYS),
+        memory = [spec([None, c.n_layer, c.n_head, c.d_head, mem_len], tf.float32, KEYS),
                   spec([None, c.n_layer, c.n_head, mem_len, c.d_head], tf.float32, VALUES),
                   spec([None, mem_len], tf.bool, VALID)]
         sampling = [spec([], tf.int32, "max_new_tokens"), spec([], tf.float32, "temperature"),
@@ -123,13 +124,14 @@ class Signatures:
     def _memory_rules(self, what, ids, keys, values, valid):
         c, mem_len = self.model.config, self.settings["mem_len"]
         batch = padded_shape(ids, 2)[0]
-        layout = "[B, L, N, M, H] (B: the token batch; L, N, M, H: fixed by the export)"
+        fixed = "(B: the token batch; the others fixed by the export)"
         return [shape_rule(f"{what}: keys", keys,
-                           [batch, c.n_layer, c.n_head, mem_len, c.d_head], layout),
+                           [batch, c.n_layer, c.n_head, c.d_head, mem_len],
+                           f"[B, L, N, H, M] {fixed}"),
                 shape_rule(f"{what}: values", values,
-                           [batch, c.n_layer, c.n_head, mem_len, c.d_head], layout),
-                shape_rule(f"{what}: valid", valid, [batch, mem_len],
-                           "[B, M] (B: the token batch; M: fixed by the export)")]
+                           [batch, c.n_layer, c.n_head, mem_len, c.d_head],
+                           f"[B, L, N, M, H] {fixed}"),
+                shape_rule(f"{what}: valid", valid, [batch, mem_len], f"[B, M] {fixed}")]
 
     @staticmethod
     def _sampling_rules(what, max_new_tokens, temperature, top_k, top_p, seed):
