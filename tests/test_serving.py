@@ -1,44 +1,73 @@
-"""SavedModel export, signatures from a TensorFlow-only process, generation and sampling."""
+"""SavedModel export, signatures from a TensorFlow-only process and as TF Serving feeds them,
+document scoring, generation and sampling."""
 
+import json
+import math
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
 
 from tfxl import TransfoXLConfig, TransfoXLLM
 from tfxl.data.tokenizers import BytesTokenizer
-from tfxl.serving.export import export_saved_model, next_version
+from tfxl.layers.relative_position import RelativePositionEncoding
 from tfxl.models.generation import generate
-from tfxl.models.sampling import sample_next
+from tfxl.models.sampling import check_sampling, sample_next
+from tfxl.models.scoring import score_document
+from tfxl.serving.export import export_saved_model, next_version
 
 HERE = os.path.dirname(__file__)
-MEM = 24
+T, MEM = 6, 24  # the export's segment and memory lengths (the config's eval settings)
+KEYS_SHAPE, VALUES_SHAPE = (2, 2, 16, MEM), (2, 2, MEM, 16)  # [L, N, H, M], [L, N, M, H]
 
 
 @pytest.fixture(scope="module")
 def model():
     config = TransfoXLConfig(vocab_size=258, n_layer=2, d_model=32, n_head=2, d_head=16,
-                             d_inner=64, dropout=0.0, tgt_len=6, mem_len=6, eval_mem_len=MEM,
+                             d_inner=64, dropout=0.0, tgt_len=T, mem_len=6, eval_mem_len=MEM,
                              init_std=0.1)
     lm = TransfoXLLM(config)
-    lm.build((None, 6))
+    lm.build((None, T))
     return lm
 
 
 @pytest.fixture(scope="module")
 def exported(model, tmp_path_factory):
     base = str(tmp_path_factory.mktemp("export"))
-    return export_saved_model(model, base, top_k=0, tokenizer=BytesTokenizer())
+    return export_saved_model(model, base, score_top_k=0, tokenizer=BytesTokenizer())
+
+
+def reference_nll(model, ids, tgt_len=T, mem_len=MEM, **settings):
+    """The training (layer-input memory) path, segment after segment; the last one is shorter."""
+    ids = np.asarray(ids)
+    states = model.init_memory(ids.shape[0], mem_len=mem_len)
+    pieces = []
+    for start in range(0, ids.shape[1] - 1, tgt_len):
+        targets = ids[:, start + 1:start + 1 + tgt_len]
+        nll, states = model(ids[:, start:start + targets.shape[1]], states, targets=targets,
+                            **settings)
+        pieces.append(nll.numpy())
+    return np.concatenate(pieces, axis=1)
 
 
 def test_tensorflow_only_client_matches_the_python_model(model, exported, tmp_path):
     rng = np.random.default_rng(0)
     document = rng.integers(0, 256, (2, 18)).astype(np.int32)
+    # 40 tokens = 39 targets: six segments of T = 6 and a last one of 3; the memory (24) slides.
+    long_document = rng.integers(0, 256, (2, 40)).astype(np.int32)
+    ragged = long_document.copy()
+    ragged[1, 23:] = 0  # row 1 has 23 tokens, right-padded
+    target_mask = np.ones((2, 39), np.float32)
+    target_mask[1, 22:] = 0
+    texts = np.array([b"def f(x):\n    return x\n", "naïve\n".encode()])
     prompt = rng.integers(0, 256, (2, 4)).astype(np.int32)
-    np.savez(tmp_path / "in.npz", document=document, prompt=prompt)
+    np.savez(tmp_path / "in.npz", document=document, long_document=long_document,
+             ragged_document=ragged, target_mask=target_mask, texts=texts, prompt=prompt)
     result = subprocess.run(
         [sys.executable, os.path.join(HERE, "serving_client.py"), exported,
          str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
@@ -46,21 +75,85 @@ def test_tensorflow_only_client_matches_the_python_model(model, exported, tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     out = np.load(tmp_path / "out.npz", allow_pickle=False)
     assert not out["tfxl_imported"]
-    assert not out["init_valid"].any() and out["init_states"].shape == (2, 2, MEM, 32)
-    # Streaming through three requests equals one long evaluation (memory >= document).
+    assert out["init_keys"].shape == (2, *KEYS_SHAPE)
+    assert out["init_values"].shape == (2, *VALUES_SHAPE)
+    assert out["init_valid"].shape == (2, MEM) and not out["init_valid"].any()
+
+    # Streaming through three `score` requests equals one long pass (memory >= document).
     full, _ = model(document, model.init_memory(2, mem_len=0))
     np.testing.assert_allclose(out["streamed_log_probs"], full.numpy(), atol=1e-5)
-    ids, _ = generate(model, prompt, model.init_memory(2, mem_len=MEM), 7, 0.8, 20, 0.9, 5)
-    np.testing.assert_array_equal(out["generated_ids"], ids.numpy())
-    # generate_text left-pads the shorter prompt and masks the padding.
+
+    # score_document: the whole document in one request = the training path segment by segment.
+    want = reference_nll(model, long_document)
+    np.testing.assert_allclose(out["document_nll"], want, atol=1e-5)
+    np.testing.assert_array_equal(out["document_tokens"], [39, 39])
+    np.testing.assert_allclose(out["document_mean_nll"], want.mean(), rtol=1e-5)
+
+    # score_document_masked: each row as if scored alone, 0 where not counted.
+    alone = [reference_nll(model, long_document[:1]), reference_nll(model, ragged[1:, :23])]
+    np.testing.assert_allclose(out["masked_nll"][0], alone[0][0], atol=1e-5)
+    np.testing.assert_allclose(out["masked_nll"][1, :22], alone[1][0], atol=1e-5)
+    assert not out["masked_nll"][1, 22:].any()
+    np.testing.assert_array_equal(out["masked_tokens"], [39, 22])
+    np.testing.assert_allclose(out["masked_mean_nll"], np.concatenate(alone, 1).sum() / 61,
+                               rtol=1e-5)
+
+    # score_text: <eod> + the tokenizer's ids, every text token scored; bpc per row.
     tokenizer = BytesTokenizer()
+    for row, text in enumerate(texts):
+        ids = np.concatenate([[tokenizer.eod_id], tokenizer.encode(text.decode())])[None]
+        want = reference_nll(model, ids)[0]
+        assert out["text_tokens"][row] == want.size == len(text)
+        np.testing.assert_allclose(out["text_nll"][row, :want.size], want, atol=1e-5)
+        assert not out["text_nll"][row, want.size:].any()
+        np.testing.assert_allclose(out["text_bpc"][row], want.mean() / math.log(2), rtol=1e-5)
+
+    # generate and generate_text: the same ids as the Python generation.
+    ids, memory = generate(model, prompt, model.init_key_value_memory(2, mem_len=MEM), 7, 0.8,
+                           20, 0.9, 5)
+    np.testing.assert_array_equal(out["generated_ids"], ids.numpy())
+    np.testing.assert_array_equal(out["generated_valid"], memory["valid"].numpy())
     first, second = tokenizer.encode("def f("), tokenizer.encode("import os")
     padded = np.stack([np.concatenate([np.zeros(3, np.int32), first]), second])
     valid = np.ones(padded.shape, bool)
     valid[0, :3] = False
-    ids, _ = generate(model, padded, model.init_memory(2, mem_len=MEM), 7, 0.8, 20, 0.9, 5,
-                      prompt_valid=valid)
+    ids, _ = generate(model, padded, model.init_key_value_memory(2, mem_len=MEM), 7, 0.8, 20,
+                      0.9, 5, prompt_valid=valid)
     np.testing.assert_array_equal(out["text"], tokenizer.tf_decode(ids).numpy().astype("S"))
+
+
+SETTINGS = {
+    "mem<T": dict(tgt_len=5, mem_len=3),
+    "mem>T same_length clamp": dict(tgt_len=4, mem_len=9, same_length=True, clamp_len=3),
+    "T > document": dict(tgt_len=32, mem_len=4),
+}
+
+
+@pytest.mark.parametrize("case", SETTINGS, ids=list(SETTINGS))
+def test_score_document_equals_the_training_path_segment_by_segment(model, case):
+    settings = SETTINGS[case]
+    ids = np.random.default_rng(1).integers(0, 258, (3, 23))
+    mask = np.ones((3, 22), bool)
+    mask[2, 10:] = False
+    want = reference_nll(model, ids, **settings)
+    nll, got_mask = score_document(model, ids, mask, **settings)
+    np.testing.assert_allclose(nll.numpy(), np.where(mask, want, 0), atol=1e-5)
+    np.testing.assert_array_equal(got_mask.numpy(), mask)
+    graph_nll, _ = tf.function(lambda x: score_document(model, x, **settings))(ids)
+    np.testing.assert_allclose(graph_nll.numpy(), want, atol=1e-5)
+
+
+def test_score_document_projects_positions_once_per_document(model, monkeypatch):
+    calls = []
+    project = RelativePositionEncoding.call
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return project(self, *args, **kwargs)
+
+    monkeypatch.setattr(RelativePositionEncoding, "call", counted)
+    score_document(model, np.zeros((1, 40), np.int32))  # eagerly: one loop step per segment
+    assert len(calls) == 1
 
 
 def test_saved_model_cli_lists_every_signature(exported):
@@ -68,40 +161,165 @@ def test_saved_model_cli_lists_every_signature(exported):
     shown = subprocess.run([cli, "show", "--dir", exported, "--all"], capture_output=True,
                            text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr[-2000:]
-    for name in ("serving_default", "score", "init_memory", "generate", "generate_text"):
+    for name in ("serving_default", "score", "init_memory", "generate", "score_document",
+                 "score_document_masked", "generate_text", "score_text"):
         assert f"signature_def['{name}']" in shown.stdout
 
 
-def test_bad_requests_fail_with_a_message(exported):
-    score = tf.saved_model.load(exported).signatures["score"]
-    states = tf.zeros((2, 2, MEM, 32))
-    valid = tf.zeros((2, MEM), tf.bool)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="vocab_size 258"):
-        score(token_ids=tf.constant([[1, 300]] * 2), states=states, valid=valid)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="token id < 0"):
-        score(token_ids=tf.constant([[1, -1]] * 2), states=states, valid=valid)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="states batch"):
-        score(token_ids=tf.constant([[1, 2]] * 3), states=states, valid=valid)
-    with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError),
-                       match="int32"):
-        score(token_ids=tf.constant([[1.0, 2.0]] * 2), states=states, valid=valid)
-    with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError)):  # wrong M
-        score(token_ids=tf.constant([[1, 2]] * 2), states=tf.zeros((2, 2, 5, 32)),
-              valid=tf.zeros((2, 5), tf.bool))
+@pytest.fixture(scope="module")
+def serving_session(exported):
+    """The export loaded as TF Serving loads it: a TF1 session on the "serve" MetaGraphDef."""
+    session = tf.compat.v1.Session(graph=tf.Graph())
+    meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], exported)
+    yield session, meta_graph.signature_def
+    session.close()
 
 
-def test_top_k_export_and_versions(model, exported, tmp_path):
+def serve(serving_session, signature, **feeds):
+    """Feeds tensors by the signature's tensor names, as TF Serving does: session.run would
+    check shapes client-side first, a callable (C++ Session::RunCallable) does not."""
+    session, signature_defs = serving_session
+    signature_def = signature_defs[signature]
+    outputs = sorted(signature_def.outputs)
+    run = session._make_callable_from_options(config_pb2.CallableOptions(
+        feed=[signature_def.inputs[name].name for name in feeds],
+        fetch=[signature_def.outputs[name].name for name in outputs]))
+    return dict(zip(outputs, run(*[np.asarray(value) for value in feeds.values()])))
+
+
+def zeros(*shape, dtype=np.float32):
+    return np.zeros(shape, dtype)
+
+
+MEMORY = dict(keys=zeros(2, *KEYS_SHAPE), values=zeros(2, *VALUES_SHAPE),
+              valid=zeros(2, MEM, dtype=bool))
+SAMPLING = dict(max_new_tokens=np.int32(3), temperature=np.float32(1.0), top_k=np.int32(0),
+                top_p=np.float32(1.0), seed=np.int32(0))
+IDS = np.ones((2, 3), np.int32)
+# keys: expected [B 2 2 16 M] for batch B, received {}.
+KEYS = (f"keys must have shape \\[B, L, N, H, M\\].*=\\] \\[{{}} 2 2 16 {MEM}\\] "
+        "\\[but got\\] \\[{}\\]")
+BAD_REQUESTS = {
+    "score: id >= V": ("score", dict(token_ids=[[1, 300]] * 2, **MEMORY),
+                       r"score: token_ids must be token ids in \[0, 258\).* \[1\] \[to\] \[300\]"),
+    "score: id < 0": ("score", dict(token_ids=[[-1, 3]] * 2, **MEMORY), r"\[-1\] \[to\] \[3\]"),
+    "score: no token": ("score", dict(token_ids=zeros(2, 0, dtype=np.int32), **MEMORY),
+                        r"token_ids must have shape \[B, T\] .*T >= 1, but got\] \[2 0\]"),
+    "score: ids rank 1": ("score", dict(token_ids=[1, 2], **MEMORY),
+                          r"token_ids must have shape \[B, T\].* but got\] \[2\]"),
+    "score: ids rank 3": ("score", dict(token_ids=zeros(2, 3, 1, dtype=np.int32), **MEMORY),
+                          r"token_ids must have shape \[B, T\].* but got\] \[2 3 1\]"),
+    "score: batch mismatch": ("score", dict(token_ids=np.ones((3, 2), np.int32), **MEMORY),
+                              "score: " + KEYS.format(3, f"2 2 2 16 {MEM}")),
+    "score: keys of another M": (
+        "score", dict(token_ids=IDS, **{**MEMORY, "keys": zeros(2, 2, 2, 16, 5)}),
+        "score: " + KEYS.format(2, "2 2 2 16 5")),
+    "score: keys in the values' layout": (
+        "score", dict(token_ids=IDS, **{**MEMORY, "keys": zeros(2, *VALUES_SHAPE)}),
+        "score: " + KEYS.format(2, f"2 2 2 {MEM} 16")),
+    "score: values of another rank": (
+        "score", dict(token_ids=IDS, **{**MEMORY, "values": zeros(2, 2, MEM, 16)}),
+        rf"score: values must have shape \[B, L, N, M, H\].*=\] \[2 2 2 {MEM} 16\] "
+        rf"\[but got\] \[2 2 {MEM} 16\]"),
+    "score: valid of another M": (
+        "score", dict(token_ids=IDS, **{**MEMORY, "valid": zeros(2, 5, dtype=bool)}),
+        rf"score: valid must have shape \[B, M\].*\[2 {MEM}\] \[but got\] \[2 5\]"),
+    "score_document: one token": (
+        "score_document", dict(token_ids=IDS[:, :1]),
+        r"score_document: token_ids must have shape \[B, S\].* S >= 2, but got\] \[2 1\]"),
+    "score_document: id >= V": ("score_document", dict(token_ids=[[1, 258]]),
+                                r"token_ids must be token ids in \[0, 258\)"),
+    "score_document_masked: mask [B, S]": (
+        "score_document_masked", dict(token_ids=IDS, target_mask=zeros(2, 3)),
+        r"target_mask must have shape \[B, S - 1\].*\[2 2\] \[but got\] \[2 3\]"),
+    "score_document_masked: mask not 0/1": (
+        "score_document_masked", dict(token_ids=IDS, target_mask=zeros(2, 2) + 0.5),
+        r"target_mask must be 0 or 1, but got values from\] \[0.5\]"),
+    "score_text: empty text": ("score_text", dict(text=np.array([b"ab", b""])),
+                               r"score_text: text must encode to >= 1 token.*\[2 0\]"),
+    "score_text: only empty texts": ("score_text", dict(text=np.array([b""])),
+                                     r"score_text: text must encode to >= 1 token.*\[0\]"),
+    "score_text: no text": ("score_text", dict(text=np.array([], object)),
+                            r"score_text: text must have shape \[B\] with B >= 1.*\[0\]"),
+    "score_text: text rank 2": ("score_text", dict(text=np.array([[b"ab"]])),
+                                r"text must have shape \[B\].*but got\] \[1 1\]"),
+    "generate: top_p 0": ("generate", dict(prompt_ids=IDS, **MEMORY, **{**SAMPLING, "top_p": 0}),
+                          r"generate: top_p must be in \(0, 1\].*but got\] \[0\]"),
+    "generate: temperature < 0": (
+        "generate", dict(prompt_ids=IDS, **MEMORY, **{**SAMPLING, "temperature": -1}),
+        r"generate: temperature must be >= 0.*\[-1\]"),
+    "generate: top_k < 0": ("generate", dict(prompt_ids=IDS, **MEMORY, **{**SAMPLING, "top_k": -2}),
+                            r"generate: top_k must be >= 0.*\[-2\]"),
+    "generate: no new token": (
+        "generate", dict(prompt_ids=IDS, **MEMORY, **{**SAMPLING, "max_new_tokens": 0}),
+        r"generate: max_new_tokens must be >= 1.*\[0\]"),
+    "generate: top_k not a scalar": (
+        "generate", dict(prompt_ids=IDS, **MEMORY, **{**SAMPLING, "top_k": [1, 2]}),
+        r"generate: top_k must have shape \[\] \(a scalar\) =\] \[\] \[but got\] \[2\]"),
+    "generate: memory batch": (
+        "generate", dict(prompt_ids=IDS[:1], **MEMORY, **SAMPLING),
+        "generate: " + KEYS.format(1, f"2 2 2 16 {MEM}")),
+    "generate_text: empty prompt": ("generate_text", dict(prompt=np.array([b""]), **SAMPLING),
+                                    r"generate_text: prompt must encode to >= 1 token"),
+    "generate_text: top_p > 1": (
+        "generate_text", dict(prompt=np.array([b"a"]), **{**SAMPLING, "top_p": 1.5}),
+        r"generate_text: top_p must be in \(0, 1\]"),
+    "init_memory: batch_size 0": ("init_memory", dict(batch_size=0),
+                                  r"init_memory: batch_size must be >= 1, but got\] \[0\]"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_REQUESTS, ids=list(BAD_REQUESTS))
+def test_bad_requests_fail_at_the_signature_entry_as_served(serving_session, case):
+    """One InvalidArgumentError from the entry checks (an assert), naming the input, the expected
+    and the received shape or values: not an error from an op deep inside the model."""
+    signature, feeds, message = BAD_REQUESTS[case]
+    specs = serving_session[1][signature].inputs
+    feeds = {name: np.asarray(value, tf.dtypes.as_dtype(specs[name].dtype).as_numpy_dtype)
+             for name, value in feeds.items()}
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        serve(serving_session, signature, **feeds)
+    assert error.value.message.startswith("assertion failed: "), error.value.message
+    assert re.search(message, error.value.message), error.value.message
+
+
+def test_good_requests_pass_the_served_checks(model, serving_session):
+    out = serve(serving_session, "score", token_ids=IDS, **MEMORY)
+    want, _ = model(IDS, model.init_key_value_memory(2, mem_len=MEM))
+    np.testing.assert_allclose(out["log_probs"], want.numpy(), atol=1e-5)
+    assert out["keys"].shape == (2, *KEYS_SHAPE)
+    out = serve(serving_session, "score_document_masked", token_ids=IDS,
+                target_mask=np.array([[1, 0], [0, 0]], np.float32))
+    np.testing.assert_array_equal(out["tokens"], [1, 0])
+
+
+def test_sampling_rules_are_shared_by_the_command_line():
+    check_sampling(1, 0.0, 0, 1.0)
+    for args, message in (((0, 1.0, 0, 1.0), "max_new_tokens must be >= 1, got 0"),
+                          ((1, -0.5, 0, 1.0), "temperature must be >= 0"),
+                          ((1, float("nan"), 0, 1.0), "temperature must be >= 0"),
+                          ((1, 1.0, -1, 1.0), "top_k must be >= 0"),
+                          ((1, 1.0, 0, 0.0), r"top_p must be in \(0, 1\]"),
+                          ((1, 1.0, 0, 1.5), r"top_p must be in \(0, 1\]")):
+        with pytest.raises(ValueError, match=message):
+            check_sampling(*args)
+
+
+def test_score_top_k_export_and_versions(model, exported, tmp_path):
     base = os.path.dirname(exported)
     assert next_version(base) == 2
     with pytest.raises(ValueError, match="already exists"):
         export_saved_model(model, base, version=1)
-    path = export_saved_model(model, str(tmp_path), top_k=5)
+    with pytest.raises(ValueError, match="tgt_len must be >= 1"):
+        export_saved_model(model, str(tmp_path), tgt_len=0)
+    path = export_saved_model(model, str(tmp_path), score_top_k=5)
     assert path.endswith(os.sep + "1")
-    loaded = tf.saved_model.load(path).signatures["score"]
+    loaded = tf.saved_model.load(path).signatures
+    assert "score_text" not in loaded  # no tokenizer
     ids = np.array([[3, 4, 5]], np.int32)
-    out = loaded(token_ids=tf.constant(ids), states=tf.zeros((1, 2, MEM, 32)),
-                 valid=tf.zeros((1, MEM), tf.bool))
-    full, _ = model(ids, model.init_memory(1, mem_len=MEM))
+    memory = model.init_key_value_memory(1, mem_len=MEM)
+    out = loaded["score"](token_ids=tf.constant(ids), **memory)
+    full, _ = model(ids, memory)
     want = np.sort(full.numpy(), axis=-1)[..., ::-1][..., :5]
     np.testing.assert_allclose(out["top_log_probs"].numpy(), want, atol=1e-5)
     assert out["top_ids"].shape == (1, 3, 5)
@@ -140,8 +358,6 @@ def run_cli(module, *args):
 
 
 def test_export_and_generate_command_lines(model, tmp_path):
-    import json
-
     from tfxl.data.prepare import PrepareConfig, prepare
     text = tmp_path / "corpus.txt"
     text.write_text("def f(x):\n    return x\n" * 200)
@@ -156,10 +372,17 @@ def test_export_and_generate_command_lines(model, tmp_path):
                                str(model_dir / "checkpoints"), 1).save()
 
     exports = tmp_path / "exports"
-    first = run_cli("tfxl.serving.export_main", f"--model={model_dir}",
-                    f"--data_dir={data_dir}", f"--output_dir={exports}")
+    first = run_cli("tfxl.serving.export_main", f"--model={model_dir}", f"--data_dir={data_dir}",
+                    f"--output_dir={exports}", "--tgt_len=4", "--score_top_k=3")
     assert first.returncode == 0, first.stderr[-2000:]
     assert first.stdout.strip().endswith(os.path.join("exports", "1"))
+    signatures = tf.saved_model.load(str(exports / "1")).signatures
+    ids = np.random.default_rng(2).integers(0, 256, (1, 11))
+    got = signatures["score_document"](token_ids=tf.constant(ids, tf.int32))["nll"].numpy()
+    np.testing.assert_allclose(got, reference_nll(model, ids, tgt_len=4), atol=1e-5)
+    scored = signatures["score"](token_ids=tf.constant(ids, tf.int32),
+                                 **model.init_key_value_memory(1, mem_len=MEM))
+    assert scored["top_ids"].shape == (1, 11, 3)
     again = run_cli("tfxl.serving.export_main", f"--model={model_dir}",
                     f"--output_dir={exports}", "--version=1")
     assert again.returncode == 2 and "already exists" in again.stderr
@@ -178,23 +401,29 @@ def test_export_and_generate_command_lines(model, tmp_path):
     bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags,
                   "--prompt_file=x")
     assert bad.returncode == 2 and "exactly one" in bad.stderr
+    bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags, "--top_p=0")
+    assert bad.returncode == 2 and "top_p must be in (0, 1]" in bad.stderr
 
 
 def test_readme_rest_requests_match_the_signatures(exported):
-    """Every JSON request body in the README calls its signature with exactly those inputs."""
-    import json
-    import re
-
+    """Every JSON request body in the README calls its signature with exactly those inputs;
+    KEYS, VALUES and VALID stand for the memory arrays of the preceding init_memory response."""
     readme = open(os.path.join(HERE, os.pardir, "README.md")).read()
     bodies = re.findall(r"```json\n(.*?)\n```", readme, re.S)
-    assert {json.loads(b.replace("STATES", "0").replace("VALID", "0"))["signature_name"]
-            for b in bodies} >= {"init_memory", "score", "generate_text"}
+    placeholders = ("KEYS", "VALUES", "VALID")
+    names = set()
+    for body in bodies:
+        for placeholder in placeholders:
+            body = body.replace(placeholder, "0")
+        names.add(json.loads(body)["signature_name"])
+    assert names >= {"init_memory", "score", "generate_text", "score_document", "score_text"}
     signatures = tf.saved_model.load(exported).signatures
     memory = None
     for body in bodies:
         if memory is not None:
-            body = body.replace("STATES", json.dumps(memory["states"].numpy().tolist()))
-            body = body.replace("VALID", json.dumps(memory["valid"].numpy().tolist()))
+            for placeholder in placeholders:
+                body = body.replace(placeholder,
+                                    json.dumps(memory[placeholder.lower()].numpy().tolist()))
         request = json.loads(body)
         fn = signatures[request["signature_name"]]
         _, specs = fn.structured_input_signature

@@ -6,11 +6,32 @@ Shape glossary: B batch, V vocabulary size.
 import tensorflow as tf
 
 
+def sampling_rules(max_new_tokens, temperature, top_k, top_p):
+    """The valid range of each sampling input, the one definition every front end checks against.
+
+    Returns (name, ok, requirement, value) per input; `ok` is a Python bool for Python numbers
+    (`check_sampling`, the tfxl-generate flags) and a bool tensor for tensors (the exported
+    signatures' in-graph checks). NaN is out of every range.
+    """
+    return [("max_new_tokens", max_new_tokens >= 1, "must be >= 1", max_new_tokens),
+            ("temperature", temperature >= 0, "must be >= 0 (0 = greedy)", temperature),
+            ("top_k", top_k >= 0, "must be >= 0 (0 = off)", top_k),
+            ("top_p", (top_p > 0) & (top_p <= 1), "must be in (0, 1] (1 = off)", top_p)]
+
+
+def check_sampling(max_new_tokens, temperature, top_k, top_p):
+    """Raises ValueError naming the first of these Python values that is out of its range."""
+    for name, ok, requirement, value in sampling_rules(max_new_tokens, temperature, top_k, top_p):
+        if not ok:
+            raise ValueError(f"{name} {requirement}, got {value}")
+
+
 def sample_next(log_probs, temperature, top_k, top_p, seed):
     """One token per row from log-probabilities [B, V].
 
     temperature <= 0 picks the most likely token (greedy); top_k <= 0 and top_p >= 1 disable those
-    filters; top_p <= 0 keeps only the most likely token. `seed` is a [2] int32 tensor: the same seed gives the same tokens (stateless RNG).
+    filters; top_p <= 0 keeps only the most likely token (front ends refuse it: `sampling_rules`).
+    `seed` is a [2] int32 tensor: the same seed gives the same tokens (stateless RNG).
     Returns int32 [B].
     """
     log_probs = tf.cast(log_probs, tf.float32)

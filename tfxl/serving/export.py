@@ -1,32 +1,59 @@
-"""SavedModel export for TF Serving (Keras ExportArchive), stateless: memory goes in and out.
+"""SavedModel export for TF Serving (Keras ExportArchive), stateless: every request is complete.
 
-Shape glossary: B batch, T segment length, P prompt length, N new tokens, L layers, M memory
-length (fixed at export), D model size, V vocabulary size, K top-k size.
+Shape glossary: B batch, T segment length, S document length (tokens), P prompt length, G new
+tokens, L layers, N heads, M memory length, H head size, V vocabulary size, K score_top_k.
+L, N, H and V are the model's; M and the other evaluation settings are fixed at export.
 
-Signatures (all batch-major; every request carries its own memory, so concurrent requests never
-share state):
-  score (= serving_default): token_ids int32 [B, T], states float32 [B, L, M, D], valid bool [B, M]
-      -> log_probs float32 [B, T, V] (export with top_k=0) or top_ids int32 [B, T, K] and
-         top_log_probs float32 [B, T, K]; plus the new states and valid.
-  init_memory: batch_size int32 [] -> states, valid (an empty memory).
-  generate: prompt_ids int32 [B, P], states, valid, max_new_tokens int32 [], temperature
-      float32 [], top_k int32 [], top_p float32 [], seed int32 [] -> generated_ids int32 [B, N],
-      states, valid. One token per tf.while_loop step on cached memory. The returned memory
-      holds everything but the last generated token: continue by sending generated_ids[:, -1:]
-      as the next prompt (streaming one token per call).
-  generate_text (when a tokenizer is given): prompt string [B], max_new_tokens, temperature,
-      top_k, top_p, seed -> text string [B] (the continuation). Prompts of different lengths are
-      left-padded and the padding masked.
-Bad requests (batch mismatch, ids outside [0, V)) fail with a message saying what is wrong.
+Signatures (batch-major; concurrent requests never share state). The memory on the wire is the
+key/value memory of `tfxl.layers.memory`: keys float32 [B, L, N, H, M], values float32
+[B, L, N, M, H], valid bool [B, M].
+  score (= serving_default): token_ids int32 [B, T], keys, values, valid
+      -> log_probs float32 [B, T, V] (score_top_k=0) or top_ids int32 [B, T, K] and
+         top_log_probs float32 [B, T, K]; plus the new keys, values, valid. The client carries
+         the memory from request to request (streaming).
+  init_memory: batch_size int32 [] -> keys, values, valid (no valid slot).
+  generate: prompt_ids int32 [B, P], keys, values, valid, max_new_tokens int32 [],
+      temperature float32 [], top_k int32 [], top_p float32 [], seed int32 []
+      -> generated_ids int32 [B, G], keys, values, valid. One tf.while_loop step per new token.
+      The memory returned holds everything but the last generated token: continue by sending
+      generated_ids[:, -1:] as the next prompt.
+  score_document: token_ids int32 [B, S], S >= 2
+      -> nll float32 [B, S - 1] (nll[:, t] = -log p(token t+1 | tokens <= t)), mean_nll
+         float32 [] (mean over every counted token of the batch), tokens int32 [B] (counted per
+         row). The whole document in one request: segments of T = the export's tgt_len in an
+         in-graph loop over the memory (`tfxl.models.scoring`); no memory on the wire.
+  score_document_masked: token_ids int32 [B, S], target_mask float32 [B, S - 1] (1 = count,
+      0 = don't, e.g. the right padding of shorter rows) -> the same, nll 0 where not counted.
+With a tokenizer:
+  generate_text: prompt string [B], max_new_tokens, temperature, top_k, top_p, seed
+      -> text string [B] (the continuation). Prompts are left-padded and the padding masked.
+  score_text: text string [B] -> nll float32 [B, S - 1] (0 after a row's last token), tokens
+      int32 [B], and bpc float32 [B] (character-level tokenizers) or perplexity float32 [B].
+      A text is framed as tfxl-prepare frames a document: <eod>, then the tokenizer's ids of the
+      text as they are (bytes: its UTF-8 bytes; line tokenizers: <eos> for each newline, none
+      added at the end). <eod> is context only, so every token of the text is scored once, the
+      first given <eod> alone, and tokens = the text's token count. bpc = the row's summed NLL /
+      tokens / ln 2 (bits per byte for `bytes`, per character for `chars`: what tfxl-eval reports),
+      perplexity = exp(summed NLL / tokens).
+Bad requests (wrong rank or shape, memory of another export, batch mismatch, ids outside [0, V),
+empty inputs, sampling values out of range) fail at the signature's entry with one
+InvalidArgumentError naming the input, the expected and the received shape or value
+(`tfxl.serving.checks`): TF Serving feeds tensors into the graph unchecked.
 """
 
+import math
 import os
 
 import keras
 import tensorflow as tf
 
-from tfxl.layers.memory import STATES, VALID
+from tfxl.layers.memory import KEYS, VALID, VALUES
 from tfxl.models.generation import generate
+from tfxl.models.sampling import sampling_rules
+from tfxl.models.scoring import score_document
+from tfxl.serving.checks import (checked, has_rank, ids_rule, padded_shape, shape_of, shape_rule,
+                                 tokens_rule)
+
 
 def next_version(output_dir):
     """1 + the largest integer version directory under `output_dir` (1 when there is none)."""
@@ -37,37 +64,201 @@ def next_version(output_dir):
     return max(versions, default=0) + 1
 
 
-def _check_ids(ids, vocab_size, what):
-    ids = tf.convert_to_tensor(ids)
-    checks = [tf.debugging.assert_non_negative(ids, message=f"{what}: token id < 0"),
-              tf.debugging.assert_less(ids, tf.cast(vocab_size, ids.dtype),
-                                       message=f"{what}: token id >= vocab_size {vocab_size}")]
-    with tf.control_dependencies(checks):
-        return tf.identity(ids)
+def _wire(memory):
+    """A key/value memory as the signatures send it: float32 keys and values."""
+    return {KEYS: tf.cast(memory[KEYS], tf.float32), VALUES: tf.cast(memory[VALUES], tf.float32),
+            VALID: memory[VALID]}
 
 
-def _check_batch(ids, states, valid, what):
-    batch = tf.shape(ids)[0]
-    checks = [tf.debugging.assert_equal(tf.shape(states)[0], batch, message=(
-                  f"{what}: states batch differs from the token batch")),
-              tf.debugging.assert_equal(tf.shape(valid)[0], batch, message=(
-                  f"{what}: valid batch differs from the token batch"))]
-    with tf.control_dependencies(checks):
-        return tf.identity(ids)
+class Signatures:
+    """The export's signatures, one method each; `export_saved_model` makes each a tf.function.
+
+    tgt_len, mem_len, clamp_len, same_length default to `model.config.eval_settings()`.
+    """
+
+    def __init__(self, model, tokenizer=None, tgt_len=None, mem_len=None, clamp_len=None,
+                 same_length=None, score_top_k=16):
+        given = dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len,
+                     same_length=same_length)
+        self.settings = {k: (bool if k == "same_length" else int)(
+            model.config.eval_settings()[k] if v is None else v) for k, v in given.items()}
+        for name, low in (("tgt_len", 1), ("mem_len", 0), ("clamp_len", -1)):
+            if self.settings[name] < low:
+                raise ValueError(f"{name} must be >= {low}, got {self.settings[name]}")
+        if tokenizer is not None and tokenizer.vocab_size != model.config.vocab_size:
+            raise ValueError(f"tokenizer vocab_size {tokenizer.vocab_size} != model vocab_size "
+                             f"{model.config.vocab_size}")
+        self.model, self.tokenizer, self.score_top_k = model, tokenizer, int(score_top_k)
+        self.run = dict(clamp_len=self.settings["clamp_len"],
+                        same_length=self.settings["same_length"])
+
+    def input_signatures(self):
+        """{signature: input specs}, `score` first (the archive makes it serving_default)."""
+        c, mem_len = self.model.config, self.settings["mem_len"]
+        spec = tf.TensorSpec
+        memory = [spec([None, c.n_layer, c.n_head, c.d_head, mem_len], tf.float32, KEYS),
+                  spec([None, c.n_layer, c.n_head, mem_len, c.d_head], tf.float32, VALUES),
+                  spec([None, mem_len], tf.bool, VALID)]
+        sampling = [spec([], tf.int32, "max_new_tokens"), spec([], tf.float32, "temperature"),
+                    spec([], tf.int32, "top_k"), spec([], tf.float32, "top_p"),
+                    spec([], tf.int32, "seed")]
+        tokens = lambda name: spec([None, None], tf.int32, name)  # noqa: E731
+        signatures = {
+            "score": [tokens("token_ids"), *memory],
+            "init_memory": [spec([], tf.int32, "batch_size")],
+            "generate": [tokens("prompt_ids"), *memory, *sampling],
+            "score_document": [tokens("token_ids")],
+            "score_document_masked": [tokens("token_ids"),
+                                      spec([None, None], tf.float32, "target_mask")],
+        }
+        if self.tokenizer is not None:
+            signatures["generate_text"] = [spec([None], tf.string, "prompt"), *sampling]
+            signatures["score_text"] = [spec([None], tf.string, "text")]
+        return signatures
+
+    # -- request checks (see tfxl.serving.checks) ---------------------------------------------
+    def _token_rules(self, what, ids, length="T", min_length=1):
+        return [tokens_rule(what, ids, length, min_length),
+                ids_rule(what, ids, self.model.config.vocab_size)]
+
+    def _memory_rules(self, what, ids, keys, values, valid):
+        c, mem_len = self.model.config, self.settings["mem_len"]
+        batch = padded_shape(ids, 2)[0]
+        fixed = "(B: the token batch; the others fixed by the export)"
+        return [shape_rule(f"{what}: keys", keys,
+                           [batch, c.n_layer, c.n_head, c.d_head, mem_len],
+                           f"[B, L, N, H, M] {fixed}"),
+                shape_rule(f"{what}: values", values,
+                           [batch, c.n_layer, c.n_head, mem_len, c.d_head],
+                           f"[B, L, N, M, H] {fixed}"),
+                shape_rule(f"{what}: valid", valid, [batch, mem_len], f"[B, M] {fixed}")]
+
+    @staticmethod
+    def _sampling_rules(what, max_new_tokens, temperature, top_k, top_p, seed):
+        scalars = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                       top_p=top_p, seed=seed)
+        rules = [shape_rule(f"{what}: {name}", value, [], "[] (a scalar)")
+                 for name, value in scalars.items()]
+        return rules + [(tf.reduce_all(ok), [f"{what}: {name} {requirement}, but got", value])
+                        for name, ok, requirement, value in sampling_rules(
+                            max_new_tokens, temperature, top_k, top_p)]
+
+    @staticmethod
+    def _text_rules(what, text):
+        return [(tf.logical_and(has_rank(text, 1), padded_shape(text, 1)[0] >= 1),
+                 [f"{what} must have shape [B] with B >= 1, but got", shape_of(text)])]
+
+    def _memory(self, keys, values, valid):
+        dtype = self.model.compute_dtype
+        return {KEYS: tf.cast(keys, dtype), VALUES: tf.cast(values, dtype), VALID: valid}
+
+    # -- signatures ---------------------------------------------------------------------------
+    def init_memory(self, batch_size):
+        batch_size, = checked(
+            [shape_rule("init_memory: batch_size", batch_size, [], "[] (a scalar)"),
+             (tf.reduce_all(batch_size >= 1),
+              ["init_memory: batch_size must be >= 1, but got", batch_size])], batch_size)
+        return _wire(self.model.init_key_value_memory(batch_size, self.settings["mem_len"]))
+
+    def score(self, token_ids, keys, values, valid):
+        token_ids, keys, values, valid = checked(
+            self._token_rules("score: token_ids", token_ids)
+            + self._memory_rules("score", token_ids, keys, values, valid),
+            token_ids, keys, values, valid)
+        log_probs, memory = self.model(token_ids, self._memory(keys, values, valid), **self.run)
+        out = _wire(memory)
+        log_probs = tf.cast(log_probs, tf.float32)
+        if self.score_top_k <= 0:
+            out["log_probs"] = log_probs
+        else:
+            best = tf.math.top_k(log_probs, k=min(self.score_top_k, self.model.config.vocab_size))
+            out["top_ids"], out["top_log_probs"] = best.indices, best.values
+        return out
+
+    def generate(self, prompt_ids, keys, values, valid, max_new_tokens, temperature, top_k,
+                 top_p, seed):
+        sampling = (max_new_tokens, temperature, top_k, top_p, seed)
+        prompt_ids, keys, values, valid, *sampling = checked(
+            self._token_rules("generate: prompt_ids", prompt_ids, "P")
+            + self._memory_rules("generate", prompt_ids, keys, values, valid)
+            + self._sampling_rules("generate", *sampling),
+            prompt_ids, keys, values, valid, *sampling)
+        ids, memory = generate(self.model, prompt_ids, self._memory(keys, values, valid),
+                               *sampling, **self.run)
+        return {"generated_ids": ids, **_wire(memory)}
+
+    def score_document(self, token_ids):
+        return self._score_document("score_document", token_ids)
+
+    def score_document_masked(self, token_ids, target_mask):
+        return self._score_document("score_document_masked", token_ids, target_mask)
+
+    def _score_document(self, what, token_ids, target_mask=None):
+        rules = self._token_rules(f"{what}: token_ids", token_ids, "S", min_length=2)
+        if target_mask is not None:
+            batch, length = tf.unstack(padded_shape(token_ids, 2))
+            rules += [shape_rule(f"{what}: target_mask", target_mask, [batch, length - 1],
+                                 "[B, S - 1] (token_ids: [B, S])"),
+                      (tf.reduce_all((target_mask == 0) | (target_mask == 1)),
+                       [f"{what}: target_mask must be 0 or 1, but got values from",
+                        tf.reduce_min(target_mask), "to", tf.reduce_max(target_mask)])]
+        token_ids, target_mask = checked(rules, token_ids, target_mask)
+        nll, mask = score_document(self.model, token_ids, target_mask, **self.settings)
+        tokens = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
+        mean_nll = tf.math.divide_no_nan(tf.reduce_sum(nll),
+                                         tf.cast(tf.reduce_sum(tokens), tf.float32))
+        return {"nll": nll, "mean_nll": mean_nll, "tokens": tokens}
+
+    def _encode(self, what, text):
+        """Checked strings [B] -> (ragged ids [B, None], lengths int32 [B]), each >= 1 token."""
+        ids = self.tokenizer.tf_encode(text)
+        lengths = tf.cast(ids.row_lengths(), tf.int32)
+        rule = (tf.reduce_all(lengths >= 1),
+                [f"{what} must encode to >= 1 token each, but got token counts", lengths])
+        lengths, values = checked([rule], lengths, ids.flat_values)
+        return ids.with_flat_values(values), lengths
+
+    def generate_text(self, prompt, max_new_tokens, temperature, top_k, top_p, seed):
+        sampling = (max_new_tokens, temperature, top_k, top_p, seed)
+        prompt, *sampling = checked(self._text_rules("generate_text: prompt", prompt)
+                                    + self._sampling_rules("generate_text", *sampling),
+                                    prompt, *sampling)
+        ids, lengths = self._encode("generate_text: prompt", prompt)
+        # Left-pad to a rectangle: the last column is every prompt's last token.
+        padded = tf.reverse(tf.reverse(ids, axis=[1]).to_tensor(0), axis=[1])
+        prompt_valid = tf.sequence_mask(lengths, tf.shape(padded)[1])[:, ::-1]
+        memory = self.model.init_key_value_memory(tf.shape(padded)[0], self.settings["mem_len"])
+        generated, _ = generate(self.model, padded, memory, *sampling,
+                                prompt_valid=prompt_valid, **self.run)
+        return {"text": self.tokenizer.tf_decode(generated)}
+
+    def score_text(self, text):
+        text, = checked(self._text_rules("score_text: text", text), text)
+        ids, lengths = self._encode("score_text: text", text)
+        # Framed as tfxl-prepare frames a document: <eod> first, as context only.
+        token_ids = tf.pad(ids.to_tensor(0), [[0, 0], [1, 0]],
+                           constant_values=self.tokenizer.eod_id)
+        target_mask = tf.sequence_mask(lengths, tf.shape(token_ids)[1] - 1)
+        nll, _ = score_document(self.model, token_ids, target_mask, **self.settings)
+        mean = tf.reduce_sum(nll, axis=1) / tf.cast(lengths, tf.float32)
+        out = {"nll": nll, "tokens": lengths}
+        if self.tokenizer.is_character_level:
+            out["bpc"] = mean / math.log(2.0)
+        else:
+            out["perplexity"] = tf.exp(mean)
+        return out
 
 
-def export_saved_model(model, output_dir, version=None, mem_len=None, clamp_len=None,
-                       same_length=None, top_k=16, tokenizer=None):
+def export_saved_model(model, output_dir, version=None, tgt_len=None, mem_len=None,
+                       clamp_len=None, same_length=None, score_top_k=16, tokenizer=None):
     """Writes `<output_dir>/<version>/saved_model.pb` with the signatures above; returns its path.
 
-    mem_len/clamp_len/same_length default to the config's evaluation settings. An existing
-    version directory is never overwritten.
+    tgt_len/mem_len/clamp_len/same_length default to the config's evaluation settings;
+    score_top_k is the size K of `score`'s top-k output (0: full log-probs). An existing version
+    directory is never overwritten.
     """
-    c = model.config
-    settings = c.eval_settings()
-    mem_len = settings["mem_len"] if mem_len is None else int(mem_len)
-    clamp_len = settings["clamp_len"] if clamp_len is None else int(clamp_len)
-    same_length = settings["same_length"] if same_length is None else bool(same_length)
+    signatures = Signatures(model, tokenizer, tgt_len, mem_len, clamp_len, same_length,
+                            score_top_k)
     if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
         raise ValueError(f"--output_dir={output_dir} is a file, not a directory")
     version = next_version(output_dir) if version is None else int(version)
@@ -75,68 +266,11 @@ def export_saved_model(model, output_dir, version=None, mem_len=None, clamp_len=
     if tf.io.gfile.exists(path):
         raise ValueError(f"{path} already exists; exports are never overwritten (pick another "
                          "--version)")
-    vocab, top_k = c.vocab_size, int(top_k)
-    states_spec = tf.TensorSpec([None, c.n_layer, mem_len, c.d_model], tf.float32, name="states")
-    valid_spec = tf.TensorSpec([None, mem_len], tf.bool, name="valid")
-    scalar = lambda dtype, name: tf.TensorSpec([], dtype, name=name)  # noqa: E731
-    sampling_specs = [scalar(tf.int32, "max_new_tokens"), scalar(tf.float32, "temperature"),
-                      scalar(tf.int32, "top_k"), scalar(tf.float32, "top_p"),
-                      scalar(tf.int32, "seed")]
-    run = dict(clamp_len=clamp_len, same_length=same_length)
-
-    def memory_out(memory):
-        return {"states": tf.cast(memory[STATES], tf.float32), "valid": memory[VALID]}
-
-    def score(token_ids, states, valid):
-        token_ids = _check_batch(_check_ids(token_ids, vocab, "score"), states, valid, "score")
-        log_probs, memory = model(token_ids, {STATES: states, VALID: valid}, **run)
-        out = memory_out(memory)
-        if top_k <= 0:
-            out["log_probs"] = log_probs
-        else:
-            best = tf.math.top_k(log_probs, k=min(top_k, vocab))
-            out["top_ids"], out["top_log_probs"] = best.indices, best.values
-        return out
-
-    def init_memory(batch_size):
-        tf.debugging.assert_positive(batch_size, message="init_memory: batch_size must be > 0")
-        return memory_out(model.init_memory(batch_size, mem_len=mem_len, dtype="float32"))
-
-    def generate_ids(prompt_ids, states, valid, max_new_tokens, temperature, top_k_, top_p, seed):
-        prompt_ids = _check_batch(_check_ids(prompt_ids, vocab, "generate"), states, valid,
-                                  "generate")
-        ids, memory = generate(model, prompt_ids, {STATES: states, VALID: valid},
-                               max_new_tokens, temperature, top_k_, top_p, seed, **run)
-        return {"generated_ids": ids, **memory_out(memory)}
-
     archive = keras.export.ExportArchive()
     archive.track(model)
-    archive.add_endpoint("score", score, [tf.TensorSpec([None, None], tf.int32, "token_ids"),
-                                          states_spec, valid_spec])
-    archive.add_endpoint("init_memory", init_memory, [scalar(tf.int32, "batch_size")])
-    archive.add_endpoint("generate", generate_ids,
-                         [tf.TensorSpec([None, None], tf.int32, "prompt_ids"), states_spec,
-                          valid_spec, *sampling_specs])
     if tokenizer is not None:
-        if tokenizer.vocab_size != vocab:
-            raise ValueError(f"tokenizer vocab_size {tokenizer.vocab_size} != model vocab_size "
-                             f"{vocab}")
-        archive.track(tokenizer)
-
-        def generate_text(prompt, max_new_tokens, temperature, top_k_, top_p, seed):
-            ragged = tokenizer.tf_encode(prompt)  # [B, None]
-            lengths = ragged.row_lengths()
-            tf.debugging.assert_positive(lengths, message="generate_text: empty prompt")
-            # Left-pad to a rectangle: the last column is every prompt's last token.
-            padded = tf.reverse(tf.reverse(ragged, axis=[1]).to_tensor(0), axis=[1])
-            prompt_valid = tf.sequence_mask(lengths, tf.shape(padded)[1])[:, ::-1]
-            batch = tf.shape(padded)[0]
-            memory = model.init_memory(batch, mem_len=mem_len, dtype="float32")
-            ids, _ = generate(model, padded, memory, max_new_tokens, temperature, top_k_, top_p,
-                              seed, prompt_valid=prompt_valid, **run)
-            return {"text": tokenizer.tf_decode(ids)}
-
-        archive.add_endpoint("generate_text", generate_text,
-                             [tf.TensorSpec([None], tf.string, "prompt"), *sampling_specs])
+        archive.track(tokenizer)  # its lookup tables and constants
+    for name, specs in signatures.input_signatures().items():
+        archive.add_endpoint(name, getattr(signatures, name), specs)
     archive.write_out(path, verbose=False)
     return path

@@ -2,7 +2,8 @@
 
     tfxl-export --model=runs/tiny --data_dir=data/stdlib --output_dir=exports/tiny
     # -> exports/tiny/1/saved_model.pb with score (serving_default), init_memory, generate,
-    #    generate_text signatures; `saved_model_cli show --dir exports/tiny/1 --all` lists them.
+    #    score_document, score_document_masked and, with --data_dir, generate_text and score_text
+    #    signatures; `saved_model_cli show --dir exports/tiny/1 --all` lists them.
 """
 
 import sys
@@ -18,13 +19,15 @@ def define_flags():
     flags.DEFINE_string("output_dir", None, "Export base directory; versions go below it.")
     flags.DEFINE_integer("version", None, "Version number (default: next free integer).")
     flags.DEFINE_string("data_dir", None, "tfxl-prepare directory whose tokenizer is embedded "
-                        "for generate_text (optional).")
+                        "for generate_text and score_text (optional).")
+    flags.DEFINE_integer("tgt_len", None, "Segment length T of score_document/score_text "
+                         "(default: the config's eval_tgt_len).")
     flags.DEFINE_integer("mem_len", None, "Memory length M of the signatures (default: the "
                          "config's eval_mem_len).")
     flags.DEFINE_integer("clamp_len", None, "Default: the config's eval_clamp_len.")
     flags.DEFINE_bool("same_length", None, "Default: the config's eval_same_length.")
-    flags.DEFINE_integer("top_k", 16, "score returns the top-k ids/log-probs per position; 0 "
-                         "returns full log-probs [B, T, V].")
+    flags.DEFINE_integer("score_top_k", 16, "score returns the top-k ids/log-probs per "
+                         "position; 0 returns full log-probs [B, T, V].")
 
 
 def main(argv):
@@ -43,8 +46,10 @@ def main(argv):
         if FLAGS.data_dir:
             from tfxl.data.pipeline import load_tokenizer
             tokenizer = load_tokenizer(FLAGS.data_dir)
-        path = export_saved_model(model, FLAGS.output_dir, FLAGS.version, FLAGS.mem_len,
-                                  FLAGS.clamp_len, FLAGS.same_length, FLAGS.top_k, tokenizer)
+        path = export_saved_model(
+            model, FLAGS.output_dir, FLAGS.version, tgt_len=FLAGS.tgt_len, mem_len=FLAGS.mem_len,
+            clamp_len=FLAGS.clamp_len, same_length=FLAGS.same_length,
+            score_top_k=FLAGS.score_top_k, tokenizer=tokenizer)
     except (ValueError, OSError, tf.errors.OpError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -5,8 +5,8 @@
     tfxl-generate --model=exports/tiny/1 --data_dir=data/stdlib --prompt_file=prompt.txt
 
 --model is a .keras file, a tfxl-train model_dir, or an exported SavedModel version directory
-(then only its `generate` signature is used). Every token is one segment step on cached memory.
-The same flags and seed give the same text.
+(then only its `init_memory` and `generate` signatures are used). Every token is one segment step
+on the key/value memory. The same flags and seed give the same text.
 """
 
 import os
@@ -42,7 +42,7 @@ class _ModelStepper:
         settings = model.config.eval_settings()
         self.mem_len = settings["mem_len"] if mem_len is None else mem_len
         run = dict(clamp_len=settings["clamp_len"], same_length=settings["same_length"])
-        self.memory = model.init_memory(1, mem_len=self.mem_len, dtype="float32")
+        self.memory = model.init_key_value_memory(1, mem_len=self.mem_len)
         self._generate = tf.function(lambda ids, memory, t, k, p, seed: generate(
             model, ids, memory, 1, t, k, p, seed, **run))
 
@@ -71,7 +71,7 @@ class _ExportStepper:
             prompt_ids=tf.constant(ids, tf.int32), max_new_tokens=tf.constant(1),
             temperature=tf.constant(temperature, tf.float32), top_k=tf.constant(top_k),
             top_p=tf.constant(top_p, tf.float32), seed=tf.constant(seed), **self.memory)
-        self.memory = {"states": out["states"], "valid": out["valid"]}
+        self.memory = {name: out[name] for name in ("keys", "values", "valid")}
         return out["generated_ids"]
 
 
@@ -83,13 +83,8 @@ def main(argv):
             raise ValueError("--model and --data_dir are required")
         if (FLAGS.prompt is None) == (FLAGS.prompt_file is None):
             raise ValueError("give exactly one of --prompt and --prompt_file")
-        if FLAGS.max_new_tokens < 1:
-            raise ValueError(f"--max_new_tokens must be >= 1, got {FLAGS.max_new_tokens}")
-        if not 0.0 < FLAGS.top_p <= 1.0:
-            raise ValueError(f"--top_p must be in (0, 1], got {FLAGS.top_p}")
-        if FLAGS.top_k < 0 or FLAGS.temperature < 0:
-            raise ValueError(f"--top_k and --temperature must be >= 0, got {FLAGS.top_k} and "
-                             f"{FLAGS.temperature}")
+        from tfxl.models.sampling import check_sampling
+        check_sampling(FLAGS.max_new_tokens, FLAGS.temperature, FLAGS.top_k, FLAGS.top_p)
         if FLAGS.prompt_file:
             try:
                 with open(FLAGS.prompt_file, encoding="utf-8") as f:
