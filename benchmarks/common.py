@@ -135,12 +135,16 @@ def peak_rss_mib() -> float:
 BYTES_VOCAB = 258  # tfxl-prepare's bytes tokenizer: 256 bytes + <pad> + <eod>
 
 
+# The issue's `bench` model: 4 layers, D 512, 8x64 heads, F 2048, T = M = 128, bytes. A plain dict
+# so that the PyTorch peer (benchmarks/peer_bench.py) reads the same shape without importing tfxl,
+# which would load TensorFlow into its process.
+BENCH = dict(vocab_size=BYTES_VOCAB, n_layer=4, d_model=512, n_head=8, d_head=64, d_inner=2048,
+             dropout=0.1, dropatt=0.0, tgt_len=128, mem_len=128)
+
+
 def bench_config(**overrides):
-    """The issue's `bench` model: 4 layers, D 512, 8x64 heads, F 2048, T = M = 128, bytes."""
     from tfxl.config import TransfoXLConfig
-    base = dict(vocab_size=BYTES_VOCAB, n_layer=4, d_model=512, n_head=8, d_head=64,
-                d_inner=2048, dropout=0.1, dropatt=0.0, tgt_len=128, mem_len=128)
-    return TransfoXLConfig(**{**base, **overrides})
+    return TransfoXLConfig(**{**BENCH, **overrides})
 
 
 def tiny_config(**overrides):
