@@ -21,11 +21,6 @@ import sys
 import tempfile
 import time
 
-# The figures for the original PyTorch code on this kind of 2-core machine and the `bench`
-# config (tokens/s); every target ratio is measured against them.
-PYTORCH_TRAIN_TOKENS_PER_S = 1250.0
-PYTORCH_EVAL_TOKENS_PER_S = 4300.0
-
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -29,7 +29,7 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common
+from benchmarks import common, peer_bench
 
 
 def _best_time(fn, reps, min_seconds=2.0):
@@ -149,13 +149,16 @@ def table_cached(results):
     return "\n".join(rows)
 
 
-def table_throughput(results):
+def table_throughput(results, peer=None):
+    """`peer`: `peer_bench.measure()` of the same run, for the "vs peer" column (— without it)."""
     rows = ["| eval segment T | memory M | dtype | XLA | tokens/s | model TFLOP/s | "
-            "vs PyTorch 4,300 tokens/s |", "| ---: | ---: | --- | --- | ---: | ---: | ---: |"]
+            "vs PyTorch peer (its tokens/s) |", "| ---: | ---: | --- | --- | ---: | ---: | ---: |"]
     for r in results:
+        theirs = peer_bench.eval_figure(peer, r["tgt_len"], r["mem_len"])
         rows.append(f"| {r['tgt_len']} | {r['mem_len']} | {r['dtype']} | "
                     f"{'on' if r['jit'] else 'off'} | {r['tokens_per_s']:,.0f} | "
-                    f"{r['model_flops_per_s'] / 1e12:.3f} | {r['tokens_per_s'] / common.PYTORCH_EVAL_TOKENS_PER_S:.2f}× |")
+                    f"{r['model_flops_per_s'] / 1e12:.3f} | "
+                    f"{peer_bench.ratio(r['tokens_per_s'], theirs)} ({common.fmt(theirs)}) |")
     return "\n".join(rows)
 
 

@@ -1,10 +1,12 @@
 """Runs every benchmark and writes the results section of BENCHMARKS.md.
 
-    python -m benchmarks.run [--quick] [--only train,eval,memory,prepare] [--output BENCHMARKS.md]
-                             [--intra_op N] [--inter_op N]
+    python -m benchmarks.run [--quick] [--only peer,train,eval,memory,prepare]
+                             [--output BENCHMARKS.md] [--intra_op N] [--inter_op N]
 
 Each sub-benchmark also runs alone (`python -m benchmarks.train_bench`, `eval_bench`,
-`memory_bench`, `benchmarks/prepare_bench.py`). Heavy parts run in subprocesses, one at a time.
+`memory_bench`, `peer_bench`, `benchmarks/prepare_bench.py`). Heavy parts run in subprocesses,
+one at a time. `peer` measures the PyTorch peer (`benchmarks/peer_bench.py`, needs
+`pip install .[bench]`) that every "vs PyTorch peer" ratio of the same run divides by.
 The generated tables replace the text between the markers
 `<!-- results:begin -->` and `<!-- results:end -->` in the output file (the rest of the file,
 the analysis, is kept); without markers they are appended.
@@ -21,11 +23,12 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common
+from benchmarks import common, peer_bench
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
-PYTORCH_TRAIN = common.PYTORCH_TRAIN_TOKENS_PER_S
-PYTORCH_EVAL = common.PYTORCH_EVAL_TOKENS_PER_S
+# The project's targets, float32 tokens/s over the PyTorch peer measured in the same run.
+TRAIN_TARGET = 2.0  # training, bench config, T = M = 128
+EVAL_TARGET = 2.5  # evaluation, at each of peer_bench.EVAL_SETTINGS
 
 
 def run_module(module, args, json_path):
@@ -66,23 +69,37 @@ def peaks():
     return out
 
 
-def training_summary(train, peak32):
-    """Targets on the bench config: best of the measured variants against the run's fp32 peak."""
+def versus_peer(ours, theirs, target=None):
+    """`ours` as a multiple of the peer's tokens/s `theirs`, and whether it meets `target`."""
+    if not theirs:
+        return "no PyTorch peer measured in this run"
+    ratio = ours / theirs
+    text = f"{ratio:.2f}× the PyTorch peer's {theirs:,.0f}"
+    if target is None:
+        return text
+    return (text + f" (target ≥ {target:g}× in float32: "
+            + ("met" if ratio >= target else f"missed by {100 * (1 - ratio / target):.0f}%") + ")")
+
+
+def training_summary(train, peak32, peer):
+    """Targets on the bench config: best of the measured variants against the peer and the run's
+    fp32 peak."""
     bench = [r for r in train if r["config"] == "bench"]
     if not bench:
         return []
     best = max(bench, key=lambda r: r["tokens_per_s"])
     fp32 = [r for r in bench if r["dtype"] == "float32"]
     best32 = max(fp32, key=lambda r: r["tokens_per_s"]) if fp32 else best
+    theirs = peer["train"]["tokens_per_s"] if peer else None
     lines = []
     for label, r in (("fastest variant", best), ("fastest float32 variant", best32)):
         flops = r["model_flops_per_s"]
         frac = flops / peak32
+        target = TRAIN_TARGET if r["dtype"] == "float32" else None
         lines.append(
             f"- bench, {label} ({r['dtype']}, XLA {'on' if r['jit'] else 'off'}): "
-            f"{r['tokens_per_s']:,.0f} tokens/s = {r['tokens_per_s'] / PYTORCH_TRAIN:.2f}× the "
-            f"PyTorch reference's 1,250 (target ≥ 1.5×: "
-            f"{'met' if r['tokens_per_s'] >= 1.5 * PYTORCH_TRAIN else 'missed'}); model FLOP/s "
+            f"{r['tokens_per_s']:,.0f} tokens/s = {versus_peer(r['tokens_per_s'], theirs, target)}"
+            f"; model FLOP/s "
             f"{flops / 1e12:.3f} T = {100 * frac:.0f}% of the fp32 matmul peak of this run "
             f"({peak32 / 1e12:.3f} T) (target ≥ 65%: "
             + ("met" if frac >= 0.65 else f"missed by {100 * (0.65 - frac):.0f} points") + ").")
@@ -104,37 +121,41 @@ def render(info, results, quick, command):
                    f"{100 * results['foreign_cpu']:.0f}% |")
     out.append("")
     from benchmarks import eval_bench, memory_bench, train_bench
+    peer = results.get("peer")
+    if peer:
+        out += ["### PyTorch peer, measured in this run", "",
+                f"{peer_bench.PEER} ({peer['train']['threads']} threads, "
+                f"{peer['train']['parameters']:,} parameters): eager float32, random byte ids, "
+                "memory carried between segments, best timed loop after warm-up, each row in a "
+                "fresh process (`benchmarks/peer_bench.py`). Every \"vs PyTorch peer\" ratio "
+                "below divides by these figures.", "", peer_bench.table(peer), ""]
     if "train" in results:
         out += ["### 1–2. Training tokens/s and model FLOP/s (through `Runner`'s train loop)", "",
                 f"Global batch {train_bench.GLOBAL_BATCH}, Adam, clip 0.25, dropout 0.1; `bench` "
                 "= 4 layers, D 512, 8×64 heads, d_inner 2048, T = M = 128, bytes vocab (258); "
                 "`tiny` = the preset (2 layers, D 64, T = M = 64). Best timed loop after a "
                 "compile loop; % of peak uses the fp32 peak measured in the same child process.",
-                "", train_bench.table(results["train"]), ""]
+                "", train_bench.table(results["train"], peer), ""]
         out += training_summary(results["train"], results["peaks"]["float32"]
-                                if "peaks" in results else results["train"][0]["fp32_matmul_peak"])
+                                if "peaks" in results else results["train"][0]["fp32_matmul_peak"],
+                                peer)
         out.append("")
     if "eval" in results and "cached" in results["eval"]:
         out += ["### 3. Cached evaluation vs vanilla recompute (bench model, batch 1, float32, "
                 "XLA)", "", eval_bench.table_cached(results["eval"]["cached"]), ""]
     if "eval" in results and "throughput" in results["eval"]:
         out += ["### 4. Evaluation tokens/s with memory (through `Runner.evaluate`, batch 16)", "",
-                eval_bench.table_throughput(results["eval"]["throughput"]), ""]
-        at_128 = [r for r in results["eval"]["throughput"] if r["tgt_len"] == 128]
-        for label, rows in (("fastest float32 variant", [r for r in at_128
-                                                         if r["dtype"] == "float32"]),
-                            ("fastest variant", at_128)):
+                eval_bench.table_throughput(results["eval"]["throughput"], peer), ""]
+        for tgt_len, mem_len in peer_bench.EVAL_SETTINGS:
+            rows = [r for r in results["eval"]["throughput"] if r["dtype"] == "float32"
+                    and (r["tgt_len"], r["mem_len"]) == (tgt_len, mem_len)]
             if not rows:
                 continue
             best = max(rows, key=lambda r: r["tokens_per_s"])
-            out.append(
-                f"- Target ≥ 2× the PyTorch reference's 4,300 tokens/s (bench config, its "
-                f"training setting T = M = 128), {label} ({best['dtype']}, XLA "
-                f"{'on' if best['jit'] else 'off'}): {best['tokens_per_s']:,.0f} tokens/s = "
-                f"{best['tokens_per_s'] / PYTORCH_EVAL:.2f}× — "
-                + ("met" if best["tokens_per_s"] >= 2 * PYTORCH_EVAL else
-                   f"missed by {100 * (1 - best['tokens_per_s'] / (2 * PYTORCH_EVAL)):.0f}%")
-                + ".")
+            theirs = peer_bench.eval_figure(peer, tgt_len, mem_len)
+            out.append(f"- Evaluation at T {tgt_len}, M {mem_len}, fastest float32 variant (XLA "
+                       f"{'on' if best['jit'] else 'off'}): {best['tokens_per_s']:,.0f} tokens/s "
+                       f"= {versus_peer(best['tokens_per_s'], theirs, EVAL_TARGET)}.")
         out.append("")
     if "memory" in results:
         out += ["### 5. Peak RSS of training steps vs the analytic estimate (bench, float32, "
@@ -163,11 +184,13 @@ def write(output, block):
 
 def main(argv=None):
     parser = common.add_common_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
-    parser.add_argument("--only", default="train,eval,memory,prepare")
+    parser.add_argument("--only", default="peer,train,eval,memory,prepare")
     parser.add_argument("--output", default=os.path.join(common.REPO, "BENCHMARKS.md"))
     args = parser.parse_args(argv)
     common.setup(args)
     parts = args.only.split(",")
+    if "peer" in parts:
+        peer_bench.require()  # fail now, not after the TensorFlow benchmarks
     quick = ["--quick"] if args.quick else []
     command = "python -m benchmarks.run" + " ".join([""] + (argv if argv is not None
                                                            else sys.argv[1:]))
@@ -177,6 +200,10 @@ def main(argv=None):
     with common.temp_dir() as tmp:
         results["peaks"] = peaks()
         print(f"peaks: {results['peaks']}", flush=True)
+        if "peer" in parts:
+            print("$ benchmarks.peer_bench" + " --quick" * args.quick, flush=True)
+            results["peer"] = peer_bench.measure(quick=args.quick)
+            print(peer_bench.table(results["peer"]), flush=True)
         if "train" in parts:
             train_args = ["--configs=bench,tiny", f"--data_root={tmp}"]
             if args.quick:
