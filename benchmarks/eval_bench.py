@@ -154,11 +154,12 @@ def table_throughput(results, peer=None):
     rows = ["| eval segment T | memory M | dtype | XLA | tokens/s | model TFLOP/s | "
             "vs PyTorch peer (its tokens/s) |", "| ---: | ---: | --- | --- | ---: | ---: | ---: |"]
     for r in results:
-        theirs = peer_bench.eval_figure(peer, r["tgt_len"], r["mem_len"])
+        theirs = peer_bench.eval_row(peer, r["tgt_len"], r["mem_len"])
         rows.append(f"| {r['tgt_len']} | {r['mem_len']} | {r['dtype']} | "
                     f"{'on' if r['jit'] else 'off'} | {r['tokens_per_s']:,.0f} | "
                     f"{r['model_flops_per_s'] / 1e12:.3f} | "
-                    f"{peer_bench.ratio(r['tokens_per_s'], theirs)} ({common.fmt(theirs)}) |")
+                    f"{peer_bench.ratio(r['tokens_per_s'], theirs)} "
+                    f"({common.fmt(theirs and theirs['tokens_per_s'])}) |")
     return "\n".join(rows)
 
 

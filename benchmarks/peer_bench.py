@@ -189,15 +189,15 @@ def measure(quick=False):
     return {"train": measure_peer_train(quick=quick), "eval": measure_peer_eval(quick=quick)}
 
 
-def eval_figure(peer, tgt_len, mem_len):
-    """The peer's evaluation tokens/s at (T, M), or None if it was not measured there."""
+def eval_row(peer, tgt_len, mem_len):
+    """The peer's evaluation result at (T, M), or None if it was not measured there."""
     rows = [r for r in (peer or {}).get("eval", [])
             if (r["tgt_len"], r["mem_len"]) == (tgt_len, mem_len)]
-    return rows[0]["tokens_per_s"] if rows else None
+    return rows[0] if rows else None
 
 
-def ratio(tokens_per_s, peer_tokens_per_s):
-    return f"{tokens_per_s / peer_tokens_per_s:.2f}×" if peer_tokens_per_s else "—"
+def ratio(tokens_per_s, peer_row):
+    return f"{tokens_per_s / peer_row['tokens_per_s']:.2f}×" if peer_row else "—"
 
 
 def table(peer):

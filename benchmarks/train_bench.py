@@ -88,7 +88,7 @@ def run_subprocess(config_name, dtype, jit, steps, loops, data_root, extra=()):
 
 def table(results, peer=None):
     """`peer`: `peer_bench.measure()` of the same run, for the bench rows' "vs peer" column."""
-    theirs = peer["train"]["tokens_per_s"] if peer else None
+    theirs = peer["train"] if peer else None
     rows = ["| config | dtype | XLA | step (s) | tokens/s | vs PyTorch peer | model TFLOP/s | "
             "% of fp32 matmul peak (peak TFLOP/s) | first loop (s) | other tenants' CPU |",
             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
