@@ -21,11 +21,6 @@ import sys
 import tempfile
 import time
 
-# The issue's figures for the original PyTorch code on this kind of 2-core machine and the `bench`
-# config (tokens/s); every target ratio is measured against them.
-PYTORCH_TRAIN_TOKENS_PER_S = 1250.0
-PYTORCH_EVAL_TOKENS_PER_S = 4300.0
-
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -135,12 +130,16 @@ def peak_rss_mib() -> float:
 BYTES_VOCAB = 258  # tfxl-prepare's bytes tokenizer: 256 bytes + <pad> + <eod>
 
 
+# The issue's `bench` model: 4 layers, D 512, 8x64 heads, F 2048, T = M = 128, bytes. A plain dict
+# so that the PyTorch peer (benchmarks/peer_bench.py) reads the same shape without importing tfxl,
+# which would load TensorFlow into its process.
+BENCH = dict(vocab_size=BYTES_VOCAB, n_layer=4, d_model=512, n_head=8, d_head=64, d_inner=2048,
+             dropout=0.1, dropatt=0.0, tgt_len=128, mem_len=128)
+
+
 def bench_config(**overrides):
-    """The issue's `bench` model: 4 layers, D 512, 8x64 heads, F 2048, T = M = 128, bytes."""
     from tfxl.config import TransfoXLConfig
-    base = dict(vocab_size=BYTES_VOCAB, n_layer=4, d_model=512, n_head=8, d_head=64,
-                d_inner=2048, dropout=0.1, dropatt=0.0, tgt_len=128, mem_len=128)
-    return TransfoXLConfig(**{**base, **overrides})
+    return TransfoXLConfig(**{**BENCH, **overrides})
 
 
 def tiny_config(**overrides):
@@ -152,11 +151,13 @@ CONFIGS = {"bench": bench_config, "tiny": tiny_config}
 
 
 # -- FLOP counts (a multiply-add = 2 FLOPs) ----------------------------------------------------
-def forward_flops(c, batch, seg_len, mem_len):
+def forward_flops(c, batch, seg_len, mem_len, key_value_memory=False):
     """FLOPs of one forward pass over a [batch, seg_len] segment with mem_len memory slots.
 
     Counted as the implementation computes them: q on the T segment rows only; k and v on all
-    K = M + T rows; the position projection W_k,R R once per layer (batch independent); AC, BD
+    K = M + T rows and the position projection W_k,R R once per layer (batch independent) on the
+    layer-input memory, or k and v on the T new rows only and no W_k,R R (computed once per pass)
+    with `key_value_memory`; AC, BD
     (dense over all K columns before rel_shift) and probs x V, each 2 B N T K H; output projection;
     the two FFN matmuls; the softmax logits (plain softmax: 2 B T D V; the adaptive tail clusters
     are counted as if every token hit them, an upper bound). Elementwise work (LayerNorm, softmax
@@ -164,9 +165,10 @@ def forward_flops(c, batch, seg_len, mem_len):
     """
     b, t, k = batch, seg_len, mem_len + seg_len
     d, nh, f = c.d_model, c.n_head * c.d_head, c.d_inner
+    projected = t if key_value_memory else k
     per_layer = (2 * b * t * d * nh          # q
-                 + 2 * 2 * b * k * d * nh    # k, v
-                 + 2 * k * d * nh            # W_k,R R
+                 + 2 * 2 * b * projected * d * nh               # k, v
+                 + (0 if key_value_memory else 2 * k * d * nh)  # W_k,R R
                  + 3 * 2 * b * c.n_head * t * k * c.d_head  # AC, BD, AV
                  + 2 * b * t * nh * d        # output projection
                  + 2 * 2 * b * t * d * f)    # FFN

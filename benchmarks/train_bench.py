@@ -24,7 +24,7 @@ import time
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import common
+from benchmarks import common, peer_bench
 
 GLOBAL_BATCH = 16
 
@@ -86,14 +86,18 @@ def run_subprocess(config_name, dtype, jit, steps, loops, data_root, extra=()):
     raise RuntimeError(f"train_bench child failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
-def table(results):
-    rows = ["| config | dtype | XLA | step (s) | tokens/s | model TFLOP/s | % of fp32 matmul peak "
-            "(peak TFLOP/s) | first loop (s) | other tenants' CPU |",
-            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+def table(results, peer=None):
+    """`peer`: `peer_bench.measure()` of the same run, for the bench rows' "vs peer" column."""
+    theirs = peer["train"] if peer else None
+    rows = ["| config | dtype | XLA | step (s) | tokens/s | vs PyTorch peer | model TFLOP/s | "
+            "% of fp32 matmul peak (peak TFLOP/s) | first loop (s) | other tenants' CPU |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results:
         rows.append(
             f"| {r['config']} | {r['dtype']} | {'on' if r['jit'] else 'off'} | {r['step_s']:.3f} | "
-            f"{r['tokens_per_s']:,.0f} | {r['model_flops_per_s'] / 1e12:.3f} | "
+            f"{r['tokens_per_s']:,.0f} | "
+            f"{peer_bench.ratio(r['tokens_per_s'], theirs if r['config'] == 'bench' else None)} | "
+            f"{r['model_flops_per_s'] / 1e12:.3f} | "
             f"{100 * r['fraction_of_fp32_peak']:.1f}% ({r['fp32_matmul_peak'] / 1e12:.3f}) | "
             f"{r['first_loop_s']:.1f} | {100 * r.get('foreign_cpu', 0):.0f}% |")
     return "\n".join(rows)
