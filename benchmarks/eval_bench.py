@@ -3,8 +3,9 @@
 Part A, `cached` (the paper's Table 9 protocol, scaled down to the `bench` model):
   the same weights score one long text (batch 1) in two ways, at attention length L:
   * Transformer-XL: segments of T tokens (default 128, the paper's eval_tgt_len for enwik8-large)
-    with mem_len M = L and same_length=True, so every query attends to exactly L previous positions
-    plus itself. Per-token time = time of one segment step / T.
+    on a key/value memory of M = L slots with the position keys computed once, and
+    same_length=True, so every query attends to exactly L previous positions plus itself.
+    Per-token time = time of one segment step / T.
   * vanilla: mem_len 0 and a sliding window of L + 1 tokens (L previous positions plus the token)
     recomputed from scratch for every scored token (one full forward of length L + 1 per token;
     only its last position is used). Per-token time = time of one forward.
@@ -12,12 +13,15 @@ Part A, `cached` (the paper's Table 9 protocol, scaled down to the `bench` model
   weights (speed does not depend on them); the best of `--reps` calls after a warm-up is used.
   Speed-up = vanilla / XL per-token time; the paper reports speed-up / L ~ 0.45-0.50.
 
-Part B, `throughput`: evaluation tokens/s through the real trainer (`Runner.evaluate`: the
-per-replica `ModelFn.eval_step` in `steps_per_loop` host loops, data from `tfxl-prepare`
-rechunked to the eval segment length), global batch 16, at the training setting (T = M = 128) and
-at the paper's eval setting scaled down (T 80, M 512). The first call compiles and is not timed.
+Part `paths`: the same model on both memories, segment after segment (`memory_paths`).
 
-    python -m benchmarks.eval_bench [--part cached,throughput] [--lengths 128,256,512,1024]
+Part B, `throughput`: evaluation tokens/s through the real trainer (`Runner.evaluate`: the
+per-replica `ModelFn.eval_step` on the key/value memory in `steps_per_loop` host loops, data from
+`tfxl-prepare` rechunked to the eval segment length), global batch 16, at the training setting
+(T = M = 128), at T 80 / M 512 and at the paper's enwik8 evaluation shape T 80 / M 2100. The first
+call compiles and is not timed.
+
+    python -m benchmarks.eval_bench [--part cached,paths,throughput] [--lengths 128,256,512,1024]
                                     [--jit on] [--quick]
 """
 

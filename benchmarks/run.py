@@ -244,7 +244,7 @@ def main(argv=None):
             results["eval"] = run_module("benchmarks.eval_bench", eval_args + quick,
                                          os.path.join(tmp, "eval.json"))
         if "generation" in parts:
-            results["generation"] = run_module("benchmarks.generation_bench", quick,
+            results["generation"] = run_module("benchmarks.generation_bench", ["--reps=2"] + quick,
                                                os.path.join(tmp, "generation.json"))
         if "serving" in parts:
             results["serving"] = run_module("benchmarks.serving_bench", quick,
