@@ -38,6 +38,10 @@ def define_flags():
     flags.DEFINE_string("output", None, "Also write the result as JSON to this file.")
 
 
+def warn(message):
+    print(message, file=sys.stderr)  # stdout carries only the result's JSON line
+
+
 def evaluate_from_flags():
     train_flags.require_dir_flags("data_dir", "model_dir")
     if FLAGS.output:  # checked first: never evaluate for minutes and then fail to write
@@ -53,7 +57,7 @@ def evaluate_from_flags():
     runner = Runner(config, strategy, FLAGS.data_dir, FLAGS.model_dir, batch,
                     OptimizerParams(), FLAGS.mixed_precision, FLAGS.jit_compile,
                     steps_per_loop=100)
-    used = runner.restore_weights_only(FLAGS.checkpoint)
+    used = runner.restore_weights_only(FLAGS.checkpoint, log=warn)
     result = runner.evaluate(FLAGS.split, batch, pick(FLAGS.tgt_len, "tgt_len"),
                              pick(FLAGS.mem_len, "mem_len"), pick(FLAGS.clamp_len, "clamp_len"),
                              pick(FLAGS.same_length, "same_length"), FLAGS.max_eval_batches)

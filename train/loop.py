@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfxl.checkpoints import check_readable, newest_readable_checkpoint
 from tfxl.config import TransfoXLConfig
 from tfxl.data import pipeline
 from tfxl.data.manifest import check_manifest, load_manifest
@@ -153,8 +154,9 @@ class Runner:
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
     # -- checkpoint ---------------------------------------------------------------------------
-    def restore(self):
-        """Restores the latest checkpoint (weights, optimizer, step, memory) and the input position.
+    def restore(self, log=print):
+        """Restores the newest readable checkpoint (weights, optimizer, step, memory) and the input
+        position; damaged checkpoints are skipped with a message (tfxl/checkpoints.py).
 
         Distributed tf.data iterators cannot be checkpointed under Mirrored/MultiWorker/TPU
         strategies, so the input position is the step: the pipeline is deterministic and is rebuilt
@@ -173,7 +175,7 @@ class Runner:
             directory = os.path.join(self.model_dir, "tmp_worker_checkpoints",
                                      str(self.strategy.cluster_resolver.task_id))
         self.manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=3)
-        latest = tf.train.latest_checkpoint(chief_dir)
+        latest = newest_readable_checkpoint(chief_dir, log)
         if latest:
             try:
                 checkpoint.restore(latest).assert_existing_objects_matched()
@@ -190,10 +192,13 @@ class Runner:
         self.model_fn.memory.save_to_checkpoint()
         return self.manager.save(checkpoint_number=int(self.optimizer.iterations.numpy()))
 
-    def restore_weights_only(self, checkpoint_path=None):
-        """For evaluation: model weights only, from a file or the model_dir's latest checkpoint."""
-        path = checkpoint_path or tf.train.latest_checkpoint(
-            os.path.join(self.model_dir, "checkpoints"))
+    def restore_weights_only(self, checkpoint_path=None, log=None):
+        """For evaluation: model weights only, from `checkpoint_path` (which must read cleanly) or
+        the model_dir's newest readable checkpoint."""
+        if checkpoint_path:
+            path = check_readable(checkpoint_path)
+        else:
+            path = newest_readable_checkpoint(os.path.join(self.model_dir, "checkpoints"), log)
         if not path:
             raise ValueError(f"no checkpoint in {self.model_dir}/checkpoints")
         try:
@@ -227,7 +232,7 @@ class Runner:
         if self.is_chief:
             tf.io.gfile.makedirs(self.model_dir)
             check_data_fingerprint(self.model_dir, self.manifest, self.data_dir, store=True)
-        restored = self.restore()
+        restored = self.restore(log)
         step = int(self.optimizer.iterations.numpy())
         log_path = os.path.join(self.model_dir, "train_log.jsonl")
         if restored:

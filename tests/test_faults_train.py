@@ -1,0 +1,161 @@
+"""Faults a user can cause on the trainer side: each ends in one `error:` line (exit 2) or is
+recovered from, and nothing already written is overwritten or lost."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfxl.config import TransfoXLConfig
+from tfxl.data.prepare import PrepareConfig, prepare
+from tfxl.serving.loading import load_language_model
+from train.loop import Runner, check_or_store_config
+from train.model_fn import OptimizerParams
+
+T = 8          # segment length of the test data
+STREAMS = 4    # streams per split
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults")
+    rng = np.random.default_rng(0)
+    for split, size in (("train", 20000), ("valid", 2000), ("test", 2000)):
+        (root / f"{split}.txt").write_bytes(rng.choice(np.frombuffer(b"abcdefgh", np.uint8),
+                                                       size).tobytes())
+    out = root / "data"
+    prepare(PrepareConfig(output_dir=str(out), train=[str(root / "train.txt")],
+                          valid=[str(root / "valid.txt")], test=[str(root / "test.txt")],
+                          tokenizer="bytes", tgt_len=T, num_streams=STREAMS), log=lambda *a: None)
+    return str(out)
+
+
+def vocab_size(data_dir):
+    with open(os.path.join(data_dir, "manifest.json")) as f:
+        return json.load(f)["vocab_size"]
+
+
+def tiny_config(data_dir, **changes):
+    return TransfoXLConfig(**{**dict(
+        vocab_size=vocab_size(data_dir), n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32,
+        dropout=0.1, dropatt=0.0, tgt_len=T, mem_len=T), **changes})
+
+
+def train(data_dir, model_dir, steps, save_every=10, eval_every=None, **config):
+    """A Runner trained to `steps`; returns (runner, metrics, log lines)."""
+    messages = []
+    config = tiny_config(data_dir, **config)
+    check_or_store_config(str(model_dir), config)  # what tfxl-train does
+    runner = Runner(config, tf.distribute.get_strategy(), data_dir,
+                    str(model_dir), STREAMS,
+                    OptimizerParams(learning_rate=3e-3, train_steps=steps, min_lr_ratio=1.0),
+                    steps_per_loop=5)
+    metrics = runner.train(save_every=save_every, eval_every=eval_every, max_eval_batches=2,
+                           log=messages.append)
+    return runner, metrics, messages
+
+
+def logged_losses(model_dir):
+    with open(os.path.join(model_dir, "train_log.jsonl")) as f:
+        return {r["step"]: r["loss"] for r in map(json.loads, f)}
+
+
+def damage(prefix, how):
+    """Damages the checkpoint files of `prefix` (.../ckpt-N) the way `how` says."""
+    data, index = f"{prefix}.data-00000-of-00001", f"{prefix}.index"
+    if how == "truncated":
+        os.truncate(data, os.path.getsize(data) // 2)
+    elif how == "garbage_data":
+        with open(data, "r+b") as f:
+            f.seek(os.path.getsize(data) // 3)
+            f.write(os.urandom(64))
+    elif how == "garbage_index":
+        with open(index, "r+b") as f:
+            f.write(os.urandom(os.path.getsize(index)))
+
+
+def run_cli(module, *args):
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          env=ENV, timeout=300)
+
+
+def assert_one_error_line(result, *needles):
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    return errors[0]
+
+
+# -- 1. damaged checkpoints -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", ["truncated", "garbage_data", "garbage_index"])
+def test_damaged_latest_checkpoint_is_skipped_and_training_resumes_exactly(data_dir, tmp_path,
+                                                                           how):
+    train(data_dir, tmp_path / "straight", 30)
+    train(data_dir, tmp_path / "resumed", 20)
+    damage(str(tmp_path / "resumed" / "checkpoints" / "ckpt-20"), how)
+    _, _, messages = train(data_dir, tmp_path / "resumed", 30)
+    skipped = [m for m in messages if "ckpt-20" in m]
+    assert skipped and "damaged" in skipped[0], messages
+    assert any("resumed from" in m and "ckpt-10" in m for m in messages), messages
+    straight, resumed = logged_losses(tmp_path / "straight"), logged_losses(tmp_path / "resumed")
+    assert sorted(resumed) == list(range(1, 31))
+    for step in range(11, 31):  # continues from step 10 exactly (dropout on: RNG restored too)
+        assert resumed[step] == pytest.approx(straight[step], abs=1e-5), step
+
+
+def test_damaged_checkpoint_is_named_by_eval_and_export(data_dir, tmp_path):
+    model_dir = tmp_path / "m"
+    train(data_dir, model_dir, 20)
+    latest = str(model_dir / "checkpoints" / "ckpt-20")
+    damage(latest, "truncated")
+    eval_flags = [f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--max_eval_batches=1"]
+    result = run_cli("train.evaluate", *eval_flags)  # falls back, saying what it skipped
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.splitlines()[-1])["checkpoint"].endswith("ckpt-10")
+    assert f"skipping damaged checkpoint {latest}" in result.stderr
+    assert_one_error_line(run_cli("train.evaluate", *eval_flags, f"--checkpoint={latest}"),
+                          latest, "is damaged")
+    assert_one_error_line(run_cli("tfxl.serving.export_main", f"--model={model_dir}",
+                                  f"--checkpoint={latest}", f"--output_dir={tmp_path / 'x'}"),
+                          latest, "is damaged")
+    assert not (tmp_path / "x").exists()
+    # tfxl-export and tfxl-generate load through load_language_model: the same fallback.
+    skipped = []
+    model = load_language_model(str(model_dir), log=skipped.append)
+    assert model.config.d_model == 16 and len(skipped) == 1 and latest in skipped[0]
+
+
+def test_every_checkpoint_damaged_is_refused_and_nothing_is_overwritten(data_dir, tmp_path):
+    model_dir = tmp_path / "m"
+    train(data_dir, model_dir, 20)
+    for step in (10, 20):
+        damage(str(model_dir / "checkpoints" / f"ckpt-{step}"), "garbage_data")
+    before = {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
+    with pytest.raises(ValueError, match="no readable checkpoint .* every one is damaged"):
+        train(data_dir, model_dir, 30)  # never silently starts again from step 0
+    assert {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()} == before
+
+
+def test_intact_checkpoint_of_another_model_keeps_its_message(data_dir, tmp_path):
+    model_dir = tmp_path / "m"
+    train(data_dir, model_dir, 10)
+    other = Runner(tiny_config(data_dir, d_model=32), tf.distribute.get_strategy(), data_dir,
+                   str(model_dir), STREAMS, OptimizerParams())
+    with pytest.raises(ValueError, match="does not fit this model") as raised:
+        other.restore_weights_only()
+    assert "damaged" not in str(raised.value)
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, "d_model": 32}))
+    with pytest.raises(ValueError, match="does not fit") as raised:
+        load_language_model(str(model_dir))
+    assert "damaged" not in str(raised.value)
+
