@@ -159,3 +159,22 @@ def test_intact_checkpoint_of_another_model_keeps_its_message(data_dir, tmp_path
         load_language_model(str(model_dir))
     assert "damaged" not in str(raised.value)
 
+
+# -- 3. a refused first run claims nothing --------------------------------------------------------
+
+def cli_flags(data_dir, model_dir, steps):
+    return [f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--n_layer=1", "--d_model=16",
+            "--n_head=2", "--d_head=8", "--d_inner=32", "--dropout=0.1", f"--tgt_len={T}",
+            f"--mem_len={T}", f"--train_batch_size={STREAMS}", f"--train_steps={steps}",
+            "--steps_per_loop=5", "--save_every=10", "--learning_rate=0.003"]
+
+
+@pytest.mark.parametrize("bad,needle", [(f"--tgt_len={2 * T}", "tgt_len mismatch"),
+                                        ("--train_batch_size=3", "global batch size 3")])
+def test_a_refused_first_run_leaves_no_config_behind(data_dir, tmp_path, bad, needle):
+    model_dir = tmp_path / "m"
+    assert_one_error_line(run_cli("train.main", *cli_flags(data_dir, model_dir, 2), bad), needle)
+    assert not (model_dir / "config.json").exists() and not (model_dir / "data.json").exists()
+    corrected = run_cli("train.main", *cli_flags(data_dir, model_dir, 2))
+    assert corrected.returncode == 0, corrected.stderr[-2000:]
+    assert (model_dir / "config.json").exists() and (model_dir / "data.json").exists()

@@ -46,7 +46,7 @@ def main(argv):
 
     config = get_preset("tiny", vocab_size=manifest["vocab_size"], dropout=0.1,
                         tgt_len=manifest["tgt_len"], mem_len=manifest["tgt_len"])
-    check_or_store_config(model_dir, config)
+    check_or_store_config(model_dir, config, store=False)  # Runner.train stores it
     opt = OptimizerParams(learning_rate=2e-3, warmup_steps=100, min_lr_ratio=0.05,
                           train_steps=FLAGS.train_steps, clip=0.25)
     runner = Runner(config, tf.distribute.get_strategy(), data_dir, model_dir, FLAGS.batch_size,

@@ -62,8 +62,13 @@ def read_json(path, what):
         raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
 
 
-def check_or_store_config(model_dir, config):
-    """Stores config.json in a new model_dir; refuses to resume one trained with another model."""
+def check_or_store_config(model_dir, config, store=True):
+    """Refuses a model_dir trained with another model; `store` writes config.json into a new one.
+
+    The trainer checks early (store=False) and stores only once every other check has passed
+    (Runner.train), so a run refused for a bad flag leaves no config.json that would refuse the
+    corrected command.
+    """
     path = os.path.join(model_dir, "config.json")
     if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
         raise ValueError(f"--model_dir={model_dir} is a file, not a directory")
@@ -77,9 +82,9 @@ def check_or_store_config(model_dir, config):
                                 for k, (a, b) in diff.items())
             raise ValueError(f"--model_dir={model_dir} holds a different model ({listing}); "
                              "use a new --model_dir or the same model flags")
-        return
-    tf.io.gfile.makedirs(model_dir)
-    write_json_atomically(path, config.to_dict())
+    elif store:
+        tf.io.gfile.makedirs(model_dir)
+        write_json_atomically(path, config.to_dict())
 
 
 def check_data_fingerprint(model_dir, manifest, data_dir, store=False):
@@ -229,8 +234,8 @@ class Runner:
         """Trains to `train_steps`; returns the final metrics dict (also in metrics.json)."""
         # Training slots own whole streams: the global batch must divide the stream count.
         check_manifest(self.manifest, global_batch_size=self.global_batch)
-        if self.is_chief:
-            tf.io.gfile.makedirs(self.model_dir)
+        if self.is_chief:  # every check has passed: only now is the model_dir claimed
+            check_or_store_config(self.model_dir, self.config)
             check_data_fingerprint(self.model_dir, self.manifest, self.data_dir, store=True)
         restored = self.restore(log)
         step = int(self.optimizer.iterations.numpy())

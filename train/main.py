@@ -59,7 +59,7 @@ def main(argv):
         strategy = strategy_from_flags()
         chief = is_chief(strategy)
         if chief:
-            check_or_store_config(FLAGS.model_dir, config)
+            check_or_store_config(FLAGS.model_dir, config, store=False)
         opt = OptimizerParams(FLAGS.learning_rate, FLAGS.warmup_steps, FLAGS.min_lr_ratio,
                               FLAGS.train_steps, FLAGS.clip, FLAGS.optimizer, FLAGS.weight_decay)
         runner = Runner(config, strategy, FLAGS.data_dir, FLAGS.model_dir,
