@@ -13,6 +13,7 @@ import tensorflow as tf
 from tfxl.config import TransfoXLConfig
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.serving.loading import load_language_model
+from train import flags as train_flags
 from train.loop import Runner, check_or_store_config
 from train.model_fn import OptimizerParams
 
@@ -178,3 +179,48 @@ def test_a_refused_first_run_leaves_no_config_behind(data_dir, tmp_path, bad, ne
     corrected = run_cli("train.main", *cli_flags(data_dir, model_dir, 2))
     assert corrected.returncode == 0, corrected.stderr[-2000:]
     assert (model_dir / "config.json").exists() and (model_dir / "data.json").exists()
+
+
+# -- 9. numeric flags out of range ----------------------------------------------------------------
+
+GOOD_FLAGS = dict(train_batch_size=4, train_steps=10, steps_per_loop=5, save_every=0,
+                  eval_every=0, learning_rate=3e-3, warmup_steps=9, min_lr_ratio=1.0, clip=0.25,
+                  weight_decay=0.0, seed=0, mem_len=0, clamp_len=-1, tgt_len=8, dropout=0.0)
+
+
+@pytest.mark.parametrize("flag,value", [
+    ("learning_rate", -1.0), ("learning_rate", 0.0), ("learning_rate", float("nan")),
+    ("warmup_steps", 10), ("warmup_steps", -1), ("clip", 0.0), ("clip", -1.0),
+    ("min_lr_ratio", 1.5), ("min_lr_ratio", -0.1), ("train_steps", 0), ("steps_per_loop", 0),
+    ("train_batch_size", 0), ("eval_batch_size", -4), ("save_every", -1), ("eval_every", -1),
+    ("max_eval_batches", 0), ("mem_len", -1), ("clamp_len", -2), ("tgt_len", 0),
+    ("eval_tgt_len", 0), ("eval_mem_len", -1), ("eval_clamp_len", -5), ("dropout", 1.0),
+    ("dropatt", -0.1), ("d_model", 0), ("weight_decay", -1.0), ("num_gpus", -1),
+])
+def test_a_numeric_flag_out_of_range_is_named(flag, value):
+    train_flags.check_flag_ranges(GOOD_FLAGS)  # the edges themselves are allowed
+    with pytest.raises(ValueError, match=rf"^--{flag}=\S+ is out of range: it must be"):
+        train_flags.check_flag_ranges({**GOOD_FLAGS, flag: value})
+
+
+@pytest.mark.parametrize("module", ["train.main", "train.evaluate"])
+def test_every_numeric_flag_has_a_rule(module):
+    listing = subprocess.run([sys.executable, "-c", (
+        f"import {module} as m; from absl import flags; m.define_flags(); "
+        "print(' '.join(f.name for module, defined in flags.FLAGS.flags_by_module_dict().items() "
+        "if module.split('.')[0] in ('train', 'tpu') for f in defined "
+        "if f.flag_type() in ('int', 'float')))")], capture_output=True, text=True, env=ENV,
+        timeout=120)  # the flags tfxl defines, not those of absl or TensorFlow
+    numeric = set(listing.stdout.split())
+    assert "learning_rate" in numeric or module == "train.evaluate", listing.stderr[-2000:]
+    assert numeric and numeric <= set(train_flags.FLAG_RULES), numeric - set(
+        train_flags.FLAG_RULES)
+
+
+def test_cli_refuses_a_negative_learning_rate_before_writing(data_dir, tmp_path):
+    model_dir = tmp_path / "m"
+    assert_one_error_line(run_cli("train.main", *cli_flags(data_dir, model_dir, 2),
+                                  "--learning_rate=-1"), "--learning_rate=-1")
+    assert not model_dir.exists()
+    assert_one_error_line(run_cli("train.evaluate", f"--data_dir={data_dir}",
+                                  f"--model_dir={model_dir}", "--mem_len=-1"), "--mem_len=-1")

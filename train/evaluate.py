@@ -43,6 +43,7 @@ def warn(message):
 
 
 def evaluate_from_flags():
+    train_flags.check_flag_ranges(FLAGS.flag_values_dict())
     train_flags.require_dir_flags("data_dir", "model_dir")
     if FLAGS.output:  # checked first: never evaluate for minutes and then fail to write
         parent = os.path.dirname(os.path.abspath(FLAGS.output))

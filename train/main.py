@@ -50,12 +50,10 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
+        train_flags.check_flag_ranges(FLAGS.flag_values_dict())
         train_flags.require_dir_flags("data_dir", "model_dir")
         manifest = load_manifest(FLAGS.data_dir)
         config = train_flags.model_config(manifest["vocab_size"], manifest.get("cutoffs"))
-        for name in ("train_batch_size", "train_steps", "steps_per_loop"):
-            if FLAGS[name].value < 1:
-                raise ValueError(f"--{name} must be >= 1, got {FLAGS[name].value}")
         strategy = strategy_from_flags()
         chief = is_chief(strategy)
         if chief:
