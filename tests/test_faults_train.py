@@ -3,6 +3,7 @@ recovered from, and nothing already written is overwritten or lost."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -224,3 +225,32 @@ def test_cli_refuses_a_negative_learning_rate_before_writing(data_dir, tmp_path)
     assert not model_dir.exists()
     assert_one_error_line(run_cli("train.evaluate", f"--data_dir={data_dir}",
                                   f"--model_dir={model_dir}", "--mem_len=-1"), "--mem_len=-1")
+
+
+# -- 5. a run with nothing to do keeps the results of the run that did the work ------------------
+
+def test_a_finished_run_keeps_its_metrics_and_says_it_had_nothing_to_do(data_dir, tmp_path):
+    model_dir = tmp_path / "m"
+    first = run_cli("train.main", *cli_flags(data_dir, model_dir, 5))
+    assert first.returncode == 0, first.stderr[-2000:]
+    kept = {name: (model_dir / name).read_bytes() for name in ("metrics.json", "train_log.jsonl")}
+    assert json.loads(kept["metrics.json"])["train_loss"] is not None
+    again = run_cli("train.main", *cli_flags(data_dir, model_dir, 5))
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert {name: (model_dir / name).read_bytes() for name in kept} == kept
+    assert "nothing to do" in again.stdout
+
+
+def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path):
+    out = tmp_path / "demo"
+    shutil.copytree(data_dir, out / "data")  # reused by the demo: no corpus to prepare
+    args = [f"--out={out}", "--train_steps=2", f"--batch_size={STREAMS}", f"--eval_tgt_len={T}",
+            "--eval_mem_lens=0"]
+    first = run_cli("train.demo", *args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    trained = json.loads((out / "results.json").read_text())["train"]
+    assert trained["train_loss"] is not None and trained["step"] == 2
+    again = run_cli("train.demo", *args)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((out / "results.json").read_text())["train"] == trained
+    assert "nothing to do" in again.stdout

@@ -56,8 +56,8 @@ def main(argv):
           f"memory {config.mem_len}")
     start = time.perf_counter()
     metrics = runner.train(save_every=500)
-    if metrics["start_step"] >= FLAGS.train_steps:
-        print(f"      {model_dir} is already trained to step {metrics['step']} "
+    if metrics.pop("nothing_to_do", False):  # results.json keeps the training run's metrics
+        print(f"      nothing to do: {model_dir} is already trained to step {metrics['step']} "
               f"(delete it to train again)")
     else:
         print(f"      trained in {time.perf_counter() - start:.0f} s "

@@ -231,7 +231,11 @@ class Runner:
         return train_loop
 
     def train(self, save_every=None, eval_every=None, max_eval_batches=None, log=print):
-        """Trains to `train_steps`; returns the final metrics dict (also in metrics.json)."""
+        """Trains to `train_steps`; returns the final metrics dict (also in metrics.json).
+
+        A model_dir already at `train_steps` has nothing to train: its metrics.json (the results of
+        the run that did the work) is kept and returned with "nothing_to_do": True added.
+        """
         # Training slots own whole streams: the global batch must divide the stream count.
         check_manifest(self.manifest, global_batch_size=self.global_batch)
         if self.is_chief:  # every check has passed: only now is the model_dir claimed
@@ -240,6 +244,11 @@ class Runner:
         restored = self.restore(log)
         step = int(self.optimizer.iterations.numpy())
         log_path = os.path.join(self.model_dir, "train_log.jsonl")
+        metrics_path = os.path.join(self.model_dir, "metrics.json")
+        if step >= self.train_steps:
+            done = (read_json(metrics_path, "metrics") if tf.io.gfile.exists(metrics_path)
+                    else {"step": step})
+            return {**done, "nothing_to_do": True}
         if restored:
             log(f"resumed from {restored} at step {step}")
             if self.is_chief:
@@ -301,7 +310,7 @@ class Runner:
                        train_tokens_per_second=trained * tokens_per_step / elapsed if trained
                        else None)
         if self.is_chief:
-            write_json_atomically(os.path.join(self.model_dir, "metrics.json"), metrics)
+            write_json_atomically(metrics_path, metrics)
         writer.flush()
         return metrics
 

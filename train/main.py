@@ -68,7 +68,11 @@ def main(argv):
     except (ValueError, StrategyError, TrainingDiverged, OSError, tf.errors.OpError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2 if not isinstance(err, TrainingDiverged) else 3
-    print(f"done: step {metrics['step']}, train loss {metrics['train_loss']}")
+    if metrics.pop("nothing_to_do", False):
+        print(f"nothing to do: {FLAGS.model_dir} is already trained to step {metrics['step']} "
+              f"(--train_steps={FLAGS.train_steps}); its metrics.json is kept")
+    else:
+        print(f"done: step {metrics['step']}, train loss {metrics['train_loss']}")
     return 0
 
 
