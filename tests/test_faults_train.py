@@ -254,3 +254,27 @@ def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((out / "results.json").read_text())["train"] == trained
     assert "nothing to do" in again.stdout
+
+
+# -- 15. evaluation settings: set by tfxl-train, reported by tfxl-eval ----------------------------
+
+def test_tfxl_train_stores_eval_settings_and_tfxl_eval_says_where_each_came_from(data_dir,
+                                                                                 tmp_path):
+    model_dir = tmp_path / "m"
+    trained = run_cli("train.main", *cli_flags(data_dir, model_dir, 2), "--eval_tgt_len=4",
+                      "--eval_mem_len=16", "--eval_same_length")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    config = json.loads((model_dir / "config.json").read_text())
+    assert (config["eval_tgt_len"], config["eval_mem_len"], config["eval_same_length"]) == (
+        4, 16, True)
+    evaluated = run_cli("train.evaluate", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+                        "--mem_len=8", "--max_eval_batches=1")
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    result = json.loads(evaluated.stdout)  # stdout is the result's JSON line only
+    assert (result["tgt_len"], result["mem_len"], result["clamp_len"], result["same_length"]) == (
+        4, 8, config["clamp_len"], True)
+    assert result["settings_from"] == {
+        "tgt_len": "config.json eval_tgt_len", "mem_len": "flag --mem_len",
+        "clamp_len": "config.json clamp_len (training)",
+        "same_length": "config.json eval_same_length"}
+    assert "tgt_len=4 (config.json eval_tgt_len), mem_len=8 (flag --mem_len)" in evaluated.stderr

@@ -14,6 +14,8 @@ MODEL_OVERRIDES = {
     "n_layer": int, "d_model": int, "n_head": int, "d_head": int, "d_inner": int,
     "dropout": float, "dropatt": float, "tgt_len": int, "mem_len": int, "clamp_len": int,
     "same_length": bool, "untie_r": bool, "div_val": int, "cutoffs": list, "pre_lnorm": bool,
+    # Evaluation settings stored in config.json: what tfxl-eval/tfxl-export use by default.
+    "eval_tgt_len": int, "eval_mem_len": int, "eval_clamp_len": int, "eval_same_length": bool,
 }
 
 
@@ -58,6 +60,8 @@ def define_model_flags():
     flags.DEFINE_string("config", None, "JSON file with a TransfoXLConfig; overrides --preset.")
     for name, kind in MODEL_OVERRIDES.items():
         help_ = f"Override the config's {name}."
+        if name.startswith("eval_"):
+            help_ += " Stored in config.json: tfxl-eval's and tfxl-export's default."
         if kind is int:
             flags.DEFINE_integer(name, None, help_)
         elif kind is float:
