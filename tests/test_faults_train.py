@@ -278,3 +278,24 @@ def test_tfxl_train_stores_eval_settings_and_tfxl_eval_says_where_each_came_from
         "clamp_len": "config.json clamp_len (training)",
         "same_length": "config.json eval_same_length"}
     assert "tgt_len=4 (config.json eval_tgt_len), mem_len=8 (flag --mem_len)" in evaluated.stderr
+
+
+# -- 6. every split a run reads is checked before the first step ---------------------------------
+
+@pytest.mark.parametrize("how", ["flipped", "truncated"])
+def test_a_corrupt_valid_shard_stops_training_before_the_first_step(data_dir, tmp_path, how):
+    data = tmp_path / "data"
+    shutil.copytree(data_dir, data)
+    shard = sorted(data.glob("valid-stream-*"))[1]
+    if how == "flipped":  # same size: only reading the records finds it
+        raw = bytearray(shard.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        shard.write_bytes(bytes(raw))
+    else:
+        os.truncate(shard, shard.stat().st_size - 10)
+    model_dir = tmp_path / "m"
+    with pytest.raises(ValueError, match=rf"shard {shard}"):
+        Runner(tiny_config(str(data)), tf.distribute.get_strategy(), str(data), str(model_dir),
+               STREAMS, OptimizerParams(learning_rate=3e-3, train_steps=10),
+               steps_per_loop=5).train(save_every=5, eval_every=5)
+    assert not model_dir.exists()  # no step, no checkpoint, no config.json

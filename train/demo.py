@@ -54,6 +54,7 @@ def main(argv):
     print(f"[2/3] training `tiny` ({runner.model.count_params():,} parameters) for "
           f"{FLAGS.train_steps} steps of {FLAGS.batch_size} x {config.tgt_len} bytes, "
           f"memory {config.mem_len}")
+    runner.check_splits("valid")  # evaluated after training: a bad shard stops the demo now
     start = time.perf_counter()
     metrics = runner.train(save_every=500)
     if metrics.pop("nothing_to_do", False):  # results.json keeps the training run's metrics

@@ -20,7 +20,7 @@ import tensorflow as tf
 from tfxl.checkpoints import check_readable, newest_readable_checkpoint
 from tfxl.config import TransfoXLConfig
 from tfxl.data import pipeline
-from tfxl.data.manifest import check_manifest, load_manifest
+from tfxl.data.manifest import check_manifest, load_manifest, split_info
 from tfxl.data.rechunk import rechunk
 from train import summaries
 from train.model_fn import ModelFn
@@ -158,6 +158,17 @@ class Runner:
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
+    def check_splits(self, *splits):
+        """Checks the shards of `splits` before the first step; a DataError names a bad one.
+
+        Every shard must have its manifest byte size. Evaluation splits (small: megabytes) are
+        also read once in full so every record's CRC is checked; the train split's records are
+        checked by its input pipeline when it is built, still before the first step.
+        """
+        for split in splits:
+            pipeline.verify_shards(self.data_dir, split_info(self.manifest, split)["streams"],
+                                   crc=split != "train")
+
     # -- checkpoint ---------------------------------------------------------------------------
     def restore(self, log=print):
         """Restores the newest readable checkpoint (weights, optimizer, step, memory) and the input
@@ -238,6 +249,8 @@ class Runner:
         """
         # Training slots own whole streams: the global batch must divide the stream count.
         check_manifest(self.manifest, global_batch_size=self.global_batch)
+        # A corrupt valid shard must not surface only at the first evaluation, hours in.
+        self.check_splits("train", *(["valid"] if eval_every else []))
         if self.is_chief:  # every check has passed: only now is the model_dir claimed
             check_or_store_config(self.model_dir, self.config)
             check_data_fingerprint(self.model_dir, self.manifest, self.data_dir, store=True)
