@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -299,3 +300,59 @@ def test_a_corrupt_valid_shard_stops_training_before_the_first_step(data_dir, tm
                STREAMS, OptimizerParams(learning_rate=3e-3, train_steps=10),
                steps_per_loop=5).train(save_every=5, eval_every=5)
     assert not model_dir.exists()  # no step, no checkpoint, no config.json
+
+
+# -- 2. a run killed while it writes a checkpoint resumes from the previous one exactly -----------
+
+HANG_IN_SAVE = """
+import importlib, sys, time
+module_name, function_name, checkpoint, marker = sys.argv[1:5]
+module = importlib.import_module(module_name)
+original = getattr(module, function_name)
+
+def hang(*args, **kwargs):  # inside the save of `checkpoint`: say so, then wait for the kill
+    if checkpoint in repr(args) + repr(kwargs):
+        open(marker, "w").close()
+        time.sleep(600)
+    return original(*args, **kwargs)
+
+setattr(module, function_name, hang)
+sys.argv = ["tfxl-train"] + sys.argv[5:]
+from train.main import run
+run()
+"""
+
+
+@pytest.fixture(scope="module")
+def straight_run(data_dir, tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("straight") / "m"
+    result = run_cli("train.main", *cli_flags(data_dir, model_dir, 30))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return logged_losses(model_dir)
+
+
+@pytest.mark.parametrize("module,function", [
+    # ckpt-20's tensors are written into ckpt-20_temp/, not yet merged into place
+    ("tensorflow.python.ops.gen_io_ops", "merge_v2_checkpoints"),
+    # ckpt-20's files are in place, the `checkpoint` state file still names ckpt-10
+    ("tensorflow.python.checkpoint.checkpoint_management", "update_checkpoint_state_internal"),
+])
+def test_kill_9_during_a_save_resumes_exactly(data_dir, tmp_path, straight_run, module,
+                                              function):
+    model_dir, marker = tmp_path / "m", tmp_path / "in_save"
+    proc = subprocess.Popen([sys.executable, "-c", HANG_IN_SAVE, module, function, "ckpt-20",
+                             str(marker), *cli_flags(data_dir, model_dir, 30)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    deadline = time.time() + 240
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), "the save was never reached"
+    proc.kill()  # SIGKILL
+    proc.wait()
+    resumed = run_cli("train.main", *cli_flags(data_dir, model_dir, 30))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed from" in resumed.stderr and "Traceback" not in resumed.stderr
+    losses = logged_losses(model_dir)
+    assert sorted(losses) == list(range(1, 31))
+    for step in range(1, 31):  # dropout on: weights, optimizer and RNG all come back
+        assert losses[step] == pytest.approx(straight_run[step], abs=1e-5), step
