@@ -31,8 +31,8 @@ FLAG_RULES = {
         "n_layer", "d_model", "n_head", "d_head", "d_inner", "div_val", "tgt_len", "eval_tgt_len",
         "train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop",
         "max_eval_batches", "learning_rate")},
-    **{name: NON_NEGATIVE for name in ("mem_len", "eval_mem_len", "weight_decay", "seed",
-                                                   "num_gpus")},
+    **{name: NON_NEGATIVE for name in (
+        "mem_len", "eval_mem_len", "weight_decay", "seed", "num_gpus")},
     "clamp_len": CLAMP,
     "eval_clamp_len": CLAMP,
     "dropout": PROBABILITY,
