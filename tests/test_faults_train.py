@@ -99,20 +99,26 @@ def assert_one_error_line(result, *needles):
 
 # -- 1. damaged checkpoints -----------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def straight_losses(data_dir, tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("straight") / "m"
+    train(data_dir, model_dir, 30)
+    return logged_losses(model_dir)
+
+
 @pytest.mark.parametrize("how", ["truncated", "garbage_data", "garbage_index"])
 def test_damaged_latest_checkpoint_is_skipped_and_training_resumes_exactly(data_dir, tmp_path,
-                                                                           how):
-    train(data_dir, tmp_path / "straight", 30)
+                                                                           straight_losses, how):
     train(data_dir, tmp_path / "resumed", 20)
     damage(str(tmp_path / "resumed" / "checkpoints" / "ckpt-20"), how)
     _, _, messages = train(data_dir, tmp_path / "resumed", 30)
     skipped = [m for m in messages if "ckpt-20" in m]
     assert skipped and "damaged" in skipped[0], messages
     assert any("resumed from" in m and "ckpt-10" in m for m in messages), messages
-    straight, resumed = logged_losses(tmp_path / "straight"), logged_losses(tmp_path / "resumed")
+    resumed = logged_losses(tmp_path / "resumed")
     assert sorted(resumed) == list(range(1, 31))
     for step in range(11, 31):  # continues from step 10 exactly (dropout on: RNG restored too)
-        assert resumed[step] == pytest.approx(straight[step], abs=1e-5), step
+        assert resumed[step] == pytest.approx(straight_losses[step], abs=1e-5), step
 
 
 def test_damaged_checkpoint_is_named_by_eval_and_export(data_dir, tmp_path):
