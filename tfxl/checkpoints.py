@@ -23,7 +23,7 @@ class DamagedCheckpoint(ValueError):
     """A checkpoint whose files cannot be read back; the message names it and says why."""
 
 
-def damage(path):
+def why_damaged(path):
     """Why the checkpoint `path` (a prefix such as .../ckpt-20) cannot be read, or None if it can."""
     try:
         reader = tf.train.load_checkpoint(path)
@@ -39,7 +39,7 @@ def check_readable(path):
     """Raises ValueError if `path` is not a checkpoint, DamagedCheckpoint if it does not read."""
     if not tf.io.gfile.exists(f"{path}.index"):
         raise ValueError(f"checkpoint {path} not found (no {path}.index)")
-    reason = damage(path)
+    reason = why_damaged(path)
     if reason:
         raise DamagedCheckpoint(f"checkpoint {path} is damaged: {reason}")
     return path
@@ -72,7 +72,7 @@ def newest_readable_checkpoint(directory, log=None):
     log = log or (lambda message: print(message, file=sys.stderr))
     skipped = []
     for path in checkpoints_newest_first(directory):
-        reason = damage(path)
+        reason = why_damaged(path)
         if reason is None:
             return path
         log(f"skipping damaged checkpoint {path}: {reason}")
