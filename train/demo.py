@@ -46,7 +46,7 @@ def main(argv):
 
     config = get_preset("tiny", vocab_size=manifest["vocab_size"], dropout=0.1,
                         tgt_len=manifest["tgt_len"], mem_len=manifest["tgt_len"])
-    check_or_store_config(model_dir, config)
+    check_or_store_config(model_dir, config, store=False)  # Runner.train stores it
     opt = OptimizerParams(learning_rate=2e-3, warmup_steps=100, min_lr_ratio=0.05,
                           train_steps=FLAGS.train_steps, clip=0.25)
     runner = Runner(config, tf.distribute.get_strategy(), data_dir, model_dir, FLAGS.batch_size,
@@ -54,10 +54,11 @@ def main(argv):
     print(f"[2/3] training `tiny` ({runner.model.count_params():,} parameters) for "
           f"{FLAGS.train_steps} steps of {FLAGS.batch_size} x {config.tgt_len} bytes, "
           f"memory {config.mem_len}")
+    runner.check_splits("valid")  # evaluated after training: a bad shard stops the demo now
     start = time.perf_counter()
     metrics = runner.train(save_every=500)
-    if metrics["start_step"] >= FLAGS.train_steps:
-        print(f"      {model_dir} is already trained to step {metrics['step']} "
+    if metrics.pop("nothing_to_do", False):  # results.json keeps the training run's metrics
+        print(f"      nothing to do: {model_dir} is already trained to step {metrics['step']} "
               f"(delete it to train again)")
     else:
         print(f"      trained in {time.perf_counter() - start:.0f} s "

@@ -3,8 +3,10 @@
     tfxl-eval --data_dir=data/stdlib --model_dir=runs/tiny --split=test \
         --tgt_len=32 --mem_len=256 --clamp_len=-1 --same_length
 
-Evaluation settings default to the preset's (the paper's longer memory); the model comes from
-`model_dir/config.json` and its latest checkpoint (or --checkpoint).
+Each evaluation setting comes from its flag, else config.json's eval_* (the preset's, or
+tfxl-train's --eval_*), else the training value; which one is printed to stderr and returned in
+the result's "settings_from". The model comes from `model_dir/config.json` and its newest
+readable checkpoint (or --checkpoint). stdout carries only the result as one JSON line.
 """
 
 import json
@@ -38,26 +40,46 @@ def define_flags():
     flags.DEFINE_string("output", None, "Also write the result as JSON to this file.")
 
 
+def warn(message):
+    print(message, file=sys.stderr)  # stdout carries only the result's JSON line
+
+
+def evaluation_settings(config):
+    """tgt_len/mem_len/clamp_len/same_length and where each comes from: the tfxl-eval flag, else
+    config.json's eval_* (the preset's or tfxl-train's --eval_*), else the training value."""
+    settings, sources = {}, {}
+    for key in ("tgt_len", "mem_len", "clamp_len", "same_length"):
+        flag, stored = FLAGS[key].value, getattr(config, f"eval_{key}")
+        if flag is not None:
+            settings[key], sources[key] = flag, f"flag --{key}"
+        elif stored is not None:
+            settings[key], sources[key] = stored, f"config.json eval_{key}"
+        else:
+            settings[key], sources[key] = getattr(config, key), f"config.json {key} (training)"
+    return settings, sources
+
+
 def evaluate_from_flags():
+    train_flags.check_flag_ranges(FLAGS.flag_values_dict())
     train_flags.require_dir_flags("data_dir", "model_dir")
     if FLAGS.output:  # checked first: never evaluate for minutes and then fail to write
         parent = os.path.dirname(os.path.abspath(FLAGS.output))
         if not os.path.isdir(parent):
             raise ValueError(f"--output={FLAGS.output}: directory {parent} does not exist")
     config = TransfoXLConfig.from_file(os.path.join(FLAGS.model_dir, "config.json"))
-    settings = config.eval_settings()
-    pick = lambda flag, key: settings[key] if flag is None else flag  # noqa: E731
+    settings, sources = evaluation_settings(config)
+    warn("evaluating with " + ", ".join(f"{key}={value} ({sources[key]})"
+                                        for key, value in settings.items()))
     strategy = strategy_from_flags()
     streams = load_manifest(FLAGS.data_dir)["num_streams"]
     batch = streams if FLAGS.eval_batch_size is None else FLAGS.eval_batch_size
     runner = Runner(config, strategy, FLAGS.data_dir, FLAGS.model_dir, batch,
                     OptimizerParams(), FLAGS.mixed_precision, FLAGS.jit_compile,
                     steps_per_loop=100)
-    used = runner.restore_weights_only(FLAGS.checkpoint)
-    result = runner.evaluate(FLAGS.split, batch, pick(FLAGS.tgt_len, "tgt_len"),
-                             pick(FLAGS.mem_len, "mem_len"), pick(FLAGS.clamp_len, "clamp_len"),
-                             pick(FLAGS.same_length, "same_length"), FLAGS.max_eval_batches)
+    used = runner.restore_weights_only(FLAGS.checkpoint, log=warn)
+    result = runner.evaluate(FLAGS.split, batch, max_batches=FLAGS.max_eval_batches, **settings)
     result["checkpoint"] = used
+    result["settings_from"] = sources
     return result
 
 

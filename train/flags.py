@@ -1,5 +1,6 @@
 """absl flags of `tfxl-train` and `tfxl-eval`, and the model config they describe."""
 
+import math
 import os
 
 from absl import flags
@@ -13,7 +14,45 @@ MODEL_OVERRIDES = {
     "n_layer": int, "d_model": int, "n_head": int, "d_head": int, "d_inner": int,
     "dropout": float, "dropatt": float, "tgt_len": int, "mem_len": int, "clamp_len": int,
     "same_length": bool, "untie_r": bool, "div_val": int, "cutoffs": list, "pre_lnorm": bool,
+    # Evaluation settings stored in config.json: what tfxl-eval/tfxl-export use by default.
+    "eval_tgt_len": int, "eval_mem_len": int, "eval_clamp_len": int, "eval_same_length": bool,
 }
+
+
+# The range of every numeric flag of tfxl-train and tfxl-eval, one rule per flag name (tfxl-eval's
+# --tgt_len/--mem_len/--clamp_len obey the same rules as training's): (holds(value, all values),
+# what the value must be). check_flag_ranges applies them before anything is read or written.
+POSITIVE = (lambda v, _: 0 < v < math.inf, "> 0")
+NON_NEGATIVE = (lambda v, _: 0 <= v < math.inf, ">= 0")
+PROBABILITY = (lambda v, _: 0 <= v < 1, "in [0, 1)")
+CLAMP = (lambda v, _: v >= -1, ">= -1 (-1: no clamp)")
+FLAG_RULES = {
+    **{name: POSITIVE for name in (
+        "n_layer", "d_model", "n_head", "d_head", "d_inner", "div_val", "tgt_len", "eval_tgt_len",
+        "train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop",
+        "max_eval_batches", "learning_rate")},
+    **{name: NON_NEGATIVE for name in (
+        "mem_len", "eval_mem_len", "weight_decay", "seed", "num_gpus")},
+    "clamp_len": CLAMP,
+    "eval_clamp_len": CLAMP,
+    "dropout": PROBABILITY,
+    "dropatt": PROBABILITY,
+    "save_every": (lambda v, _: v >= 0, ">= 0 (0: only at the end)"),
+    "eval_every": (lambda v, _: v >= 0, ">= 0 (0: never)"),
+    "warmup_steps": (lambda v, values: 0 <= v < values["train_steps"], "in [0, --train_steps)"),
+    "min_lr_ratio": (lambda v, _: 0 <= v <= 1, "in [0, 1]"),
+    # 0 would not mean "no clipping": clip_by_global_norm(grads, 0) zeroes every gradient.
+    "clip": (lambda v, _: 0 < v < math.inf, "> 0"),
+}
+
+
+def check_flag_ranges(values):
+    """ValueError naming the first flag in `values` ({name: value}, e.g.
+    FLAGS.flag_values_dict()) that breaks its FLAG_RULES rule; None (unset) is not checked."""
+    for name, (holds, rule) in FLAG_RULES.items():
+        value = values.get(name)
+        if value is not None and not holds(value, values):
+            raise ValueError(f"--{name}={value} is out of range: it must be {rule}")
 
 
 def define_model_flags():
@@ -21,6 +60,8 @@ def define_model_flags():
     flags.DEFINE_string("config", None, "JSON file with a TransfoXLConfig; overrides --preset.")
     for name, kind in MODEL_OVERRIDES.items():
         help_ = f"Override the config's {name}."
+        if name.startswith("eval_"):
+            help_ += " Stored in config.json: tfxl-eval's and tfxl-export's default."
         if kind is int:
             flags.DEFINE_integer(name, None, help_)
         elif kind is float:

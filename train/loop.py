@@ -17,9 +17,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfxl.checkpoints import check_readable, newest_readable_checkpoint
 from tfxl.config import TransfoXLConfig
 from tfxl.data import pipeline
-from tfxl.data.manifest import check_manifest, load_manifest
+from tfxl.data.manifest import check_manifest, load_manifest, split_info
 from tfxl.data.rechunk import rechunk
 from train import summaries
 from train.model_fn import ModelFn
@@ -61,8 +62,13 @@ def read_json(path, what):
         raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
 
 
-def check_or_store_config(model_dir, config):
-    """Stores config.json in a new model_dir; refuses to resume one trained with another model."""
+def check_or_store_config(model_dir, config, store=True):
+    """Refuses a model_dir trained with another model; `store` writes config.json into a new one.
+
+    The trainer checks early (store=False) and stores only once every other check has passed
+    (Runner.train), so a run refused for a bad flag leaves no config.json that would refuse the
+    corrected command.
+    """
     path = os.path.join(model_dir, "config.json")
     if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
         raise ValueError(f"--model_dir={model_dir} is a file, not a directory")
@@ -76,9 +82,9 @@ def check_or_store_config(model_dir, config):
                                 for k, (a, b) in diff.items())
             raise ValueError(f"--model_dir={model_dir} holds a different model ({listing}); "
                              "use a new --model_dir or the same model flags")
-        return
-    tf.io.gfile.makedirs(model_dir)
-    write_json_atomically(path, config.to_dict())
+    elif store:
+        tf.io.gfile.makedirs(model_dir)
+        write_json_atomically(path, config.to_dict())
 
 
 def check_data_fingerprint(model_dir, manifest, data_dir, store=False):
@@ -152,9 +158,21 @@ class Runner:
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
+    def check_splits(self, *splits):
+        """Checks the shards of `splits` before the first step; a DataError names a bad one.
+
+        Every shard must have its manifest byte size. Evaluation splits (small: megabytes) are
+        also read once in full so every record's CRC is checked; the train split's records are
+        checked by its input pipeline when it is built, still before the first step.
+        """
+        for split in splits:
+            pipeline.verify_shards(self.data_dir, split_info(self.manifest, split)["streams"],
+                                   crc=split != "train")
+
     # -- checkpoint ---------------------------------------------------------------------------
-    def restore(self):
-        """Restores the latest checkpoint (weights, optimizer, step, memory) and the input position.
+    def restore(self, log=print):
+        """Restores the newest readable checkpoint (weights, optimizer, step, memory) and the input
+        position; damaged checkpoints are skipped with a message (tfxl/checkpoints.py).
 
         Distributed tf.data iterators cannot be checkpointed under Mirrored/MultiWorker/TPU
         strategies, so the input position is the step: the pipeline is deterministic and is rebuilt
@@ -173,7 +191,7 @@ class Runner:
             directory = os.path.join(self.model_dir, "tmp_worker_checkpoints",
                                      str(self.strategy.cluster_resolver.task_id))
         self.manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=3)
-        latest = tf.train.latest_checkpoint(chief_dir)
+        latest = newest_readable_checkpoint(chief_dir, log)
         if latest:
             try:
                 checkpoint.restore(latest).assert_existing_objects_matched()
@@ -190,10 +208,13 @@ class Runner:
         self.model_fn.memory.save_to_checkpoint()
         return self.manager.save(checkpoint_number=int(self.optimizer.iterations.numpy()))
 
-    def restore_weights_only(self, checkpoint_path=None):
-        """For evaluation: model weights only, from a file or the model_dir's latest checkpoint."""
-        path = checkpoint_path or tf.train.latest_checkpoint(
-            os.path.join(self.model_dir, "checkpoints"))
+    def restore_weights_only(self, checkpoint_path=None, log=None):
+        """For evaluation: model weights only, from `checkpoint_path` (which must read cleanly) or
+        the model_dir's newest readable checkpoint."""
+        if checkpoint_path:
+            path = check_readable(checkpoint_path)
+        else:
+            path = newest_readable_checkpoint(os.path.join(self.model_dir, "checkpoints"), log)
         if not path:
             raise ValueError(f"no checkpoint in {self.model_dir}/checkpoints")
         try:
@@ -221,15 +242,26 @@ class Runner:
         return train_loop
 
     def train(self, save_every=None, eval_every=None, max_eval_batches=None, log=print):
-        """Trains to `train_steps`; returns the final metrics dict (also in metrics.json)."""
+        """Trains to `train_steps`; returns the final metrics dict (also in metrics.json).
+
+        A model_dir already at `train_steps` has nothing to train: its metrics.json (the results of
+        the run that did the work) is kept and returned with "nothing_to_do": True added.
+        """
         # Training slots own whole streams: the global batch must divide the stream count.
         check_manifest(self.manifest, global_batch_size=self.global_batch)
-        if self.is_chief:
-            tf.io.gfile.makedirs(self.model_dir)
+        # A corrupt valid shard must not surface only at the first evaluation, hours in.
+        self.check_splits("train", *(["valid"] if eval_every else []))
+        if self.is_chief:  # every check has passed: only now is the model_dir claimed
+            check_or_store_config(self.model_dir, self.config)
             check_data_fingerprint(self.model_dir, self.manifest, self.data_dir, store=True)
-        restored = self.restore()
+        restored = self.restore(log)
         step = int(self.optimizer.iterations.numpy())
         log_path = os.path.join(self.model_dir, "train_log.jsonl")
+        metrics_path = os.path.join(self.model_dir, "metrics.json")
+        if step >= self.train_steps:
+            done = (read_json(metrics_path, "metrics") if tf.io.gfile.exists(metrics_path)
+                    else {"step": step})
+            return {**done, "nothing_to_do": True}
         if restored:
             log(f"resumed from {restored} at step {step}")
             if self.is_chief:
@@ -291,7 +323,7 @@ class Runner:
                        train_tokens_per_second=trained * tokens_per_step / elapsed if trained
                        else None)
         if self.is_chief:
-            write_json_atomically(os.path.join(self.model_dir, "metrics.json"), metrics)
+            write_json_atomically(metrics_path, metrics)
         writer.flush()
         return metrics
 

@@ -50,16 +50,14 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
+        train_flags.check_flag_ranges(FLAGS.flag_values_dict())
         train_flags.require_dir_flags("data_dir", "model_dir")
         manifest = load_manifest(FLAGS.data_dir)
         config = train_flags.model_config(manifest["vocab_size"], manifest.get("cutoffs"))
-        for name in ("train_batch_size", "train_steps", "steps_per_loop"):
-            if FLAGS[name].value < 1:
-                raise ValueError(f"--{name} must be >= 1, got {FLAGS[name].value}")
         strategy = strategy_from_flags()
         chief = is_chief(strategy)
         if chief:
-            check_or_store_config(FLAGS.model_dir, config)
+            check_or_store_config(FLAGS.model_dir, config, store=False)
         opt = OptimizerParams(FLAGS.learning_rate, FLAGS.warmup_steps, FLAGS.min_lr_ratio,
                               FLAGS.train_steps, FLAGS.clip, FLAGS.optimizer, FLAGS.weight_decay)
         runner = Runner(config, strategy, FLAGS.data_dir, FLAGS.model_dir,
@@ -70,7 +68,11 @@ def main(argv):
     except (ValueError, StrategyError, TrainingDiverged, OSError, tf.errors.OpError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2 if not isinstance(err, TrainingDiverged) else 3
-    print(f"done: step {metrics['step']}, train loss {metrics['train_loss']}")
+    if metrics.pop("nothing_to_do", False):
+        print(f"nothing to do: {FLAGS.model_dir} is already trained to step {metrics['step']} "
+              f"(--train_steps={FLAGS.train_steps}); its metrics.json is kept")
+    else:
+        print(f"done: step {metrics['step']}, train loss {metrics['train_loss']}")
     return 0
 
 

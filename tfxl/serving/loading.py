@@ -5,14 +5,17 @@ import os
 import keras
 import tensorflow as tf
 
+from tfxl.checkpoints import check_readable, newest_readable_checkpoint
 from tfxl.config import TransfoXLConfig
 from tfxl.models import TransfoXLLM
 
 
-def load_language_model(source, checkpoint=None):
+def load_language_model(source, checkpoint=None, log=None):
     """A TransfoXLLM from `source`: a `.keras` file, or a model_dir (config.json + checkpoints/).
 
-    Raises ValueError naming the file when it is missing or does not fit.
+    `checkpoint` must read cleanly; without it the newest readable checkpoint is used and damaged
+    newer ones are reported through `log` (default stderr). Raises ValueError naming the file
+    when it is missing, damaged or does not fit.
     """
     if source.endswith(".keras"):
         if not os.path.isfile(source):
@@ -30,7 +33,10 @@ def load_language_model(source, checkpoint=None):
         raise ValueError(f"{config_path} not found; pass a .keras file or a model_dir written by "
                          "tfxl-train")
     config = TransfoXLConfig.from_file(config_path)
-    path = checkpoint or tf.train.latest_checkpoint(os.path.join(source, "checkpoints"))
+    if checkpoint:
+        path = check_readable(checkpoint)
+    else:
+        path = newest_readable_checkpoint(os.path.join(source, "checkpoints"), log)
     if not path:
         raise ValueError(f"{source}/checkpoints holds no checkpoint")
     model = TransfoXLLM(config)

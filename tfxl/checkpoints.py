@@ -1,0 +1,83 @@
+"""Which checkpoint to load: the newest one whose files read back cleanly.
+
+Used by training (resume), evaluation and loading for export/generation, so all of them skip the
+same damaged checkpoints for the same reason.
+
+A checkpoint is *damaged* when its index or data files cannot be read back in full (a truncated
+copy, a disk error, garbage written over it). Restoring one fails deep inside TensorFlow with an
+IndexError ("Read less bytes than requested") or a DataLossError, or, for an index that does not
+parse, with an error that reads like a model mismatch. Reading every tensor once with a
+CheckpointReader tells the two apart before anything is restored: the index is a checksummed
+table and every tensor carries a CRC32C, so any changed byte is found. The cost is one extra read
+of the checkpoint when a job starts (restore reads the same bytes again); nothing else is read.
+"""
+
+import os
+import re
+import sys
+
+import tensorflow as tf
+
+
+class DamagedCheckpoint(ValueError):
+    """A checkpoint whose files cannot be read back; the message names it and says why."""
+
+
+def why_damaged(path):
+    """Why the checkpoint `path` (a prefix such as .../ckpt-20) cannot be read, or None if it can."""
+    try:
+        reader = tf.train.load_checkpoint(path)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (tf.errors.OpError, IndexError, ValueError) as err:
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        return lines[0].split("}}")[-1].strip()  # drop TF's "{{function_node ...}}" prefix
+    return None
+
+
+def check_readable(path):
+    """Raises ValueError if `path` is not a checkpoint, DamagedCheckpoint if it does not read."""
+    if not tf.io.gfile.exists(f"{path}.index"):
+        raise ValueError(f"checkpoint {path} not found (no {path}.index)")
+    reason = why_damaged(path)
+    if reason:
+        raise DamagedCheckpoint(f"checkpoint {path} is damaged: {reason}")
+    return path
+
+
+def _step(prefix):
+    match = re.search(r"-(\d+)$", prefix)
+    return int(match.group(1)) if match else -1
+
+
+def checkpoints_newest_first(directory):
+    """Every checkpoint prefix in `directory`, highest step first.
+
+    The files are listed rather than read from the `checkpoint` state file, so a checkpoint whose
+    save was killed after its files were in place but before the state file was updated counts.
+    """
+    if not tf.io.gfile.isdir(directory):
+        return []
+    prefixes = [p[:-len(".index")] for p in tf.io.gfile.glob(os.path.join(directory, "*.index"))]
+    return sorted(prefixes, key=lambda p: (_step(p), p), reverse=True)
+
+
+def newest_readable_checkpoint(directory, log=None):
+    """The newest checkpoint in `directory` that reads cleanly; None if there is no checkpoint.
+
+    Each damaged checkpoint passed over is reported through `log` (default: stderr). If every
+    checkpoint is damaged this raises DamagedCheckpoint rather than returning None, so that
+    training never silently starts again from scratch over them.
+    """
+    log = log or (lambda message: print(message, file=sys.stderr))
+    skipped = []
+    for path in checkpoints_newest_first(directory):
+        reason = why_damaged(path)
+        if reason is None:
+            return path
+        log(f"skipping damaged checkpoint {path}: {reason}")
+        skipped.append(f"{os.path.basename(path)}: {reason}")
+    if skipped:
+        raise DamagedCheckpoint(f"no readable checkpoint in {directory}: every one is damaged "
+                                f"({'; '.join(skipped)}); move them away to start from scratch")
+    return None
