@@ -203,9 +203,17 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         probs = ops.cast(ops.softmax(score, axis=-1), query.dtype)
         probs = self.attention_dropout(probs, training=training)
 
+        # A masked key's probability is exactly 0, but 0 x NaN = NaN: a slot marked invalid may
+        # hold anything (a client's NaN/Inf), so its values are zeroed before probs . v. Keys
+        # need nothing (the `where` above replaces their scores). Zeroing here, one select over
+        # the values, is the cheapest exact fix: nothing on the [B, N, T, K] tensors can undo
+        # 0 x NaN, and the memory is not always written by us (clients send their own). With
+        # layer-input memory XLA fuses the select into the projection that makes the values.
+        key_attended = ops.any(mask, axis=2)[..., None]  # [B, 1, K, 1]
         contexts, start = [], 0
         for v in value_parts:
             length = v.shape[2] if v.shape[2] is not None else ops.shape(v)[2]
+            v = ops.where(key_attended[:, :, start:start + length], v, ops.cast(0, v.dtype))
             contexts.append(ops.einsum("bntk,bnkh->btnh", probs[..., start:start + length], v))
             start += length
         context = functools.reduce(ops.add, contexts)
