@@ -52,7 +52,8 @@ def test_invalid_memory_slots_have_no_influence(kind, garbage, pre_lnorm):
     np.testing.assert_array_equal(got_memory["valid"], want_memory["valid"])
     for name in got_memory:
         if name != "valid":
-            got, want = (with_garbage_in_invalid_slots(m, 0.0)[name] for m in (got_memory, want_memory))
+            got, want = (with_garbage_in_invalid_slots(m, 0.0)[name]
+                         for m in (got_memory, want_memory))
             np.testing.assert_allclose(got, want, atol=1e-6, err_msg=name)
 
 

@@ -8,9 +8,9 @@ See BUILD.md for TPU pods and multi-worker runs.
 
 import sys
 
-import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 
+from tfxl import cli
 from tfxl.data.manifest import load_manifest
 from tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from train import flags as train_flags
@@ -47,8 +47,6 @@ def is_chief(strategy):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
         train_flags.require_dir_flags("data_dir", "model_dir")
         manifest = load_manifest(FLAGS.data_dir)
@@ -67,16 +65,15 @@ def main(argv):
                         FLAGS.steps_per_loop, FLAGS.seed, chief)
         metrics = runner.train(FLAGS.save_every, FLAGS.eval_every, FLAGS.max_eval_batches,
                                log=logging.info)
-    except (ValueError, StrategyError, TrainingDiverged, OSError, tf.errors.OpError) as err:
+    except TrainingDiverged as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2 if not isinstance(err, TrainingDiverged) else 3
+        return 3
     print(f"done: step {metrics['step']}, train loss {metrics['train_loss']}")
     return 0
 
 
 def run():
-    define_flags()
-    app.run(main)
+    cli.run(main, define_flags, errors=(StrategyError,))
 
 
 if __name__ == "__main__":
