@@ -70,3 +70,28 @@ def test_embedding_refuses_out_of_range_ids_eagerly(div_val, bad_id):
 def test_language_model_refuses_negative_ids_eagerly():
     with pytest.raises(ValueError, match=r"token id -1 "):
         small_lm()(tf.constant([[1, -1, 2]]))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(top_p=1.5), r"top_p must be in \(0, 1\].*got 1.5"),
+    (dict(top_p=0.0), r"top_p must be in \(0, 1\].*got 0.0"),
+    (dict(temperature=-1.0), r"temperature must be >= 0.*got -1.0"),
+    (dict(top_k=-1), r"top_k must be >= 0.*got -1"),
+    (dict(max_new_tokens=0), r"max_new_tokens must be >= 1, got 0"),
+    (dict(prompt_ids=[[1, -1]]), r"prompt_ids: token id -1 is outside the vocabulary \[0, 11\)"),
+    (dict(prompt_ids=[[11]]), r"prompt_ids: token id 11 is outside"),
+])
+def test_generate_refuses_what_the_command_line_and_the_signatures_refuse(bad, message):
+    """The same rule (`tfxl.models.sampling.sampling_rules`) as tfxl-generate and the export;
+    refused before anything is traced."""
+    lm = small_lm()
+    args = {**dict(prompt_ids=[[1, 2]], max_new_tokens=2, temperature=1.0, top_k=0, top_p=1.0),
+            **bad}
+    with pytest.raises(ValueError, match=message):
+        lm.generate(**args)
+    assert not getattr(lm, "_generate_loops", None)
+
+
+def test_generate_accepts_the_edges_of_each_range():
+    lm = small_lm()
+    assert lm.generate([[0, 10]], 1, temperature=0.0, top_k=0, top_p=1.0).shape == (1, 1)
