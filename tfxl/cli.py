@@ -27,7 +27,7 @@ import threading
 TOOLS = {"tfxl-prepare": "tfxl.data.prepare", "tfxl-train": "train.main",
          "tfxl-eval": "train.evaluate", "tfxl-export": "tfxl.serving.export_main",
          "tfxl-generate": "tfxl.serving.generate_main", "tfxl-convert": "tfxl.convert.main",
-         "demo": "train.demo"}
+         "python -m train.demo": "train.demo"}
 HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "-helpshort")
 
 # absl's C++ log line as TensorFlow writes it (no InitializeLog: the time is printed as 0000
