@@ -20,8 +20,9 @@ import atexit
 import logging
 import os
 import re
+import signal
 import sys
-import threading
+import time
 
 # Tool name -> its module (what `python -m` runs).
 TOOLS = {"tfxl-prepare": "tfxl.data.prepare", "tfxl-train": "train.main",
@@ -101,19 +102,31 @@ _TENSORFLOW_DIR = f"{os.sep}tensorflow{os.sep}"
 
 
 def _filter_native_logs(min_level):
-    """Routes file descriptor 2 through a thread that drops native log lines below min_level."""
-    real_stderr = os.dup(2)
-    read_end, write_end = os.pipe()
+    """Routes file descriptor 2 through a child process that drops native log lines below
+    min_level. A process, not a thread: it outlives a crash of this one (abort, segfault), so
+    a fatal message still reaches the terminal. Forked before TensorFlow starts any thread."""
+    try:
+        real_stderr = os.dup(2)
+        read_end, write_end = os.pipe()
+        child = os.fork()
+    except OSError:
+        return  # no stderr to filter, or no fork: TensorFlow's lines stay
+    if child == 0:  # the filter: reads until every writer is gone, then exits
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the tool, not for us
+        os.close(write_end)
+        _pump(read_end, real_stderr, min_level)
+        os._exit(0)
+    os.close(read_end)
     os.dup2(write_end, 2)
     os.close(write_end)
-    pump = threading.Thread(target=_pump, args=(read_end, real_stderr, min_level), daemon=True,
-                            name="tfxl-stderr-filter")
-    pump.start()
 
     def stop():
         sys.stderr.flush()
-        os.dup2(real_stderr, 2)  # closes the pipe's last writer: the pump reads to the end
-        pump.join(timeout=5)
+        os.dup2(real_stderr, 2)  # closes the pipe's last writer: the filter reads to the end
+        for _ in range(500):  # then waits for it (at most 5 s: another process may hold it)
+            if os.waitpid(child, os.WNOHANG)[0]:
+                break
+            time.sleep(0.01)
 
     atexit.register(stop)
 
@@ -140,8 +153,7 @@ def _pump(read_end, real_stderr, min_level):
             _write_all(real_stderr, shown)
         if not _hidden(pending, min_level):
             _write_all(real_stderr, pending)
-    finally:  # whatever happened, never leave writers blocked on a full pipe
-        os.dup2(real_stderr, 2)
+    except OSError:  # the terminal went away: keep reading so that writers never block
         while os.read(read_end, 1 << 16):
             pass
 
