@@ -88,7 +88,8 @@ def quiet_tensorflow(argv=None):
         min_level = int(os.environ["TF_CPP_MIN_LOG_LEVEL"])
     except ValueError:
         min_level = 3
-    if min_level > 0:
+    # Only before TensorFlow loads (no fork once its threads run; its start-up lines are out).
+    if min_level > 0 and "tensorflow" not in sys.modules:
         _filter_native_logs(min_level)
 
 
