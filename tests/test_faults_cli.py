@@ -3,7 +3,6 @@ exit status 2, and nothing already written overwritten or lost."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -64,7 +63,6 @@ def test_usage_errors_exit_2_and_help_lists_the_tools_own_flags(module):
 def test_bad_flag_values_and_stray_arguments_exit_2():
     assert_refused(run_tool("tfxl.serving.generate_main", "--max_new_tokens=many"),
                    "max_new_tokens", "many")
-    assert_refused(run_tool("train.evaluate", "--split=dev"), "split", "dev")
     assert_refused(run_tool("train.main", "stray", "words"), "unexpected arguments: stray words")
 
 
@@ -161,9 +159,7 @@ def test_training_hides_the_savers_info_but_not_its_own_progress(trained, tmp_pa
     assert quiet.returncode == 0, quiet.stderr[-2000:]
     assert [line for line in quiet.stderr.splitlines()
             if any(word in line for word in CHATTER)] == []
-    shutil.rmtree(model_dir)
-    verbose = run_tool(*train, "--verbosity=1")
-    assert "Sharding callback" in verbose.stderr and "I0000" in verbose.stderr
+    assert "done: step 2" in quiet.stdout
 
 
 # --------------------------------------------------------------------------- point 7

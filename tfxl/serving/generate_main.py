@@ -115,15 +115,15 @@ def main(argv):
     from tfxl.data.fingerprint import export_vocab_size
     from tfxl.serving.loading import load_checked_tokenizer, load_language_model
     if os.path.isfile(os.path.join(FLAGS.model, "saved_model.pb")):
-        step = _ExportStepper(FLAGS.model)
-        if FLAGS.data_dir:
+        if FLAGS.data_dir:  # checked before the (slow) load
             tokenizer = load_checked_tokenizer(FLAGS.data_dir, FLAGS.model,
                                                export_vocab_size(FLAGS.model))
-        elif "decode_ids" in step.signatures:
+        step = _ExportStepper(FLAGS.model)
+        if not FLAGS.data_dir:
+            if "decode_ids" not in step.signatures:
+                raise ValueError(f"{FLAGS.model} carries no tokenizer (exported without "
+                                 "--data_dir): pass --data_dir")
             tokenizer = _ExportTokenizer(step.signatures)
-        else:
-            raise ValueError(f"{FLAGS.model} carries no tokenizer (exported without --data_dir): "
-                             "pass --data_dir")
     else:
         if not FLAGS.data_dir:
             raise ValueError("--data_dir is required (only an export made with --data_dir "
