@@ -221,6 +221,17 @@ BAD_REQUESTS = {
         "score", dict(token_ids=IDS, **{**MEMORY, "values": zeros(2, 2, MEM, 16)}),
         rf"score: values must have shape \[B, L, N, M, H\].*=\] \[2 2 2 {MEM} 16\] "
         rf"\[but got\] \[2 2 {MEM} 16\]"),
+    "score: keys of another L": (
+        "score", dict(token_ids=IDS, **{**MEMORY, "keys": zeros(2, 3, 2, 16, MEM)}),
+        "score: " + KEYS.format(2, f"2 3 2 16 {MEM}")),
+    "score: keys of another N": (
+        "score", dict(token_ids=IDS, **{**MEMORY, "keys": zeros(2, 2, 4, 16, MEM)}),
+        "score: " + KEYS.format(2, f"2 2 4 16 {MEM}")),
+    "generate: values of another H": (
+        "generate", dict(prompt_ids=IDS, **{**MEMORY, "values": zeros(2, 2, 2, MEM, 8)},
+                         **SAMPLING),
+        rf"generate: values must have shape \[B, L, N, M, H\].*=\] \[2 2 2 {MEM} 16\] "
+        rf"\[but got\] \[2 2 2 {MEM} 8\]"),
     "score: valid of another M": (
         "score", dict(token_ids=IDS, **{**MEMORY, "valid": zeros(2, 5, dtype=bool)}),
         rf"score: valid must have shape \[B, M\].*\[2 {MEM}\] \[but got\] \[2 5\]"),

@@ -4,10 +4,16 @@ Importing tfxl registers every layer and model with Keras' serialisation (packag
 `keras.saving.load_model` works on tfxl `.keras` files.
 """
 
-from tfxl.config import PRESETS, TransfoXLConfig, get_preset
-from tfxl.layers import (AdaptiveEmbedding, AdaptiveSoftmax, PositionwiseFeedForward,
-                         RelativeMultiHeadAttention, RelativePositionEncoding, TransformerXLBlock)
-from tfxl.models import StatefulTransfoXLLM, TransfoXLBackbone, TransfoXLLM
+# First, before anything loads TensorFlow: the command-line tools silence its start-up chatter.
+from tfxl import cli as _cli
+
+_cli.quiet_tensorflow_if_command_line()
+
+from tfxl.config import PRESETS, TransfoXLConfig, get_preset  # noqa: E402
+from tfxl.layers import (AdaptiveEmbedding, AdaptiveSoftmax,  # noqa: E402
+                         PositionwiseFeedForward, RelativeMultiHeadAttention,
+                         RelativePositionEncoding, TransformerXLBlock)
+from tfxl.models import StatefulTransfoXLLM, TransfoXLBackbone, TransfoXLLM  # noqa: E402
 
 __version__ = "0.1.0"
 

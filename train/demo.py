@@ -15,8 +15,9 @@ import sys
 import time
 
 import tensorflow as tf
-from absl import app, flags
+from absl import flags
 
+from tfxl import cli
 from tfxl.config import get_preset
 from tfxl.data.manifest import load_manifest
 from tfxl.data.prepare import PrepareConfig, prepare
@@ -25,12 +26,15 @@ from train.model_fn import OptimizerParams
 from train.png_plot import line_plot
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("out", "demo_out", "Output directory (data, model, results).")
-flags.DEFINE_integer("train_steps", 2000, "Training steps.")
-flags.DEFINE_integer("batch_size", 16, "Global batch (streams per step).")
-flags.DEFINE_integer("eval_tgt_len", 32, "Evaluation segment length.")
-flags.DEFINE_list("eval_mem_lens", ["0", "32", "64", "128", "256"],
-                  "Evaluation memory lengths to plot.")
+
+
+def define_flags():
+    flags.DEFINE_string("out", "demo_out", "Output directory (data, model, results).")
+    flags.DEFINE_integer("train_steps", 2000, "Training steps.")
+    flags.DEFINE_integer("batch_size", 16, "Global batch (streams per step).")
+    flags.DEFINE_integer("eval_tgt_len", 32, "Evaluation segment length.")
+    flags.DEFINE_list("eval_mem_lens", ["0", "32", "64", "128", "256"],
+                      "Evaluation memory lengths to plot.")
 
 
 def main(argv):
@@ -93,4 +97,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main, define_flags)

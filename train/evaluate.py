@@ -13,9 +13,9 @@ import json
 import os
 import sys
 
-import tensorflow as tf
-from absl import app, flags
+from absl import flags
 
+from tfxl import cli
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import load_manifest
 from tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
@@ -84,13 +84,8 @@ def evaluate_from_flags():
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    try:
-        result = evaluate_from_flags()
-    except (ValueError, StrategyError, tf.errors.OpError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    del argv
+    result = evaluate_from_flags()
     print(json.dumps(result, sort_keys=True))
     if FLAGS.output:
         write_json_atomically(FLAGS.output, result)
@@ -98,8 +93,7 @@ def main(argv):
 
 
 def run():
-    define_flags()
-    app.run(main)
+    cli.run(main, define_flags, errors=(StrategyError,))
 
 
 if __name__ == "__main__":

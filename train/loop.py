@@ -20,6 +20,7 @@ import tensorflow as tf
 from tfxl.checkpoints import check_readable, newest_readable_checkpoint
 from tfxl.config import TransfoXLConfig
 from tfxl.data import pipeline
+from tfxl.data.fingerprint import check_data_fingerprint
 from tfxl.data.manifest import check_manifest, load_manifest, split_info
 from tfxl.data.rechunk import rechunk
 from train import summaries
@@ -85,26 +86,6 @@ def check_or_store_config(model_dir, config, store=True):
     elif store:
         tf.io.gfile.makedirs(model_dir)
         write_json_atomically(path, config.to_dict())
-
-
-def check_data_fingerprint(model_dir, manifest, data_dir, store=False):
-    """Refuses data whose vocabulary differs from the one the model_dir was trained on.
-
-    The first training run stores the manifest's vocabulary hash and tgt_len in
-    model_dir/data.json (`store=True`); every later run, training or evaluation, checks them.
-    """
-    path = os.path.join(model_dir, "data.json")
-    if tf.io.gfile.exists(path):
-        stored = read_json(path, "data fingerprint")
-        if stored.get("vocab_sha256") != manifest["vocab_sha256"]:
-            raise ValueError(
-                f"--data_dir={data_dir} has another vocabulary (sha256 "
-                f"{manifest['vocab_sha256'][:12]}...) than the one {model_dir} was trained on "
-                f"({str(stored.get('vocab_sha256'))[:12]}..., from {stored.get('data_dir')})")
-    elif store:
-        write_json_atomically(path, {"vocab_sha256": manifest["vocab_sha256"],
-                                     "vocab_size": manifest["vocab_size"],
-                                     "tgt_len": manifest["tgt_len"], "data_dir": data_dir})
 
 
 def metric_name(manifest):

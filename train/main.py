@@ -8,9 +8,9 @@ See BUILD.md for TPU pods and multi-worker runs.
 
 import sys
 
-import tensorflow as tf
-from absl import app, flags, logging
+from absl import flags, logging
 
+from tfxl import cli
 from tfxl.data.manifest import load_manifest
 from tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from train import flags as train_flags
@@ -47,8 +47,6 @@ def is_chief(strategy):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
         train_flags.check_flag_ranges(FLAGS.flag_values_dict())
         train_flags.require_dir_flags("data_dir", "model_dir")
@@ -65,9 +63,9 @@ def main(argv):
                         FLAGS.steps_per_loop, FLAGS.seed, chief)
         metrics = runner.train(FLAGS.save_every, FLAGS.eval_every, FLAGS.max_eval_batches,
                                log=logging.info)
-    except (ValueError, StrategyError, TrainingDiverged, OSError, tf.errors.OpError) as err:
+    except TrainingDiverged as err:
         print(f"error: {err}", file=sys.stderr)
-        return 2 if not isinstance(err, TrainingDiverged) else 3
+        return 3
     if metrics.pop("nothing_to_do", False):
         print(f"nothing to do: {FLAGS.model_dir} is already trained to step {metrics['step']} "
               f"(--train_steps={FLAGS.train_steps}); its metrics.json is kept")
@@ -77,8 +75,7 @@ def main(argv):
 
 
 def run():
-    define_flags()
-    app.run(main)
+    cli.run(main, define_flags, errors=(StrategyError,))
 
 
 if __name__ == "__main__":

@@ -188,26 +188,13 @@ def main_with_flags(fv, argv=()) -> int:
 
 def main(argv):
     from absl import flags  # pylint: disable=import-outside-toplevel
-    sys.exit(main_with_flags(flags.FLAGS, argv))
-
-
-def _parse_flags_or_exit(argv):
-    from absl import flags  # pylint: disable=import-outside-toplevel
-    try:
-        return flags.FLAGS(argv)
-    except flags.Error as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-        sys.exit(2)
+    return main_with_flags(flags.FLAGS, argv)
 
 
 def run():
     """Console-script entry point (`tfxl-convert`)."""
-    from absl import app, flags  # pylint: disable=import-outside-toplevel
-    before = set(flags.FLAGS)
-    define_flags()
-    for name in sorted(set(flags.FLAGS) - before):
-        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
-    app.run(main, flags_parser=_parse_flags_or_exit)
+    from tfxl import cli  # pylint: disable=import-outside-toplevel
+    cli.run(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -541,16 +541,17 @@ def _finalize(tmp_dir: str, output_dir: str, files: List[str], manifest: dict,
               old_manifest: Optional[dict]) -> None:
     """Moves files into place, manifest last; then removes the old data's leftovers."""
     manifest_path = os.path.join(output_dir, manifest_lib.MANIFEST_NAME)
-    if os.path.exists(manifest_path):
-        os.remove(manifest_path)   # from here on the directory is "not prepared"
-    for name in files:
-        os.replace(os.path.join(tmp_dir, name), os.path.join(output_dir, name))
+    # Staged first: from the removal of the old manifest on, only renames follow (no new space).
     staged = os.path.join(tmp_dir, manifest_lib.MANIFEST_NAME)
     with open(staged, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2, sort_keys=True)
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
+    if os.path.exists(manifest_path):
+        os.remove(manifest_path)   # from here on the directory is "not prepared"
+    for name in files:
+        os.replace(os.path.join(tmp_dir, name), os.path.join(output_dir, name))
     os.replace(staged, manifest_path)
     if old_manifest:
         keep = set(files) | {manifest_lib.MANIFEST_NAME}
@@ -620,13 +621,21 @@ def prepare(config: PrepareConfig, log=print) -> dict:
         raise DataError("--tokenizer=sentencepiece needs --sentencepiece_model=PATH")
     created, old_manifest = _prepare_output_dir(config.output_dir, config.overwrite)
     tmp_dir = os.path.join(config.output_dir, f"{TMP_PREFIX}{os.getpid()}")
-    os.makedirs(tmp_dir)
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     try:
+        os.makedirs(tmp_dir)
         manifest = _prepare_into(config, pieces, keep_documents, tmp_dir, old_manifest, log)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp_dir, ignore_errors=True)
-        if created and not os.listdir(config.output_dir):
+        if created and os.path.isdir(config.output_dir) and not os.listdir(config.output_dir):
             os.rmdir(config.output_dir)
+        # Inputs were checked above: what fails here is writing (read-only, full disk, quota).
+        if isinstance(err, OSError):
+            raise DataError(f"cannot write into --output_dir {config.output_dir}: "
+                            f"{err.strerror or err} ({err.filename or tmp_dir})") from None
+        if isinstance(err, tf.errors.OpError):
+            raise DataError(f"cannot write into --output_dir {config.output_dir}: "
+                            f"{err.message}") from None
         raise
     shutil.rmtree(tmp_dir, ignore_errors=True)
     return manifest
@@ -652,12 +661,13 @@ def _prepare_into(config, pieces, keep_documents, tmp_dir, old_manifest, log) ->
         with open(token_path, "wb") as out:
             for document in documents:
                 doc_starts.append(total)
-                np.array([tokenizer.eod_id], dtype).tofile(out)
+                out.write(np.array([tokenizer.eod_id], dtype).tobytes())
                 total += 1
                 for chunk in iter_document_chunks(document, text, config.errors):
                     input_bytes += len(chunk) if not text else len(chunk.encode("utf-8"))
                     ids = encode(chunk)
-                    ids.astype(dtype, copy=False).tofile(out)
+                    # (file.write, not ndarray.tofile: a full disk is ENOSPC, not a count)
+                    out.write(ids.astype(dtype, copy=False).tobytes())
                     total += ids.size
                     if split == "train":
                         train_counts += np.bincount(ids, minlength=tokenizer.vocab_size)[
@@ -810,18 +820,13 @@ def main_with_flags(fv, argv=()) -> int:
 
 def main(argv):
     from absl import flags  # pylint: disable=import-outside-toplevel
-    sys.exit(main_with_flags(flags.FLAGS, argv))
+    return main_with_flags(flags.FLAGS, argv)
 
 
 def run():
     """Console-script entry point (`tfxl-prepare`)."""
-    from absl import app, flags  # pylint: disable=import-outside-toplevel
-    before = set(flags.FLAGS)
-    define_flags()
-    # Make --help list our flags: absl shows the key flags of the main script.
-    for name in sorted(set(flags.FLAGS) - before):
-        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
-    app.run(main)
+    from tfxl import cli  # pylint: disable=import-outside-toplevel
+    cli.run(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ Shape glossary: B batch, T segment length, V vocabulary size, D model size, d_i 
 import math
 
 import keras
+import numpy as np
+import tensorflow as tf
 from keras import ops
 
 from tfxl.layers.adaptive_clusters import cluster_layout
@@ -22,6 +24,12 @@ class AdaptiveEmbedding(keras.layers.Layer):
     with clamped ids and masked, which keeps shapes static for XLA/TPU.
 
     `cluster_weight(i)` / `cluster_projection(i)` expose the tensors the adaptive softmax ties to.
+
+    Ids outside [0, V) raise a ValueError in eager calls. Inside a graph (tf.function, XLA,
+    a SavedModel) there is no Python-side check: with div_val == 1 the gather fails with
+    InvalidArgumentError on CPU, while on GPU an out-of-range id gives a zero row and XLA
+    clamps it to the first/last row; a negative id wraps around (numpy's `take`: -1 is id
+    V - 1). With div_val > 1 every out-of-range id embeds to zeros. Check ids before a graph.
     """
 
     def __init__(self, vocab_size, d_embed, d_model, cutoffs=(), div_val=1, proj_same_dim=True,
@@ -73,6 +81,8 @@ class AdaptiveEmbedding(keras.layers.Layer):
         return self.projections[0 if self.div_val == 1 else i]
 
     def call(self, token_ids):
+        if tf.executing_eagerly():
+            self._check_ids(token_ids)
         token_ids = ops.cast(token_ids, "int32")
         if self.div_val == 1:
             embedded = ops.take(self.tables[0], token_ids, axis=0)
@@ -88,6 +98,15 @@ class AdaptiveEmbedding(keras.layers.Layer):
                 inside = ops.logical_and(token_ids >= c.start, token_ids < c.end)
                 embedded = embedded + part * ops.cast(inside, part.dtype)[..., None]
         return embedded * ops.cast(self.scale, embedded.dtype)
+
+    def _check_ids(self, token_ids):
+        ids = np.asarray(token_ids)
+        if ids.size == 0:
+            return
+        low, high = ids.min(), ids.max()
+        if low < 0 or high >= self.vocab_size:
+            raise ValueError(f"token id {low if low < 0 else high} is outside the vocabulary "
+                             f"[0, {self.vocab_size})")
 
     def compute_output_shape(self, ids_shape):
         return (*ids_shape, self.d_model)

@@ -12,6 +12,7 @@ from tfxl.config import TransfoXLConfig
 from tfxl.layers.adaptive_softmax import AdaptiveSoftmax
 from tfxl.layers.transformer_xl_block import attention_class
 from tfxl.models import generation
+from tfxl.models.sampling import check_sampling
 from tfxl.models.backbone import (TransfoXLBackbone, as_config, init_key_value_memory,
                                   init_memory)
 
@@ -82,6 +83,13 @@ class TransfoXLLM(keras.Model):
         ids = np.asarray(prompt_ids, np.int32)
         if ids.ndim not in (1, 2) or ids.shape[-1] == 0:
             raise ValueError(f"prompt_ids must be [P] or [B, P] with P >= 1, got shape {ids.shape}")
+        # The rules tfxl-generate and the exported signatures check, before the compiled loop
+        # (inside it nothing refuses a bad value or id: see AdaptiveEmbedding).
+        check_sampling(max_new_tokens, temperature, top_k, top_p)
+        if ids.min() < 0 or ids.max() >= self.config.vocab_size:
+            bad = ids.min() if ids.min() < 0 else ids.max()
+            raise ValueError(f"prompt_ids: token id {bad} is outside the vocabulary "
+                             f"[0, {self.config.vocab_size})")
         settings = self.config.eval_settings()
         mem_len = settings["mem_len"] if mem_len is None else int(mem_len)
         if not hasattr(self, "_generate_loops"):

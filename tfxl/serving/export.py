@@ -35,6 +35,9 @@ With a tokenizer:
       first given <eod> alone, and tokens = the text's token count. bpc = the row's summed NLL /
       tokens / ln 2 (bits per byte for `bytes`, per character for `chars`: what tfxl-eval reports),
       perplexity = exp(summed NLL / tokens).
+  encode_text: text string [] -> ids int32 [P];  decode_ids: ids int32 [G] -> text string []:
+      the tokenizer itself, so that `tfxl-generate --model=EXPORT` needs no data directory. The
+      export also records the tokenizer's vocabulary hash in assets.extra/tfxl_data.json.
 Bad requests (wrong rank or shape, memory of another export, batch mismatch, ids outside [0, V),
 empty inputs, sampling values out of range) fail at the signature's entry with one
 InvalidArgumentError naming the input, the expected and the received shape or value
@@ -47,6 +50,7 @@ import os
 import keras
 import tensorflow as tf
 
+from tfxl.data.fingerprint import write_export_fingerprint
 from tfxl.layers.memory import KEYS, VALID, VALUES
 from tfxl.models.generation import generate
 from tfxl.models.sampling import sampling_rules
@@ -114,6 +118,8 @@ class Signatures:
         if self.tokenizer is not None:
             signatures["generate_text"] = [spec([None], tf.string, "prompt"), *sampling]
             signatures["score_text"] = [spec([None], tf.string, "text")]
+            signatures["encode_text"] = [spec([], tf.string, "text")]
+            signatures["decode_ids"] = [spec([None], tf.int32, "ids")]
         return signatures
 
     # -- request checks (see tfxl.serving.checks) ---------------------------------------------
@@ -232,6 +238,12 @@ class Signatures:
                                 prompt_valid=prompt_valid, **self.run)
         return {"text": self.tokenizer.tf_decode(generated)}
 
+    def encode_text(self, text):
+        return {"ids": tf.cast(self.tokenizer.tf_encode(text[None]).flat_values, tf.int32)}
+
+    def decode_ids(self, ids):
+        return {"text": self.tokenizer.tf_decode(ids[None])[0]}
+
     def score_text(self, text):
         text, = checked(self._text_rules("score_text: text", text), text)
         ids, lengths = self._encode("score_text: text", text)
@@ -250,12 +262,14 @@ class Signatures:
 
 
 def export_saved_model(model, output_dir, version=None, tgt_len=None, mem_len=None,
-                       clamp_len=None, same_length=None, score_top_k=16, tokenizer=None):
+                       clamp_len=None, same_length=None, score_top_k=16, tokenizer=None,
+                       data_dir=None):
     """Writes `<output_dir>/<version>/saved_model.pb` with the signatures above; returns its path.
 
     tgt_len/mem_len/clamp_len/same_length default to the config's evaluation settings;
     score_top_k is the size K of `score`'s top-k output (0: full log-probs). An existing version
-    directory is never overwritten.
+    directory is never overwritten. data_dir: where `tokenizer` came from, recorded with its
+    vocabulary hash in assets.extra/tfxl_data.json (`tfxl.data.fingerprint`).
     """
     signatures = Signatures(model, tokenizer, tgt_len, mem_len, clamp_len, same_length,
                             score_top_k)
@@ -273,4 +287,6 @@ def export_saved_model(model, output_dir, version=None, tgt_len=None, mem_len=No
     for name, specs in signatures.input_signatures().items():
         archive.add_endpoint(name, getattr(signatures, name), specs)
     archive.write_out(path, verbose=False)
+    write_export_fingerprint(path, model.config.vocab_size,
+                             tokenizer.vocab_sha256 if tokenizer is not None else None, data_dir)
     return path

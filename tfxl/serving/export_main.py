@@ -6,9 +6,9 @@
     #    signatures; `saved_model_cli show --dir exports/tiny/1 --all` lists them.
 """
 
-import sys
+from absl import flags
 
-from absl import app, flags
+from tfxl import cli
 
 FLAGS = flags.FLAGS
 
@@ -31,35 +31,26 @@ def define_flags():
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    import tensorflow as tf
-
+    del argv
     from tfxl.serving.export import export_saved_model
-    from tfxl.serving.loading import load_language_model
-    try:
-        for name in ("model", "output_dir"):
-            if not FLAGS[name].value:
-                raise ValueError(f"--{name} is required")
-        model = load_language_model(FLAGS.model, FLAGS.checkpoint)
-        tokenizer = None
-        if FLAGS.data_dir:
-            from tfxl.data.pipeline import load_tokenizer
-            tokenizer = load_tokenizer(FLAGS.data_dir)
-        path = export_saved_model(
-            model, FLAGS.output_dir, FLAGS.version, tgt_len=FLAGS.tgt_len, mem_len=FLAGS.mem_len,
-            clamp_len=FLAGS.clamp_len, same_length=FLAGS.same_length,
-            score_top_k=FLAGS.score_top_k, tokenizer=tokenizer)
-    except (ValueError, OSError, tf.errors.OpError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    from tfxl.serving.loading import load_checked_tokenizer, load_language_model
+    for name in ("model", "output_dir"):
+        if not FLAGS[name].value:
+            raise ValueError(f"--{name} is required")
+    model = load_language_model(FLAGS.model, FLAGS.checkpoint)
+    tokenizer = None
+    if FLAGS.data_dir:
+        tokenizer = load_checked_tokenizer(FLAGS.data_dir, FLAGS.model, model.config.vocab_size)
+    path = export_saved_model(
+        model, FLAGS.output_dir, FLAGS.version, tgt_len=FLAGS.tgt_len, mem_len=FLAGS.mem_len,
+        clamp_len=FLAGS.clamp_len, same_length=FLAGS.same_length,
+        score_top_k=FLAGS.score_top_k, tokenizer=tokenizer, data_dir=FLAGS.data_dir)
     print(path)
     return 0
 
 
 def run():
-    define_flags()
-    app.run(main)
+    cli.run(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -2,24 +2,30 @@
 
     tfxl-generate --model=runs/tiny --data_dir=data/stdlib --prompt="def main(" \
         --max_new_tokens=200 --temperature=0.8 --top_p=0.95 --seed=1
-    tfxl-generate --model=exports/tiny/1 --data_dir=data/stdlib --prompt_file=prompt.txt
+    tfxl-generate --model=exports/tiny/1 --prompt_file=prompt.txt
 
 --model is a .keras file, a tfxl-train model_dir, or an exported SavedModel version directory
-(then only its `init_memory` and `generate` signatures are used). Every token is one segment step
-on the key/value memory. The same flags and seed give the same text.
+(then only its `init_memory` and `generate` signatures are used, and, unless --data_dir is given,
+the tokenizer it carries when exported with --data_dir: `encode_text`/`decode_ids`). --data_dir
+must hold the vocabulary the model was trained on (checked against model_dir/data.json or the
+export's record). Every token is one segment step on the key/value memory. The same flags and
+seed give the same text.
 """
 
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
+
+from tfxl import cli
 
 FLAGS = flags.FLAGS
 
 
 def define_flags():
     flags.DEFINE_string("model", None, "A .keras file, a model_dir, or an export version dir.")
-    flags.DEFINE_string("data_dir", None, "tfxl-prepare directory (for its tokenizer).")
+    flags.DEFINE_string("data_dir", None, "tfxl-prepare directory (for its tokenizer; not needed "
+                        "with an export made with --data_dir).")
     flags.DEFINE_string("prompt", None, "Prompt text.")
     flags.DEFINE_string("prompt_file", None, "Read the prompt from this file.")
     flags.DEFINE_integer("max_new_tokens", 200, "Tokens to generate.")
@@ -75,37 +81,59 @@ class _ExportStepper:
         return out["generated_ids"]
 
 
+class _ExportTokenizer:
+    """The tokenizer an export made with --data_dir carries (encode_text/decode_ids)."""
+
+    def __init__(self, signatures):
+        import tensorflow as tf
+        self.tf, self.signatures = tf, signatures
+
+    def encode(self, text):
+        return self.signatures["encode_text"](text=self.tf.constant(text))["ids"].numpy()
+
+    def decode(self, ids):
+        text = self.signatures["decode_ids"](ids=self.tf.constant(ids, self.tf.int32))["text"]
+        return text.numpy().decode("utf-8")
+
+
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    try:
-        if not FLAGS.model or not FLAGS.data_dir:
-            raise ValueError("--model and --data_dir are required")
-        if (FLAGS.prompt is None) == (FLAGS.prompt_file is None):
-            raise ValueError("give exactly one of --prompt and --prompt_file")
-        from tfxl.models.sampling import check_sampling
-        check_sampling(FLAGS.max_new_tokens, FLAGS.temperature, FLAGS.top_k, FLAGS.top_p)
-        if FLAGS.prompt_file:
-            try:
-                with open(FLAGS.prompt_file, encoding="utf-8") as f:
-                    prompt = f.read()
-            except (OSError, UnicodeDecodeError) as err:
-                raise ValueError(f"--prompt_file={FLAGS.prompt_file}: {err}") from None
-        else:
-            prompt = FLAGS.prompt
-        from tfxl.data.pipeline import load_tokenizer
-        tokenizer = load_tokenizer(FLAGS.data_dir)
-        ids = tokenizer.encode(prompt)
-        if ids.size == 0:
-            raise ValueError("the prompt encodes to no tokens")
-        if os.path.isfile(os.path.join(FLAGS.model, "saved_model.pb")):
-            step = _ExportStepper(FLAGS.model)
-        else:
-            from tfxl.serving.loading import load_language_model
-            step = _ModelStepper(load_language_model(FLAGS.model), FLAGS.mem_len)
-    except (ValueError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    del argv
+    if not FLAGS.model:
+        raise ValueError("--model is required")
+    if (FLAGS.prompt is None) == (FLAGS.prompt_file is None):
+        raise ValueError("give exactly one of --prompt and --prompt_file")
+    from tfxl.models.sampling import check_sampling
+    check_sampling(FLAGS.max_new_tokens, FLAGS.temperature, FLAGS.top_k, FLAGS.top_p)
+    if FLAGS.prompt_file:
+        try:
+            with open(FLAGS.prompt_file, encoding="utf-8") as f:
+                prompt = f.read()
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(f"--prompt_file={FLAGS.prompt_file}: {err}") from None
+    else:
+        prompt = FLAGS.prompt
+    from tfxl.data.fingerprint import export_vocab_size
+    from tfxl.serving.loading import load_checked_tokenizer, load_language_model
+    if os.path.isfile(os.path.join(FLAGS.model, "saved_model.pb")):
+        if FLAGS.data_dir:  # checked before the (slow) load
+            tokenizer = load_checked_tokenizer(FLAGS.data_dir, FLAGS.model,
+                                               export_vocab_size(FLAGS.model))
+        step = _ExportStepper(FLAGS.model)
+        if not FLAGS.data_dir:
+            if "decode_ids" not in step.signatures:
+                raise ValueError(f"{FLAGS.model} carries no tokenizer (exported without "
+                                 "--data_dir): pass --data_dir")
+            tokenizer = _ExportTokenizer(step.signatures)
+    else:
+        if not FLAGS.data_dir:
+            raise ValueError("--data_dir is required (only an export made with --data_dir "
+                             "carries its tokenizer)")
+        model = load_language_model(FLAGS.model)
+        tokenizer = load_checked_tokenizer(FLAGS.data_dir, FLAGS.model, model.config.vocab_size)
+        step = _ModelStepper(model, FLAGS.mem_len)
+    ids = tokenizer.encode(prompt)
+    if ids.size == 0:
+        raise ValueError("the prompt encodes to no tokens")
 
     generated, shown = [], ""
     prompt_ids = ids[None, :]
@@ -130,8 +158,7 @@ def main(argv):
 
 
 def run():
-    define_flags()
-    app.run(main)
+    cli.run(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,21 @@ import tensorflow as tf
 
 from tfxl.checkpoints import check_readable, newest_readable_checkpoint
 from tfxl.config import TransfoXLConfig
+from tfxl.data.fingerprint import check_data_fingerprint, check_vocab_size
+from tfxl.data.manifest import load_manifest
+from tfxl.data.pipeline import load_tokenizer
 from tfxl.models import TransfoXLLM
+
+
+def load_checked_tokenizer(data_dir, model_source, vocab_size):
+    """The tokenizer of `data_dir` once it is known to be the model's vocabulary: the same size
+    (vocab_size None: unknown) and, for a model_dir or an export, the vocabulary hash recorded
+    there. Another vocabulary of the same size would silently give wrong text."""
+    manifest = load_manifest(data_dir)
+    check_vocab_size(manifest, data_dir, vocab_size, model_source)
+    if os.path.isdir(model_source):
+        check_data_fingerprint(model_source, manifest, data_dir)
+    return load_tokenizer(data_dir, manifest)
 
 
 def load_language_model(source, checkpoint=None, log=None):

@@ -1,0 +1,97 @@
+"""Faults a user of the Python API can cause: each one is refused clearly or has no effect."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfxl import AdaptiveEmbedding, TransfoXLConfig, TransfoXLLM
+
+T, M = 3, 4
+
+
+def small_lm(**kw):
+    config = dict(vocab_size=11, n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=16,
+                  dropout=0.0, dropatt=0.0, tgt_len=T, mem_len=M, init_std=0.3)
+    lm = TransfoXLLM(TransfoXLConfig(**{**config, **kw}))
+    lm.build((None, T))
+    return lm
+
+
+def with_garbage_in_invalid_slots(memory, garbage):
+    """The memory with `garbage` written into every slot marked invalid."""
+    invalid = ~memory["valid"].numpy()  # [B, M]
+    out = {"valid": memory["valid"]}
+    for name, value in memory.items():
+        if name == "valid":
+            continue
+        value = value.numpy().copy()
+        slot_axis = {"states": 2, "keys": 4, "values": 3}[name]
+        # Move the slot axis next to the batch axis to index [B, M] at once.
+        moved = np.moveaxis(value, slot_axis, 1)
+        moved[invalid] = garbage
+        out[name] = tf.constant(np.moveaxis(moved, 1, slot_axis))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["states", "keys_values"])
+@pytest.mark.parametrize("garbage", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("pre_lnorm", [False, True])
+def test_invalid_memory_slots_have_no_influence(kind, garbage, pre_lnorm):
+    lm = small_lm(pre_lnorm=pre_lnorm)
+    rng = np.random.default_rng(0)
+    first, second = rng.integers(0, 11, (2, 2, T))
+    memory = lm.init_memory(2) if kind == "states" else lm.init_key_value_memory(2, mem_len=M)
+    # Row 0 gets T valid slots (one is left invalid), row 1 none: a reset row.
+    _, memory = lm(first, memory, reset=tf.constant([False, True]))
+    memory = {**memory, "valid": tf.constant([[False] * (M - T) + [True] * T, [False] * M])}
+    want_log_probs, want_memory = lm(second, memory)
+    got_log_probs, got_memory = lm(second, with_garbage_in_invalid_slots(memory, garbage))
+    assert np.isfinite(got_log_probs.numpy()).all()
+    np.testing.assert_allclose(got_log_probs.numpy(), want_log_probs.numpy(), atol=1e-6)
+    # The new memory's valid slots are the same (invalid ones may keep the garbage: harmless).
+    np.testing.assert_array_equal(got_memory["valid"], want_memory["valid"])
+    for name in got_memory:
+        if name != "valid":
+            got, want = (with_garbage_in_invalid_slots(m, 0.0)[name]
+                         for m in (got_memory, want_memory))
+            np.testing.assert_allclose(got, want, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("div_val", [1, 2])
+@pytest.mark.parametrize("bad_id", [-1, 11])
+def test_embedding_refuses_out_of_range_ids_eagerly(div_val, bad_id):
+    embedding = AdaptiveEmbedding(11, 8, 8, cutoffs=(4,) if div_val > 1 else (),
+                                  div_val=div_val)
+    embedding(tf.constant([[0, 10]]))  # the whole range [0, V) is accepted
+    with pytest.raises(ValueError, match=rf"token id {bad_id} .*\[0, 11\)"):
+        embedding(tf.constant([[1, bad_id, 2]]))
+
+
+def test_language_model_refuses_negative_ids_eagerly():
+    with pytest.raises(ValueError, match=r"token id -1 "):
+        small_lm()(tf.constant([[1, -1, 2]]))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(top_p=1.5), r"top_p must be in \(0, 1\].*got 1.5"),
+    (dict(top_p=0.0), r"top_p must be in \(0, 1\].*got 0.0"),
+    (dict(temperature=-1.0), r"temperature must be >= 0.*got -1.0"),
+    (dict(top_k=-1), r"top_k must be >= 0.*got -1"),
+    (dict(max_new_tokens=0), r"max_new_tokens must be >= 1, got 0"),
+    (dict(prompt_ids=[[1, -1]]), r"prompt_ids: token id -1 is outside the vocabulary \[0, 11\)"),
+    (dict(prompt_ids=[[11]]), r"prompt_ids: token id 11 is outside"),
+])
+def test_generate_refuses_what_the_command_line_and_the_signatures_refuse(bad, message):
+    """The same rule (`tfxl.models.sampling.sampling_rules`) as tfxl-generate and the export;
+    refused before anything is traced."""
+    lm = small_lm()
+    args = {**dict(prompt_ids=[[1, 2]], max_new_tokens=2, temperature=1.0, top_k=0, top_p=1.0),
+            **bad}
+    with pytest.raises(ValueError, match=message):
+        lm.generate(**args)
+    assert not getattr(lm, "_generate_loops", None)
+
+
+def test_generate_accepts_the_edges_of_each_range():
+    lm = small_lm()
+    assert lm.generate([[0, 10]], 1, temperature=0.0, top_k=0, top_p=1.0).shape == (1, 1)
