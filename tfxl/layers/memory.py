@@ -64,6 +64,28 @@ def reset_rows(memory, reset):
     return {**memory, VALID: ops.logical_and(memory[VALID], keep)}
 
 
+def with_invalid_slots_zeroed(memory):
+    """The memory with zeros in the values (or layer inputs) of its invalid slots.
+
+    Why: a masked key's attention probability is exactly 0, but 0 x NaN = NaN, and a slot marked
+    invalid may hold anything (a client's NaN or Inf). Keys need nothing (their scores are
+    replaced by the mask). The model applies this once per call, where a memory enters, not in
+    the attention: per layer it would copy the memory again on every generated token; and every
+    memory the model returns is built from the cleaned one, so loops stay clean.
+    """
+    valid = ops.cast(memory[VALID], "bool")
+    if STATES in memory:  # [B, L, M, D]
+        states = memory[STATES]
+        return {**memory, STATES: ops.where(valid[:, None, :, None], states,
+                                            ops.zeros((), states.dtype))}
+    values = memory[VALUES]
+    if isinstance(values, (list, tuple)):  # per-layer [B, N, M, H]
+        return {**memory, VALUES: [ops.where(valid[:, None, :, None], v, ops.zeros((), v.dtype))
+                                   for v in values]}
+    return {**memory, VALUES: ops.where(valid[:, None, None, :, None], values,
+                                        ops.zeros((), values.dtype))}
+
+
 def _last_slots(old, new, axis):
     """The last old.shape[axis] slots of [old; new] along `axis`, with the static shape restated
     (a segment of unknown length T makes the slice's shape unknown; loops and XLA need it)."""

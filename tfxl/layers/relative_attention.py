@@ -203,19 +203,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         probs = ops.cast(ops.softmax(score, axis=-1), query.dtype)
         probs = self.attention_dropout(probs, training=training)
 
-        # A masked key's probability is exactly 0, but 0 x NaN = NaN: a slot marked invalid may
-        # hold anything (a client's NaN/Inf), so its values are zeroed before probs . v. Keys
-        # need nothing (the `where` above replaces their scores). Nothing on the [B, N, T, K]
-        # tensors can undo 0 x NaN, and the memory is not always written by us (clients send
-        # their own), hence one select over the values. Cost (CPU, B 4, N 8, H 64): training
-        # shapes (T = M = 256, values made here) within noise; a cached decode step (T 1,
-        # M 2048) +1.1-1.4 ms per layer call (~+45%). Cleaning the memory once where it enters
-        # (signatures, backbone call, generation loop start) would make decode steps free again.
-        key_attended = ops.any(mask, axis=2)[..., None]  # [B, 1, K, 1]
         contexts, start = [], 0
         for v in value_parts:
             length = v.shape[2] if v.shape[2] is not None else ops.shape(v)[2]
-            v = ops.where(key_attended[:, :, start:start + length], v, ops.cast(0, v.dtype))
             contexts.append(ops.einsum("bntk,bnkh->btnh", probs[..., start:start + length], v))
             start += length
         context = functools.reduce(ops.add, contexts)

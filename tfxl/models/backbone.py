@@ -13,7 +13,8 @@ from tfxl.layers.dropout import HashDropout
 from tfxl.layers.memory import (KEYS, STATES, VALID, VALUES, attention_mask,
                                 empty_key_value_memory, empty_memory, is_key_value_memory,
                                 layer_keys_values,
-                                reset_rows, updated_key_value_memory, updated_memory)
+                                reset_rows, updated_key_value_memory, updated_memory,
+                                with_invalid_slots_zeroed)
 from tfxl.layers.relative_position import RelativePositionEncoding
 from tfxl.layers.transformer_xl_block import TransformerXLBlock, attention_class
 
@@ -132,7 +133,7 @@ class TransfoXLBackbone(keras.layers.Layer):
             ops.shape(token_ids)[1])
         if memory is None:
             memory = self.init_memory(ops.shape(token_ids)[0])
-        memory = reset_rows(memory, reset)
+        memory = with_invalid_slots_zeroed(reset_rows(memory, reset))
         key_value = is_key_value_memory(memory)
         mem_len = memory[VALID].shape[1]
 
