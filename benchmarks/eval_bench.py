@@ -49,16 +49,22 @@ def _best_time(fn, reps, min_seconds=2.0):
     return best
 
 
-def cached_vs_vanilla(lengths, seg_len=128, batch=1, jit=True, reps=3):
-    tf = common.setup()
+def _bench_model():
+    """The bench model in float32 with seeded random weights (speed does not depend on them)."""
     import keras
     from tfxl.models import TransfoXLLM
 
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(0)
-    config = common.bench_config()
-    model = TransfoXLLM(config)
+    model = TransfoXLLM(common.bench_config())
     model.build((None, None))
+    return model
+
+
+def cached_vs_vanilla(lengths, seg_len=128, batch=1, jit=True, reps=3):
+    tf = common.setup()
+    model = _bench_model()
+    config = model.config
 
     def forward(ids, memory, targets, same_length, position_keys=None):
         nll, new_memory = model(ids, memory, targets=targets, training=False,
@@ -118,15 +124,10 @@ def memory_paths(settings, batch=16, segments=8, jit=True, reps=3):
     repetitions; the best pass counts.
     """
     tf = common.setup()
-    import keras
     from tfxl.layers.memory import per_layer
-    from tfxl.models import TransfoXLLM
 
-    keras.config.set_dtype_policy("float32")
-    keras.utils.set_random_seed(0)
-    config = common.bench_config()
-    model = TransfoXLLM(config)
-    model.build((None, None))
+    model = _bench_model()
+    config = model.config
 
     @tf.function(jit_compile=jit, reduce_retracing=False, autograph=False)
     def step(ids, memory, position_keys):
