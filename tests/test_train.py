@@ -35,8 +35,10 @@ def copy_task_text(n_blocks, seed):
 @pytest.fixture(scope="module")
 def copy_data(tmp_path_factory):
     root = tmp_path_factory.mktemp("copy")
-    for split, blocks in (("train", 4000), ("valid", 200), ("test", 200)):
-        (root / f"{split}.txt").write_bytes(copy_task_text(blocks, hash(split) % 1000))
+    # A fixed seed per split: the thresholds below must see the same data in every process
+    # (hash(str) changes with PYTHONHASHSEED).
+    for seed, (split, blocks) in enumerate((("train", 4000), ("valid", 200), ("test", 200))):
+        (root / f"{split}.txt").write_bytes(copy_task_text(blocks, seed))
     out = root / "data"
     prepare(PrepareConfig(output_dir=str(out), train=[str(root / "train.txt")],
                           valid=[str(root / "valid.txt")], test=[str(root / "test.txt")],
