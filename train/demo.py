@@ -21,7 +21,8 @@ from tfxl import cli
 from tfxl.config import get_preset
 from tfxl.data.manifest import load_manifest
 from tfxl.data.prepare import PrepareConfig, prepare
-from train.loop import Runner, check_or_store_config, write_json_atomically
+from tfxl.json_files import write_json_atomically
+from train.loop import Runner, check_or_store_config
 from train.model_fn import OptimizerParams
 from train.png_plot import line_plot
 

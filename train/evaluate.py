@@ -20,7 +20,8 @@ from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import load_manifest
 from tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from train import flags as train_flags
-from train.loop import Runner, write_json_atomically
+from tfxl.json_files import write_json_atomically
+from train.loop import Runner
 from train.model_fn import OptimizerParams
 
 FLAGS = flags.FLAGS

@@ -23,6 +23,7 @@ from tfxl.data import pipeline
 from tfxl.data.fingerprint import check_data_fingerprint
 from tfxl.data.manifest import check_manifest, load_manifest, split_info
 from tfxl.data.rechunk import rechunk
+from tfxl.json_files import read_json, write_json_atomically
 from train import summaries
 from train.model_fn import ModelFn
 
@@ -31,13 +32,6 @@ LOG2 = math.log(2.0)
 
 class TrainingDiverged(RuntimeError):
     """A non-finite loss; the message names the step. The last good checkpoint is kept."""
-
-
-def write_json_atomically(path, payload):
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
 def truncate_log(path, last_step):
@@ -50,17 +44,6 @@ def truncate_log(path, last_step):
     with tf.io.gfile.GFile(tmp, "w") as f:
         f.write("".join(kept))
     tf.io.gfile.rename(tmp, path, overwrite=True)
-
-
-def read_json(path, what):
-    """A JSON file's object; ValueError naming the file when it cannot be read or parsed."""
-    try:
-        with tf.io.gfile.GFile(path) as f:
-            return json.load(f)
-    except (OSError, tf.errors.OpError) as err:
-        raise ValueError(f"{what} {path}: cannot read ({err})") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
 
 
 def check_or_store_config(model_dir, config, store=True):

@@ -7,30 +7,14 @@ assets.extra). Another vocabulary of the same size would silently give wrong tex
 refused, as is another size. Imports no trainer code (serving uses it).
 """
 
-import json
 import os
 
 import tensorflow as tf
 
+from tfxl.json_files import read_json, write_json_atomically
+
 DATA_JSON = "data.json"
 EXPORT_DATA_JSON = os.path.join("assets.extra", "tfxl_data.json")
-
-
-def _read_json(path, what):
-    try:
-        with tf.io.gfile.GFile(path) as f:
-            return json.load(f)
-    except (OSError, tf.errors.OpError) as err:
-        raise ValueError(f"{what} {path}: cannot read ({err})") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
-
-
-def _write_json_atomically(path, payload):
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
 def check_data_fingerprint(model_dir, manifest, data_dir, store=False):
@@ -43,7 +27,7 @@ def check_data_fingerprint(model_dir, manifest, data_dir, store=False):
     if not tf.io.gfile.exists(path):
         path = os.path.join(model_dir, EXPORT_DATA_JSON)
     if tf.io.gfile.exists(path):
-        stored = _read_json(path, "data fingerprint")
+        stored = read_json(path, "data fingerprint")
         recorded = stored.get("vocab_sha256")  # None: an export made without a tokenizer
         if recorded is not None and recorded != manifest["vocab_sha256"]:
             raise ValueError(
@@ -51,7 +35,7 @@ def check_data_fingerprint(model_dir, manifest, data_dir, store=False):
                 f"{manifest['vocab_sha256'][:12]}...) than the one {model_dir} was trained on "
                 f"({recorded[:12]}..., from {stored.get('data_dir')})")
     elif store:
-        _write_json_atomically(os.path.join(model_dir, DATA_JSON), {
+        write_json_atomically(os.path.join(model_dir, DATA_JSON), {
             "vocab_sha256": manifest["vocab_sha256"], "vocab_size": manifest["vocab_size"],
             "tgt_len": manifest["tgt_len"], "data_dir": data_dir})
 
@@ -67,11 +51,11 @@ def write_export_fingerprint(export_dir, vocab_size, vocab_sha256=None, data_dir
     """Records next to an export its vocabulary size and, when it embeds a tokenizer, the
     tokenizer's hash (see the module docstring)."""
     tf.io.gfile.makedirs(os.path.dirname(os.path.join(export_dir, EXPORT_DATA_JSON)))
-    _write_json_atomically(os.path.join(export_dir, EXPORT_DATA_JSON), {
+    write_json_atomically(os.path.join(export_dir, EXPORT_DATA_JSON), {
         "vocab_sha256": vocab_sha256, "vocab_size": vocab_size, "data_dir": data_dir})
 
 
 def export_vocab_size(export_dir):
     """The vocabulary size an export recorded, or None (exports of older tfxl versions)."""
     path = os.path.join(export_dir, EXPORT_DATA_JSON)
-    return _read_json(path, "export record").get("vocab_size") if tf.io.gfile.exists(path) else None
+    return read_json(path, "export record").get("vocab_size") if tf.io.gfile.exists(path) else None
