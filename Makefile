@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # No TF_CPP_MIN_LOG_LEVEL here: the tools are quiet by themselves (tfxl/cli.py) and an exported
 # level would replace their default of 3; tests/conftest.py sets its own.
 
-.PHONY: test demo install bench clean
+.PHONY: test lint demo install bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,11 @@ $(STAMP): $(PY) setup.cfg pyproject.toml
 
 install: $(STAMP)  ## create .venv and install tfxl with its test extra
 
-test: $(STAMP)     ## run the whole test suite
+test: $(STAMP)     ## run the whole test suite (`pytest -m "not slow"` skips the multi-process tests)
 	$(PY) -m pytest -n 2 --dist loadfile -q tests
+
+lint: $(STAMP)     ## ruff, configured in pyproject.toml
+	$(PY) -m ruff check tfxl train tpu tests benchmarks
 
 demo: $(STAMP)     ## the main job on the embedded default corpus
 	$(PY) -m train.demo

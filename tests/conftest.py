@@ -2,10 +2,10 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
 
 # Two logical CPU devices in every test process, so MirroredStrategy tests can run two replicas.
 # This must happen before TensorFlow initialises its devices, hence at conftest import.

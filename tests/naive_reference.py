@@ -22,7 +22,7 @@ def layer_norm(x, gamma, beta, eps=1e-5):
 
 def attention_weights(layer):
     """numpy copies of a RelativeMultiHeadAttention's weights, by meaning."""
-    g = lambda v: np.asarray(v.numpy() if hasattr(v, "numpy") else v, np.float64)  # noqa: E731
+    g = lambda v: np.asarray(v.numpy() if hasattr(v, "numpy") else v, np.float64)
     return dict(wq=g(layer.query_kernel), wk=g(layer.key_kernel), wv=g(layer.value_kernel),
                 wr=g(layer.position_kernel), wo=g(layer.output_kernel),
                 gamma=g(layer.layer_norm.gamma), beta=g(layer.layer_norm.beta))
@@ -78,7 +78,7 @@ def relative_attention(h, mem, mem_valid, w, u, v, clamp_len=-1, same_length_win
 
 
 def feed_forward(h, ff, pre_lnorm=False):
-    g = lambda v: np.asarray(v.numpy(), np.float64)  # noqa: E731
+    g = lambda v: np.asarray(v.numpy(), np.float64)
     gamma, beta = g(ff.layer_norm.gamma), g(ff.layer_norm.beta)
     x = layer_norm(h, gamma, beta) if pre_lnorm else h
     x = np.maximum(x @ g(ff.inner.kernel) + g(ff.inner.bias), 0.0)

@@ -1,5 +1,5 @@
-"""Vocabulary clusters shared by the adaptive embedding and the adaptive softmax (Baevski & Auli 2019;
-Grave et al. 2017).
+"""Vocabulary clusters shared by the adaptive embedding and the adaptive softmax (Baevski & Auli
+2019; Grave et al. 2017).
 
 Cluster 0 (the shortlist) holds ids [0, cutoffs[0]); cluster i holds [cutoffs[i-1], cutoffs[i]);
 the last ends at vocab_size. Cluster i has d_embed // div_val**i dimensions.

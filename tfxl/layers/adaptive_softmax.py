@@ -5,7 +5,8 @@ clusters (= len(cutoffs)), S shortlist size (= cutoffs[0]), d_i cluster i's size
 
 The head scores the S shortlist ids plus one logit per tail cluster; tail cluster i's logit sits at
 head index S + i - 1 (the TF reference order; the PyTorch reference reads them reversed, which the
-checkpoint converter handles). log p(t) = head[t] for t < S, else head[S + i - 1] + tail_i[t - start_i].
+checkpoint converter handles). log p(t) = head[t] for t < S, else
+head[S + i - 1] + tail_i[t - start_i].
 """
 
 import keras
@@ -22,8 +23,8 @@ class AdaptiveSoftmax(keras.layers.Layer):
     Call args:
       hidden: [B, T, D].
       targets: int [B, T] or None. With targets, returns the NLL (float32) of each target and
-        never builds [B, T, V] logits: each tail cluster is evaluated only on the tokens whose target
-        falls into it. Without targets, returns full float32 log-probabilities [B, T, V].
+        never builds [B, T, V] logits: each tail cluster is evaluated only on the tokens whose
+        target falls into it. Without targets, returns full float32 log-probabilities [B, T, V].
       tied_weights: list of C + 1 tensors [n_i, d_i] (the input embedding's clusters) when
         `tie_weight`; tied_projections: list of C + 1 tensors [d_i, D] or None, used for clusters
         whose `tie_projs` flag is set (the softmax projects with their transpose).

@@ -57,7 +57,8 @@ def empty_key_value_memory(batch_size, n_layer, mem_len, n_head, d_head, dtype="
 
 
 def reset_rows(memory, reset):
-    """Invalidates the memory of rows where `reset` [B] is true (a new stream or document begins)."""
+    """Invalidates the memory of rows where `reset` [B] is true (a new stream or document
+    begins)."""
     if reset is None:
         return memory
     keep = ops.logical_not(ops.cast(reset, "bool"))[:, None]

@@ -12,8 +12,9 @@ scaled by 1/sqrt(H). Queries come from the current segment only; keys and values
 
 Two kinds of memory reach the layer (see `tfxl.layers.memory`): layer inputs [B, M, D], whose
 keys and values are projected here with the segment's (training: W_k and W_v learn through the
-memory rows), or keys and values already projected, keys [B, N, H, M] and values [B, N, M, H] (inference: only
-the T new rows are projected). Both meet in one attention core, so the two paths cannot drift apart.
+memory rows), or keys and values already projected, keys [B, N, H, M] and values [B, N, M, H]
+(inference: only the T new rows are projected). Both meet in one attention core, so the two paths
+cannot drift apart.
 """
 
 import functools
@@ -31,10 +32,10 @@ def rel_shift(x):
     `x` is [..., T, K] where column m holds the score against the encoding of distance K - 1 - m.
     Query i and key j are at distance (M + i) - j, i.e. column m = T - 1 - i + j, which is what the
     identity above reads. The trick: pad one zero column in front ([T, K + 1]), view the same
-    row-major buffer as [K + 1, T], drop the first row, and view the rest as [T, K]. Element (i, j) of
-    the result is element T + i*K + j of the padded buffer = row i, column j + T - i of the padded
-    matrix = x[i, j + T - 1 - i]. Entries with j > M + i read past the row; they are junk that the
-    causal mask always hides.
+    row-major buffer as [K + 1, T], drop the first row, and view the rest as [T, K]. Element (i, j)
+    of the result is element T + i*K + j of the padded buffer = row i, column j + T - i of the
+    padded matrix = x[i, j + T - 1 - i]. Entries with j > M + i read past the row; they are junk
+    that the causal mask always hides.
     """
     return rel_shift_prepadded(ops.pad(x, [[0, 0]] * (len(x.shape) - 1) + [[1, 0]]))
 

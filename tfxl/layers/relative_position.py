@@ -16,9 +16,9 @@ class RelativePositionEncoding(keras.layers.Layer):
     f_k = 1 / 10000^(2k/D): the halves are concatenated, not interleaved, as in the reference code,
     so that published checkpoints (whose W_k,R was trained against this layout) load unchanged.
 
-    Call: `encoding(key_length=K)` -> [K, D] in the layer's compute dtype. Pass K by keyword (Keras
-    takes only tensors positionally); a Python int
-    so shapes stay static for XLA. `clamp_len=` overrides the configured clamp for one call.
+    Call: `encoding(key_length=K)` -> [K, D] in the layer's compute dtype. K is a Python int, so
+    shapes stay static for XLA, and goes by keyword (Keras takes only tensors positionally).
+    `clamp_len=` overrides the configured clamp for one call.
     """
 
     def __init__(self, d_model, clamp_len=-1, **kwargs):
@@ -33,7 +33,8 @@ class RelativePositionEncoding(keras.layers.Layer):
         distance = ops.arange(key_length - 1, -1, -1, dtype="float32")
         if clamp_len >= 0:
             distance = ops.minimum(distance, float(clamp_len))
-        inv_freq = 1.0 / (10000.0 ** (ops.arange(0, self.d_model, 2, dtype="float32") / self.d_model))
+        exponent = ops.arange(0, self.d_model, 2, dtype="float32") / self.d_model
+        inv_freq = 1.0 / (10000.0 ** exponent)
         angle = distance[:, None] * inv_freq[None, :]
         encoding = ops.concatenate([ops.sin(angle), ops.cos(angle)], axis=-1)
         return ops.cast(encoding, self.compute_dtype)

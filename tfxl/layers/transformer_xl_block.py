@@ -11,7 +11,8 @@ from tfxl.layers.relative_attention import RelativeMultiHeadAttention
 
 
 def attention_class(name_or_cls):
-    """The attention class for a registered name ("tfxl>RelativeMultiHeadAttention"), or as given."""
+    """The attention class for a registered name ("tfxl>RelativeMultiHeadAttention"), or the
+    class as given."""
     if name_or_cls is None:
         return RelativeMultiHeadAttention
     if isinstance(name_or_cls, str):

@@ -119,7 +119,8 @@ class TransfoXLLM(keras.Model):
     def _tied_tensors(self):
         embedding = self.backbone.embedding
         n = len(embedding.clusters)
-        weights = [embedding.cluster_weight(i) for i in range(n)] if self.config.tie_weight else None
+        weights = ([embedding.cluster_weight(i) for i in range(n)] if self.config.tie_weight
+                   else None)
         projections = [embedding.cluster_projection(i) for i in range(n)]
         return weights, projections
 
