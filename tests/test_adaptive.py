@@ -1,11 +1,12 @@
-"""Adaptive embedding and adaptive softmax."""
+"""Adaptive embedding and adaptive softmax: the explicit formulas, ties, the Keras contract."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from factories import tiny_lm
+from layer_test_case import run_layer_test
 from naive_reference import adaptive_log_probs
-from tfxl import TransfoXLConfig, TransfoXLLM
 from tfxl.layers import AdaptiveEmbedding, AdaptiveSoftmax
 
 VOCAB = 30
@@ -81,17 +82,16 @@ def test_no_cutoffs_is_a_dense_softmax():
 @pytest.mark.parametrize("div_val,tie_projs", [(1, (False, False, False)), (2, (False, True, True)),
                                                (2, (True, True, True))])
 def test_tied_weights_and_projections_in_the_language_model(div_val, tie_projs):
-    config = TransfoXLConfig(vocab_size=VOCAB, n_layer=1, d_model=12, n_head=2, d_head=4,
-                             d_inner=16, d_embed=16, cutoffs=(6, 15), div_val=div_val,
-                             tie_weight=True, tie_projs=tie_projs, dropout=0.0, tgt_len=5,
-                             mem_len=0)
-    lm = TransfoXLLM(config)
+    lm = tiny_lm(vocab_size=VOCAB, n_layer=1, d_model=12, d_head=4, d_inner=16, d_embed=16,
+                 cutoffs=(6, 15), div_val=div_val, tie_weight=True, tie_projs=tie_projs,
+                 tgt_len=5, mem_len=0, init_std=0.02)
     ids = np.random.randint(0, VOCAB, (2, 5))
     nll, _ = lm(ids, targets=ids)
     softmax, embedding = lm.softmax, lm.backbone.embedding
-    assert not softmax.weights_per_cluster  # tied: the softmax owns no output tables
-    n_own_proj = sum(p is not None for p in softmax.projections)
-    assert n_own_proj == sum(1 for c, t in zip(softmax.clusters, tie_projs) if c.projected and not t)
+    # Tied: the softmax owns no output table, and a projection only where it is not tied.
+    assert not [v for v in softmax.weights if v.name.startswith("weight_")]
+    n_own_proj = sum(v.name.startswith("projection_") for v in softmax.weights)
+    assert n_own_proj == sum(c.projected and not t for c, t in zip(softmax.clusters, tie_projs))
     hidden, _ = lm.backbone(ids)
     want = adaptive_log_probs(hidden.numpy().astype(np.float64),
                               explicit_clusters(softmax, embedding))
@@ -102,7 +102,6 @@ def test_tied_weights_and_projections_in_the_language_model(div_val, tie_projs):
         loss = tf.reduce_mean(lm(ids, targets=ids)[0])
     names = [v.path for v, g in zip(lm.trainable_variables,
                                     tape.gradient(loss, lm.trainable_variables)) if g is not None]
-    assert all("softmax/weight_" not in n for n in names)
     assert any("embedding/table_" in n for n in names)
 
 
@@ -120,3 +119,29 @@ def test_adaptive_embedding_matches_per_cluster_lookup(div_val):
         if proj is not None:
             row = row @ np.asarray(proj)
         np.testing.assert_allclose(got.reshape(-1, 8)[t], row * np.sqrt(8), atol=1e-6)
+
+
+@pytest.mark.parametrize("div_val", [1, 2])
+def test_adaptive_embedding_keras_contract(div_val):
+    ids = np.random.randint(0, VOCAB, (2, 5))
+    run_layer_test(AdaptiveEmbedding, dict(vocab_size=VOCAB, d_embed=12, d_model=8,
+                                           cutoffs=(6, 15), div_val=div_val, init_std=0.3),
+                   (ids,), expected_output_shape=(2, 5, 8))
+
+
+@pytest.mark.parametrize("with_targets", [False, True])
+@pytest.mark.parametrize("tie_projs", [None, (False, True, True)])
+def test_adaptive_softmax_keras_contract(with_targets, tie_projs):
+    hidden = np.random.randn(2, 5, 8).astype(np.float32)
+    targets = np.random.randint(0, VOCAB, (2, 5)) if with_targets else None
+    kwargs = dict(vocab_size=VOCAB, d_embed=12, d_model=8, cutoffs=(6, 15), div_val=2,
+                  tie_projs=tie_projs, init_std=0.3, proj_init_std=0.3)
+    tied_projections = None
+    if tie_projs:  # an embedding's [d_i, D] projections, as the language model passes them
+        embedding = AdaptiveEmbedding(**{k: kwargs[k] for k in ("vocab_size", "d_embed",
+                                                                 "d_model", "cutoffs", "div_val")})
+        embedding.build()
+        tied_projections = [np.random.randn(*p.shape).astype(np.float32) * 0.3
+                            for p in embedding.projections]
+    run_layer_test(AdaptiveSoftmax, kwargs, (hidden, targets, None, tied_projections),
+                   expected_output_shape=(2, 5) if with_targets else (2, 5, VOCAB))

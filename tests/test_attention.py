@@ -1,9 +1,11 @@
-"""Relative attention against the naive per-pair oracle; rel_shift; masking; position encoding."""
+"""Relative attention against the naive per-pair oracle; rel_shift; masking; position encoding;
+both layers' Keras contract (run_layer_test)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from layer_test_case import run_layer_test
 from naive_reference import attention_weights, relative_attention, sinusoid
 from tfxl.layers import (RelativeMultiHeadAttention, RelativePositionEncoding, attention_mask,
                          rel_shift)
@@ -86,18 +88,36 @@ def test_attention_matches_naive_per_pair(m_len, same_length, clamp_len, pre_lno
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
 
 
-def test_gradients_reach_biases_and_position_kernel():
-    layer = RelativeMultiHeadAttention(8, 2, 4)
-    layer.build((1, 3, 8))
-    h = tf.random.normal((1, 3, 8))
-    mem = tf.random.normal((1, 2, 8))
-    u = tf.Variable(tf.random.normal((2, 4)))
-    v = tf.Variable(tf.random.normal((2, 4)))
-    encoding = RelativePositionEncoding(8)(key_length=5)
-    mask = attention_mask(tf.ones((1, 2), bool), 3)
-    with tf.GradientTape() as tape:
-        output, _ = layer(h, mem, layer.project_positions(encoding), mask, u, v)
-        loss = tf.reduce_sum(output ** 2)
-    grads = tape.gradient(loss, [u, v, layer.position_kernel.value])
-    for g in grads:
-        assert g is not None and float(tf.reduce_max(tf.abs(g))) > 0
+B, T, M, D, N, H = 2, 5, 3, 8, 2, 4
+
+
+def attention_inputs(memory_kind):
+    """The call arguments of RelativeMultiHeadAttention(D, N, H) (and of the block) for a
+    memory of M rows of layer inputs or of projected keys and values."""
+    rng = np.random.default_rng(0)
+    projector = RelativeMultiHeadAttention(D, N, H, init_std=0.3)
+    projector.build((B, T, D))
+    memory = rng.normal(size=(B, M, D)).astype(np.float32)
+    if memory_kind == "key_value":
+        memory = tuple(x.numpy() for x in projector.project_memory(memory))
+    position_keys = projector.project_positions(RelativePositionEncoding(D)(key_length=M + T))
+    mask = attention_mask(tf.constant(rng.random((B, M)) > 0.3), T)
+    return (rng.normal(size=(B, T, D)).astype(np.float32), memory, position_keys.numpy(),
+            mask.numpy(), *rng.normal(size=(2, N, H)).astype(np.float32))
+
+
+ATTENTION_OUTPUT_SHAPE = ((B, T, D), ((B, N, H, T), (B, N, T, H)))
+
+
+def test_position_encoding_keras_contract():
+    run_layer_test(RelativePositionEncoding, dict(d_model=D, clamp_len=3),
+                   call_kwargs=dict(key_length=M + T), expected_output_shape=(M + T, D))
+
+
+@pytest.mark.parametrize("memory_kind", ["layer_input", "key_value"])
+@pytest.mark.parametrize("pre_lnorm", [False, True])
+def test_attention_keras_contract(memory_kind, pre_lnorm):
+    run_layer_test(RelativeMultiHeadAttention,
+                   dict(d_model=D, n_head=N, d_head=H, dropout=0.1, dropatt=0.2,
+                        pre_lnorm=pre_lnorm, init_std=0.3),
+                   attention_inputs(memory_kind), expected_output_shape=ATTENTION_OUTPUT_SHAPE)

@@ -1,10 +1,10 @@
 """HashDropout keeps Keras' Dropout contract."""
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from layer_test_case import run_layer_test
 from tfxl.layers import HashDropout
 
 
@@ -34,7 +34,6 @@ def test_masks_follow_the_seed_state():
                                   b(x, training=True).numpy())
 
 
-def test_round_trips_its_config():
-    layer = HashDropout(0.25, seed=5, name="d")
-    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
-    assert isinstance(clone, HashDropout) and clone.rate == 0.25
+def test_keras_contract():
+    run_layer_test(HashDropout, dict(rate=0.25, seed=5), (np.ones((2, 5, 8), np.float32),),
+                   expected_output_shape=(2, 5, 8))

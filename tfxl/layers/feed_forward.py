@@ -33,8 +33,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
                                         dtype=policy)
         self.layer_norm = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, name="layer_norm", dtype=policy)
-        self.inner_dropout = HashDropout(self.dropout, name="inner_dropout")
-        self.output_dropout = HashDropout(self.dropout, name="output_dropout")
+        self.inner_dropout = HashDropout(self.dropout, name="inner_dropout", dtype=policy)
+        self.output_dropout = HashDropout(self.dropout, name="output_dropout", dtype=policy)
         self.inner.build(hidden_shape)
         self.outer.build((*hidden_shape[:-1], self.d_inner))
         self.layer_norm.build(hidden_shape)

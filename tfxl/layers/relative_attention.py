@@ -114,11 +114,14 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                                                initializer=init)
         self.output_kernel = self.add_weight(
             name="output_kernel", shape=(self.n_head, self.d_head, self.d_model), initializer=init)
+        # Sublayers take this layer's dtype policy: under a mixed policy given to this layer
+        # alone, a float32 sublayer would cast its input back to float32.
+        policy = self.dtype_policy
         self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="layer_norm", dtype=self.dtype_policy)
+            epsilon=self.layer_norm_epsilon, name="layer_norm", dtype=policy)
         self.layer_norm.build(hidden_shape)
-        self.attention_dropout = HashDropout(self.dropatt, name="attention_dropout")
-        self.output_dropout = HashDropout(self.dropout, name="output_dropout")
+        self.attention_dropout = HashDropout(self.dropatt, name="attention_dropout", dtype=policy)
+        self.output_dropout = HashDropout(self.dropout, name="output_dropout", dtype=policy)
 
     # -- projections --------------------------------------------------------------------------
     def _key_value(self, rows):

@@ -74,9 +74,9 @@ class TransfoXLBackbone(keras.layers.Layer):
         self.embedding.build(ids_shape)
         self.position_encoding = RelativePositionEncoding(c.d_model, c.clamp_len,
                                                           name="position_encoding", dtype=policy)
-        self.embedding_dropout = HashDropout(c.dropout, name="embedding_dropout")
-        self.position_dropout = HashDropout(c.dropout, name="position_dropout")
-        self.output_dropout = HashDropout(c.dropout, name="output_dropout")
+        self.embedding_dropout = HashDropout(c.dropout, name="embedding_dropout", dtype=policy)
+        self.position_dropout = HashDropout(c.dropout, name="position_dropout", dtype=policy)
+        self.output_dropout = HashDropout(c.dropout, name="output_dropout", dtype=policy)
         hidden_shape = (None, None, c.d_model)
         for i in range(c.n_layer):
             block = TransformerXLBlock(
