@@ -20,3 +20,11 @@ def tiny_lm(**overrides):
     lm = TransfoXLLM(tiny_config(**overrides))
     lm.build((None, lm.config.tgt_len))
     return lm
+
+
+def adaptive_config(**overrides):
+    """`tiny_config` with the optional parts on: adaptive input and softmax with projected tail
+    clusters (div_val 2), one r bias pair per layer, a memory shorter than the segment."""
+    return tiny_config(**{**dict(vocab_size=40, d_head=8, d_inner=32, d_embed=16,
+                                 cutoffs=(10, 25), div_val=2, untie_r=True, tgt_len=6, mem_len=5,
+                                 init_std=0.1), **overrides})

@@ -4,7 +4,8 @@ model through `attention_cls`, on both memories, and saved in `.keras` files."""
 import keras
 import numpy as np
 
-from tfxl import TransfoXLConfig, TransfoXLLM
+from factories import tiny_config
+from tfxl import TransfoXLLM
 from tfxl.layers import RelativeMultiHeadAttention, TransformerXLBlock
 
 
@@ -20,8 +21,7 @@ class ContentOnlyAttention(RelativeMultiHeadAttention):
 
 
 def config():
-    return TransfoXLConfig(vocab_size=30, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32,
-                           dropout=0.0, tgt_len=4, mem_len=4, init_std=0.3)
+    return tiny_config(vocab_size=30, d_head=8, d_inner=32, init_std=0.3)
 
 
 def test_a_position_scheme_is_one_class_for_the_whole_model(tmp_path):

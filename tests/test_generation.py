@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfxl import TransfoXLConfig, TransfoXLLM
+from factories import tiny_lm
 from tfxl.models import generation
 from tfxl.models.generation import generate
 from tfxl.models.sampling import sample_next
@@ -14,13 +14,9 @@ MEM = 6  # shorter than prompt + new tokens: the memory slides during generation
 
 @pytest.fixture(scope="module")
 def lm():
-    config = TransfoXLConfig(vocab_size=41, n_layer=2, d_model=16, n_head=2, d_head=8,
-                             d_inner=32, dropout=0.0, tgt_len=4, mem_len=4, eval_mem_len=MEM,
-                             eval_clamp_len=4, eval_same_length=True, pre_lnorm=True,
-                             untie_r=True, cutoffs=(20,), div_val=2, init_std=0.3)
-    model = TransfoXLLM(config)
-    model.build((None, 4))
-    return model
+    return tiny_lm(vocab_size=41, d_head=8, d_inner=32, eval_mem_len=MEM, eval_clamp_len=4,
+                   eval_same_length=True, pre_lnorm=True, untie_r=True, cutoffs=(20,), div_val=2,
+                   init_std=0.3)
 
 
 def layer_input_generation(lm, prompt, n, temperature, top_k, top_p, seed):

@@ -5,18 +5,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from factories import tiny_lm
 from naive_reference import NaiveTransfoXL
-from tfxl import TransfoXLConfig, TransfoXLLM
 
 T = 4
 
 
 def lm_for(**kw):
-    base = dict(vocab_size=23, n_layer=2, d_model=16, n_head=2, d_head=6, d_inner=24,
-                dropout=0.0, dropatt=0.0, tgt_len=T, mem_len=4, init_std=0.2)
-    lm = TransfoXLLM(TransfoXLConfig(**{**base, **kw}))
-    lm.build((None, T))
-    return lm
+    return tiny_lm(tgt_len=T, **kw)
 
 
 CASES = {

@@ -1,17 +1,14 @@
-"""The backbone and language model: naive oracle, recurrence identity, memory semantics, gradients."""
+"""The backbone and language model: naive oracle, recurrence identity, memory semantics,
+gradients, XLA and mixed precision."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from factories import adaptive_config, tiny_config
 from naive_reference import NaiveTransfoXL
-from tfxl import TransfoXLBackbone, TransfoXLConfig, TransfoXLLM
-
-
-def small_config(**kw):
-    base = dict(vocab_size=23, n_layer=2, d_model=16, n_head=2, d_head=6, d_inner=24,
-                dropout=0.0, dropatt=0.0, tgt_len=4, mem_len=4, init_std=0.2)
-    return TransfoXLConfig(**{**base, **kw})
+from tfxl import TransfoXLBackbone, TransfoXLLM
 
 
 def built_backbone(config, batch=2):
@@ -29,7 +26,7 @@ def built_backbone(config, batch=2):
 ])
 def test_backbone_matches_naive_segment_by_segment(mem_len, same_length, clamp_len, untie_r,
                                                    pre_lnorm, d_embed):
-    config = small_config(mem_len=mem_len, same_length=same_length, clamp_len=clamp_len,
+    config = tiny_config(mem_len=mem_len, same_length=same_length, clamp_len=clamp_len,
                           untie_r=untie_r, pre_lnorm=pre_lnorm, d_embed=d_embed)
     backbone = built_backbone(config)
     naive = NaiveTransfoXL(backbone)
@@ -45,7 +42,7 @@ def test_backbone_matches_naive_segment_by_segment(mem_len, same_length, clamp_l
 @pytest.mark.parametrize("tgt_len", [1, 3, 6])
 def test_segments_with_long_memory_equal_one_full_pass(tgt_len):
     total = 12
-    config = small_config(tgt_len=tgt_len, mem_len=total, cutoffs=(8, 15), div_val=2)
+    config = tiny_config(tgt_len=tgt_len, mem_len=total, cutoffs=(8, 15), div_val=2)
     lm = TransfoXLLM(config)
     ids = np.random.randint(0, config.vocab_size, (3, total + 1))
     inputs, targets = ids[:, :-1], ids[:, 1:]
@@ -60,7 +57,7 @@ def test_segments_with_long_memory_equal_one_full_pass(tgt_len):
 
 def test_fresh_memory_is_never_attended():
     """An empty memory of 6 slots gives exactly what no memory gives: zero slots are masked."""
-    config = small_config(mem_len=6)
+    config = tiny_config(mem_len=6)
     backbone = built_backbone(config)
     ids = np.random.randint(0, config.vocab_size, (2, 4))
     with_empty, _ = backbone(ids, backbone.init_memory(2, 6))
@@ -69,7 +66,7 @@ def test_fresh_memory_is_never_attended():
 
 
 def test_reset_clears_only_the_flagged_rows():
-    config = small_config(mem_len=4)
+    config = tiny_config(mem_len=4)
     backbone = built_backbone(config)
     first, second = (np.random.randint(0, config.vocab_size, (2, 4)) for _ in range(2))
     _, memory = backbone(first)
@@ -82,7 +79,7 @@ def test_reset_clears_only_the_flagged_rows():
 
 
 def test_memory_update_keeps_last_positions_and_static_shapes():
-    config = small_config(mem_len=6, tgt_len=4)
+    config = tiny_config(mem_len=6, tgt_len=4)
     backbone = built_backbone(config)
     _, m1 = backbone(np.zeros((2, 4), np.int32))
     np.testing.assert_array_equal(m1["valid"].numpy()[0], [False, False, True, True, True, True])
@@ -94,11 +91,11 @@ def test_memory_update_keeps_last_positions_and_static_shapes():
 
 
 def test_no_gradient_flows_into_memory():
-    config = small_config(mem_len=4)
+    config = tiny_config(mem_len=4)
     lm = TransfoXLLM(config)
     a, b = (np.random.randint(0, config.vocab_size, (2, 5)) for _ in range(2))
     lm(a[:, :4])
-    with tf.GradientTape(persistent=True) as tape:
+    with tf.GradientTape() as tape:
         _, memory = lm(a[:, :4], targets=a[:, 1:])
         nll, _ = lm(b[:, :4], memory, targets=b[:, 1:])
         loss = tf.reduce_mean(nll)
@@ -111,8 +108,6 @@ def test_no_gradient_flows_into_memory():
     for g, g2, v in zip(grads, grads2, lm.trainable_variables):
         np.testing.assert_allclose(tf.convert_to_tensor(g).numpy(),
                                    tf.convert_to_tensor(g2).numpy(), atol=1e-7, err_msg=v.path)
-    assert tape.gradient(loss, memory["states"]) is None or not np.any(
-        tape.gradient(loss, memory["states"]).numpy())
     by_name = {v.path: g for v, g in zip(lm.trainable_variables, grads)}
     for name in ("content_bias", "position_bias", "position_kernel"):
         hits = [g for p, g in by_name.items() if p.endswith(name)]
@@ -120,8 +115,8 @@ def test_no_gradient_flows_into_memory():
 
 
 def test_call_time_eval_settings_equal_a_model_configured_with_them():
-    config = small_config(mem_len=5)
-    evaluated = small_config(mem_len=5, clamp_len=2, same_length=True)
+    config = tiny_config(mem_len=5)
+    evaluated = tiny_config(mem_len=5, clamp_len=2, same_length=True)
     a, b = TransfoXLBackbone(config), TransfoXLBackbone(evaluated)
     ids = np.random.randint(0, config.vocab_size, (2, 4))
     _, memory = a(ids)
@@ -135,7 +130,7 @@ def test_call_time_eval_settings_equal_a_model_configured_with_them():
 
 
 def test_left_padding_is_invisible_to_real_tokens_and_memory():
-    config = small_config(mem_len=6)
+    config = tiny_config(mem_len=6)
     backbone = built_backbone(config)
     real = np.random.randint(0, config.vocab_size, (1, 3))
     padded = np.concatenate([np.full((1, 2), 7), real], axis=1)  # two pad tokens in front
@@ -147,3 +142,38 @@ def test_left_padding_is_invisible_to_real_tokens_and_memory():
     nxt = np.random.randint(0, config.vocab_size, (1, 2))
     np.testing.assert_allclose(backbone(nxt, memory)[0].numpy(),
                                backbone(nxt, want_memory)[0].numpy(), atol=1e-6)
+
+
+def test_xla_step_equals_eager():
+    config = adaptive_config(same_length=True, clamp_len=4)
+    lm = TransfoXLLM(config)
+    ids = np.random.randint(0, config.vocab_size, (2, 6)).astype(np.int32)
+    memory = lm.init_memory(2)
+
+    def two_steps(ids, memory):
+        nll1, memory = lm(ids, memory, targets=ids)
+        nll2, memory = lm(ids[:, ::-1], memory, targets=ids)
+        return nll1, nll2, memory
+
+    eager = two_steps(ids, memory)
+    compiled = tf.function(two_steps, jit_compile=True)(tf.constant(ids), memory)
+    for a, b in zip(tf.nest.flatten(eager), tf.nest.flatten(compiled)):
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                   atol=1e-5)
+
+
+def test_mixed_bfloat16_runs_finite_and_close_to_float32():
+    config = adaptive_config()
+    ids = np.random.randint(0, config.vocab_size, (2, 6))
+    lm32 = TransfoXLLM(config)
+    nll32, mem32 = lm32(ids, targets=ids)
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    lm16 = TransfoXLLM(config)
+    lm16(ids)
+    lm16.set_weights(lm32.get_weights())
+    nll16, mem16 = lm16(ids, targets=ids)
+    assert nll16.dtype == tf.float32 and mem16["states"].dtype == tf.bfloat16
+    assert np.isfinite(nll16.numpy()).all()
+    np.testing.assert_allclose(nll16.numpy(), nll32.numpy(), atol=3e-2, rtol=1e-2)
+    nll16b, _ = lm16(ids, mem16, targets=ids)
+    assert np.isfinite(nll16b.numpy()).all()
