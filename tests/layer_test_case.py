@@ -16,29 +16,32 @@ def _shapes(structure):
     return tree.map_structure(lambda x: tuple(x.shape), structure)
 
 
-def _assert_all_close(got, want, atol, rtol, what):
-    """Leaf by leaf (a loaded model returns lists where the layer returned tuples)."""
+def _assert_all_close(got, want, atol, rtol, what, atol_of_scale=0.0):
+    """Leaf by leaf (a loaded model returns lists where the layer returned tuples); the absolute
+    tolerance of each leaf is atol + atol_of_scale * max|want|."""
     got, want = tree.flatten(got), tree.flatten(want)
     assert len(got) == len(want), f"{what}: {len(got)} outputs, expected {len(want)}"
     for i, (a, b) in enumerate(zip(got, want)):
         a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
         assert a.shape == b.shape, f"{what}, output {i}: shape {a.shape} != {b.shape}"
-        np.testing.assert_allclose(a, b, atol=atol, rtol=rtol, err_msg=f"{what}, output {i}")
+        tolerance = atol + atol_of_scale * (np.abs(b).max() if b.size else 0.0)
+        np.testing.assert_allclose(a, b, atol=tolerance, rtol=rtol, err_msg=f"{what}, output {i}")
 
 
 def run_layer_test(layer_cls, init_kwargs, input_data=(), call_kwargs=None,
-                   expected_output_shape=None, package="tfxl", mixed_precision_tolerance=2e-2):
+                   expected_output_shape=None, package="tfxl", mixed_precision_tolerance=1e-2):
     """Builds `layer_cls(**init_kwargs)`, calls it on `input_data` and checks:
 
-    - the class is registered as "{package}>{name}", and get_config/from_config and Keras
-      (de)serialisation give back the same config;
+    - the class is registered as "{package}>{name}", its config holds the init arguments, and
+      get_config/from_config and Keras (de)serialisation give back the same config;
     - output shapes (a structure like the outputs) equal `expected_output_shape` when given;
     - a symbolic call on `keras.Input`s (a functional model) gives the eager outputs' structure,
       shapes and dtypes, and the model computes the eager outputs;
     - that model saved to a `.keras` file and loaded back gives identical outputs;
     - a `jit_compile=True` call equals the eager call;
     - the layer under the mixed_bfloat16 policy, with the same weights, keeps float32 variables
-      and gives finite outputs within `mixed_precision_tolerance` of float32.
+      and gives finite outputs within `mixed_precision_tolerance` of float32 (relative to each
+      output's largest magnitude).
 
     input_data: the positional call arguments, each an array or a structure (tuple, list) of
     arrays (None leaves stay None); call_kwargs: the other call arguments (Python values, not
@@ -56,6 +59,11 @@ def run_layer_test(layer_cls, init_kwargs, input_data=(), call_kwargs=None,
         f"{name} is not registered as {package}>{name}"
     layer = layer_cls(**init_kwargs)
     config = layer.get_config()
+    for key, value in init_kwargs.items():  # the config states what the layer was built with
+        assert key in config, f"{name}.get_config() lacks {key!r}"
+        if isinstance(value, (bool, int, float, str, tuple)):
+            got = tuple(config[key]) if isinstance(value, tuple) else config[key]
+            assert got == value, f"{name}.get_config()[{key!r}] = {config[key]!r}, built {value!r}"
     assert layer_cls.from_config(config).get_config() == config
     clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(clone) is layer_cls and clone.get_config() == config
@@ -83,8 +91,9 @@ def run_layer_test(layer_cls, init_kwargs, input_data=(), call_kwargs=None,
         f"{name}: mixed precision must keep float32 variables"
     for out in tree.flatten(mixed_outputs):
         assert np.isfinite(np.asarray(out, np.float64)).all(), f"{name}: non-finite in bfloat16"
-    _assert_all_close(mixed_outputs, outputs, mixed_precision_tolerance,
-                      mixed_precision_tolerance, f"{name} under mixed_bfloat16")
+    # bfloat16 keeps 8 significant bits: errors scale with the outputs' magnitude.
+    _assert_all_close(mixed_outputs, outputs, 0.0, mixed_precision_tolerance,
+                      f"{name} under mixed_bfloat16", atol_of_scale=mixed_precision_tolerance)
     return layer, outputs
 
 

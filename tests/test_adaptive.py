@@ -125,7 +125,8 @@ def test_adaptive_embedding_matches_per_cluster_lookup(div_val):
 def test_adaptive_embedding_keras_contract(div_val):
     ids = np.random.randint(0, VOCAB, (2, 5))
     run_layer_test(AdaptiveEmbedding, dict(vocab_size=VOCAB, d_embed=12, d_model=8,
-                                           cutoffs=(6, 15), div_val=div_val, init_std=0.3),
+                                           cutoffs=(6, 15), div_val=div_val, init_std=0.3,
+                                           proj_init_std=0.3),
                    (ids,), expected_output_shape=(2, 5, 8))
 
 

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from factories import adaptive_config, tiny_config
+from layer_test_case import run_layer_test
 from naive_reference import NaiveTransfoXL
 from tfxl import TransfoXLBackbone, TransfoXLLM
 
@@ -177,3 +178,15 @@ def test_mixed_bfloat16_runs_finite_and_close_to_float32():
     np.testing.assert_allclose(nll16.numpy(), nll32.numpy(), atol=3e-2, rtol=1e-2)
     nll16b, _ = lm16(ids, mem16, targets=ids)
     assert np.isfinite(nll16b.numpy()).all()
+
+
+@pytest.mark.parametrize("memory_kind", ["layer_input", "key_value"])
+def test_backbone_keras_contract(memory_kind):
+    config = tiny_config(mem_len=3, cutoffs=(8, 15), div_val=2, d_embed=12)
+    ids = np.random.randint(0, config.vocab_size, (2, config.tgt_len))
+    probe = TransfoXLBackbone(config)
+    _, memory = probe(ids)
+    if memory_kind == "key_value":
+        memory = probe.key_value_memory(memory)
+    run_layer_test(TransfoXLBackbone, dict(config=config),
+                   (ids, {name: m.numpy() for name, m in memory.items()}))
