@@ -106,7 +106,8 @@ def cpu_snapshot():
     idle = fields[3] + fields[4]
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return sum(fields) - idle, sum(fields), me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    process_cpu = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    return sum(fields) - idle, sum(fields), process_cpu
 
 
 def foreign_cpu_share(before, after):

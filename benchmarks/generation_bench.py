@@ -135,7 +135,8 @@ def main(argv=None):
     parser = common.add_common_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--mem_lens", default="128,512,1600")
     parser.add_argument("--layers", type=int, default=18)
-    parser.add_argument("--tokens", type=int, default=64, help="new tokens timed (the window merges every 32)")
+    parser.add_argument("--tokens", type=int, default=64,
+                        help="new tokens timed (the window merges every 32)")
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args(argv)
     common.setup(args)

@@ -51,8 +51,9 @@ def summarise(space, line_filter=None):
             lines_seen[line.name] += len(line.events)
             if line_filter and not re.search(line_filter, line.name):
                 continue
-            events = sorted(((e.offset_ps, e.offset_ps + e.duration_ps, meta.get(e.metadata_id, "?"))
-                             for e in line.events), key=lambda x: (x[0], -x[1]))
+            events = sorted(((e.offset_ps, e.offset_ps + e.duration_ps,
+                              meta.get(e.metadata_id, "?")) for e in line.events),
+                            key=lambda x: (x[0], -x[1]))
             # self time: subtract direct children on the same line
             stack = []
             self_time = {}

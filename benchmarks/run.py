@@ -73,7 +73,8 @@ def peaks():
 
 
 def versus_peer(ours, peer_row, target=None):
-    """`ours` (tokens/s) as a multiple of the peer's result `peer_row`; whether it meets `target`."""
+    """`ours` (tokens/s) as a multiple of the peer's result `peer_row`; whether it meets
+    `target`."""
     if not peer_row:
         return "no PyTorch peer measured in this run"
     theirs = peer_row["tokens_per_s"]

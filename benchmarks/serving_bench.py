@@ -33,7 +33,8 @@ for _ in range(reps):
     start = time.perf_counter()
     score(token_ids=ids)["mean_nll"].numpy()
     best = min(best, time.perf_counter() - start)
-print(json.dumps({"seconds": best, "tfxl_imported": any(m.startswith("tfxl") for m in sys.modules)}))
+print(json.dumps({"seconds": best,
+                  "tfxl_imported": any(m.startswith("tfxl") for m in sys.modules)}))
 """
 
 

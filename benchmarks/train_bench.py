@@ -66,7 +66,8 @@ def run_one(config_name, dtype, jit, steps, loops, data_root, profile_dir=None):
     return {
         "config": config_name, "dtype": dtype, "jit": jit, "batch": GLOBAL_BATCH,
         "tgt_len": config.tgt_len, "mem_len": config.mem_len, "steps_per_loop": steps,
-        "first_loop_s": first, "step_s": best / steps, "cpu_s_per_step": best_cpu / steps, "tokens_per_s": tokens / best,
+        "first_loop_s": first, "step_s": best / steps, "cpu_s_per_step": best_cpu / steps,
+        "tokens_per_s": tokens / best,
         "model_flops_per_s": flops / best, "fp32_matmul_peak": peak,
         "fraction_of_fp32_peak": flops / best / peak, "final_loss": float(losses[-1]),
         "peak_rss_mib": common.peak_rss_mib(), "foreign_cpu": foreign,

@@ -9,11 +9,11 @@ from tfxl import cli as _cli
 
 _cli.quiet_tensorflow_if_command_line()
 
-from tfxl.config import PRESETS, TransfoXLConfig, get_preset  # noqa: E402
-from tfxl.layers import (AdaptiveEmbedding, AdaptiveSoftmax,  # noqa: E402
+from tfxl.config import PRESETS, TransfoXLConfig, get_preset
+from tfxl.layers import (AdaptiveEmbedding, AdaptiveSoftmax,
                          PositionwiseFeedForward, RelativeMultiHeadAttention,
                          RelativePositionEncoding, TransformerXLBlock)
-from tfxl.models import StatefulTransfoXLLM, TransfoXLBackbone, TransfoXLLM  # noqa: E402
+from tfxl.models import StatefulTransfoXLLM, TransfoXLBackbone, TransfoXLLM
 
 __version__ = "0.1.0"
 
