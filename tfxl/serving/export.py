@@ -42,6 +42,11 @@ Bad requests (wrong rank or shape, memory of another export, batch mismatch, ids
 empty inputs, sampling values out of range) fail at the signature's entry with one
 InvalidArgumentError naming the input, the expected and the received shape or value
 (`tfxl.serving.checks`): TF Serving feeds tensors into the graph unchecked.
+
+Code: each signature is a `Signatures` method marked `@signature(input=(shape, dtype), ...)`, the
+shape in the glossary's letters; `Signatures.functions` holds one tf.function per signature with
+that input_signature. `export_saved_model` (tfxl-export) writes them in a version directory,
+`export_model` (what `TransfoXLLM.export` calls) at the given path.
 """
 
 import math
