@@ -122,6 +122,7 @@ class Signatures:
                         same_length=self.settings["same_length"])
         c = model.config
         # The glossary's fixed sizes; the other letters are free (None) in the input signatures.
+        # autograph=False, as ExportArchive.add_endpoint traces: the bodies use tf control flow.
         self.sizes = dict(L=c.n_layer, N=c.n_head, H=c.d_head, M=self.settings["mem_len"])
         self.functions = {
             name: tf.function(getattr(self, name), autograph=False, input_signature=[
