@@ -7,7 +7,6 @@ layout (x @ W.T), the original rel_shift pad-and-reshape trick, and each release
 adaptive-softmax cluster order. The tests compare the converted tfxl model against these.
 """
 
-import json
 import struct
 import zipfile
 
@@ -492,21 +491,11 @@ def write_malicious_torch_zip(path, marker):
 
 
 def write_safetensors(path, state):
-    header, chunks, offset = {"__metadata__": {"format": "pt"}}, [], 0
-    dtypes = {np.dtype("float32"): "F32", np.dtype("float16"): "F16", np.dtype("int64"): "I64"}
-    for name, array in state.items():
-        data = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": dtypes[np.asarray(array).dtype], "shape": list(array.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
-    head = json.dumps(header).encode()
-    head += b" " * (-len(head) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(head)))
-        f.write(head)
-        for chunk in chunks:
-            f.write(chunk)
+    """A .safetensors file as Hugging Face writes it (metadata format "pt")."""
+    from safetensors.numpy import save_file  # only here: the optional `convert` extra
+
+    save_file({name: np.ascontiguousarray(array) for name, array in state.items()}, str(path),
+              metadata={"format": "pt"})
 
 
 def write_tf1_checkpoint(prefix, variables):

@@ -45,5 +45,8 @@ out["generated_ids"] = generated["generated_ids"].numpy()
 out["generated_valid"] = generated["valid"].numpy()
 text = signatures["generate_text"](prompt=tf.constant([b"def f(", b"import os"]), **sampling)
 out["text"] = text["text"].numpy().astype("S")
+encoded = signatures["encode_text"](text=tf.constant("naïve"))["ids"]
+out["encoded_ids"] = encoded.numpy()
+out["decoded_text"] = np.array(signatures["decode_ids"](ids=encoded)["text"].numpy())
 out["tfxl_imported"] = np.array(any(name.startswith("tfxl") for name in sys.modules))
 np.savez(outputs_path, **out)

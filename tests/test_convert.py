@@ -246,17 +246,35 @@ def test_torch_reader_half_precision_and_bad_files(tmp_path):
         open_checkpoint(tmp_path / "short.pt").get("a")
 
 
-def test_safetensors_reader_checks_header(tmp_path):
-    write_safetensors(tmp_path / "ok.safetensors", {"x": np.ones((2, 2), np.float32)})
-    np.testing.assert_array_equal(open_checkpoint(tmp_path / "ok.safetensors").get("x"),
-                                  np.ones((2, 2)))
-    data = bytearray((tmp_path / "ok.safetensors").read_bytes())
-    (tmp_path / "cut.safetensors").write_bytes(bytes(data[:-4]))
-    with pytest.raises(ConversionError, match="offsets"):
-        open_checkpoint(tmp_path / "cut.safetensors")
-    (tmp_path / "junk.safetensors").write_bytes(b"\xff" * 16)
-    with pytest.raises(ConversionError, match="header length"):
-        open_checkpoint(tmp_path / "junk.safetensors")
+def test_safetensors_bfloat16_damaged_files_and_missing_package(tmp_path, monkeypatch,
+                                                                  capsys):
+    import ml_dtypes
+    values = np.array([[1.5, -2.0], [3.0, 0.25]], np.float32)  # exact in bfloat16
+    write_safetensors(tmp_path / "ok.safetensors",
+                      {"x": values, "y": values.astype(ml_dtypes.bfloat16)})
+    source = open_checkpoint(tmp_path / "ok.safetensors")
+    assert source.shapes == {"x": (2, 2), "y": (2, 2)}
+    np.testing.assert_array_equal(source.get("x"), values)
+    widened = source.get("y")
+    assert widened.dtype == np.float32  # bfloat16 read as float32
+    np.testing.assert_array_equal(widened, values)
+    data = (tmp_path / "ok.safetensors").read_bytes()
+    for name, content in (("cut", data[:-4]), ("junk", b"\xff" * 16), ("short", b"\x01")):
+        (tmp_path / f"{name}.safetensors").write_bytes(content)
+        with pytest.raises(ConversionError, match=f"{name}.safetensors: not a valid safetensors "
+                           "file") as error:
+            open_checkpoint(tmp_path / f"{name}.safetensors")
+        assert "\n" not in str(error.value)
+    monkeypatch.setitem(sys.modules, "safetensors", None)  # as if not installed
+    with pytest.raises(ConversionError, match=r"ok.safetensors: reading .safetensors files needs "
+                       r"the safetensors package: pip install 'tfxl\[convert\]'"):
+        open_checkpoint(tmp_path / "ok.safetensors")
+    out = tmp_path / "x.keras"
+    assert _cli(["--format=huggingface", f"--input={tmp_path / 'ok.safetensors'}",
+                 f"--output={out}", "--preset=tiny"]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "pip install 'tfxl[convert]'" in errors[0], errors
+    assert not out.exists()
 
 
 def test_hf_config_translation():

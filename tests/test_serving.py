@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from tfxl import TransfoXLConfig, TransfoXLLM
+from tfxl import StatefulTransfoXLLM, TransfoXLConfig, TransfoXLLM
 from tfxl.data.tokenizers import BytesTokenizer
 from tfxl.layers.relative_position import RelativePositionEncoding
 from tfxl.models.generation import generate
@@ -55,7 +55,8 @@ def reference_nll(model, ids, tgt_len=T, mem_len=MEM, **settings):
     return np.concatenate(pieces, axis=1)
 
 
-def test_tensorflow_only_client_matches_the_python_model(model, exported, tmp_path):
+def client_inputs(tmp_path):
+    """The requests of tests/serving_client.py, written to tmp_path/in.npz."""
     rng = np.random.default_rng(0)
     document = rng.integers(0, 256, (2, 18)).astype(np.int32)
     # 40 tokens = 39 targets: six segments of T = 6 and a last one of 3; the memory (24) slides.
@@ -66,14 +67,27 @@ def test_tensorflow_only_client_matches_the_python_model(model, exported, tmp_pa
     target_mask[1, 22:] = 0
     texts = np.array([b"def f(x):\n    return x\n", "naïve\n".encode()])
     prompt = rng.integers(0, 256, (2, 4)).astype(np.int32)
-    np.savez(tmp_path / "in.npz", document=document, long_document=long_document,
-             ragged_document=ragged, target_mask=target_mask, texts=texts, prompt=prompt)
+    inputs = dict(document=document, long_document=long_document, ragged_document=ragged,
+                  target_mask=target_mask, texts=texts, prompt=prompt)
+    np.savez(tmp_path / "in.npz", **inputs)
+    return inputs
+
+
+def run_client(export_dir, tmp_path):
+    """tests/serving_client.py's outputs for `export_dir`, from a TensorFlow-only process."""
     result = subprocess.run(
-        [sys.executable, os.path.join(HERE, "serving_client.py"), exported,
+        [sys.executable, os.path.join(HERE, "serving_client.py"), str(export_dir),
          str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
         capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
-    out = np.load(tmp_path / "out.npz", allow_pickle=False)
+    return np.load(tmp_path / "out.npz", allow_pickle=False)
+
+
+def assert_client_matches(model, out, inputs):
+    """Every output of serving_client.py equals the Python model's (an export with the bytes
+    tokenizer, score_top_k=0, the fixture model's evaluation settings), with no tfxl import."""
+    document, long_document, ragged, texts, prompt = (inputs[name] for name in (
+        "document", "long_document", "ragged_document", "texts", "prompt"))
     assert not out["tfxl_imported"]
     assert out["init_keys"].shape == (2, *KEYS_SHAPE)
     assert out["init_values"].shape == (2, *VALUES_SHAPE)
@@ -120,6 +134,61 @@ def test_tensorflow_only_client_matches_the_python_model(model, exported, tmp_pa
     ids, _ = generate(model, padded, model.init_key_value_memory(2, mem_len=MEM), 7, 0.8, 20,
                       0.9, 5, prompt_valid=valid)
     np.testing.assert_array_equal(out["text"], tokenizer.tf_decode(ids).numpy().astype("S"))
+
+    # encode_text and decode_ids: the tokenizer itself.
+    np.testing.assert_array_equal(out["encoded_ids"], tokenizer.encode("naïve"))
+    assert out["decoded_text"] == "naïve".encode()
+
+
+def test_tensorflow_only_client_matches_the_python_model(model, exported, tmp_path):
+    inputs = client_inputs(tmp_path)
+    assert_client_matches(model, run_client(exported, tmp_path), inputs)
+
+
+def test_model_export_runs_every_signature_without_tfxl(model, tmp_path):
+    """keras.Model.export's entry point writes tfxl-export's signatures (the inherited one fails
+    on the (log-probs, memory dict) output of `call`)."""
+    path = tmp_path / "saved"
+    model.export(str(path), verbose=False, score_top_k=0, tokenizer=BytesTokenizer())
+    inputs = client_inputs(tmp_path)
+    assert_client_matches(model, run_client(path, tmp_path), inputs)
+    assert tf.io.gfile.exists(str(path / "assets.extra" / "tfxl_data.json"))
+
+
+def test_stateful_model_export_is_the_stateless_tokenizer_less_signatures(model, tmp_path):
+    stateful = StatefulTransfoXLLM(model.config, batch_size=2)
+    stateful.build()
+    stateful.lm.set_weights(model.get_weights())
+    path = tmp_path / "stateful"
+    stateful.export(str(path), verbose=False)
+    signatures = tf.saved_model.load(str(path)).signatures
+    assert set(signatures) == {"serving_default", "score", "init_memory", "generate",
+                               "score_document", "score_document_masked"}  # no tokenizer
+    ids = np.array([[3, 4, 5]], np.int32)
+    memory = model.init_key_value_memory(1, mem_len=MEM)
+    out = signatures["serving_default"](token_ids=tf.constant(ids), **memory)
+    full, _ = model(ids, memory)
+    want = np.sort(full.numpy(), axis=-1)[..., ::-1][..., :16]  # score_top_k defaults to 16
+    np.testing.assert_allclose(out["top_log_probs"].numpy(), want, atol=1e-5)
+    assert set(out) == {"top_ids", "top_log_probs", "keys", "values", "valid"}
+
+
+def test_model_export_refuses_what_it_cannot_write(model, tmp_path):
+    for kwargs, message in ((dict(format="onnx"), "format='onnx' is not supported"),
+                            (dict(input_signature=[tf.TensorSpec([None, None], tf.int32)]),
+                             "input_signature must be None"),
+                            (dict(mem_len=-1), "mem_len must be >= 0")):
+        with pytest.raises(ValueError, match=message):
+            model.export(str(tmp_path / "unused"), verbose=False, **kwargs)
+    with pytest.raises(TypeError, match="top_k"):
+        model.export(str(tmp_path / "unused"), verbose=False, top_k=3)
+    assert not (tmp_path / "unused").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="never overwritten"):
+        model.export(str(kept), verbose=False)
+    assert [p.name for p in kept.iterdir()] == ["notes.txt"]
 
 
 SETTINGS = {

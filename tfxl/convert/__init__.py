@@ -6,7 +6,8 @@
 
 Formats: "pytorch" (original `MemTransformerLM` state dict), "huggingface"
 (`TransfoXLLMHeadModel` state dict, `.bin` or `.safetensors`), "tf1" (original TF checkpoint).
-No torch import anywhere: torch zip files are read by a restricted unpickler (see `readers`).
+No torch import anywhere: torch zip files are read by a restricted unpickler (see `readers`);
+`.safetensors` files need the `safetensors` package (`pip install 'tfxl[convert]'`).
 See docs/convert.md.
 """
 

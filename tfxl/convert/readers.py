@@ -1,4 +1,4 @@
-"""Checkpoint readers that need neither torch nor safetensors.
+"""Checkpoint readers; none needs torch.
 
 Every reader returns a `TensorSource`: the tensor names with their shapes, and `get(name)` that
 loads one tensor as a numpy array (lazily where the format allows, so optimizer slots and other
@@ -10,7 +10,7 @@ Formats:
     globals a tensor state dict needs (the tensor rebuild functions, storage types,
     OrderedDict) to local numpy builders and refuses every other global, so a malicious pickle
     cannot run code.
-  * `.safetensors`: 8-byte little-endian header length, a JSON header, raw little-endian bytes.
+  * `.safetensors`: the `safetensors` package's numpy API (the optional `convert` extra).
   * `.npz`: numpy archives (no pickled objects allowed).
   * TF1 checkpoints (a prefix such as `model.ckpt-0`, or a directory): `tf.train.load_checkpoint`.
 """
@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import collections
 import io
-import json
 import os
 import pickle
 import re
-import struct
 import zipfile
 
 import numpy as np
 
-from tfxl.convert.errors import ConversionError
+from tfxl.convert.errors import ConversionError, one_line
 
 
 class TensorSource:
@@ -261,56 +259,41 @@ def _state_dict_source(obj, path):
 
 
 # ------------------------------------------------------------------------------------------------
-_SAFETENSORS_DTYPES = {
-    "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
-    "BF16": np.dtype("<u2"), "I64": np.dtype("<i8"), "I32": np.dtype("<i4"),
-    "I16": np.dtype("<i2"), "I8": np.dtype("i1"), "U8": np.dtype("u1"), "BOOL": np.dtype("?"),
-}
+SAFETENSORS_MISSING = ("reading .safetensors files needs the safetensors package: "
+                       "pip install 'tfxl[convert]'")
 
 
 def read_safetensors(path) -> TensorSource:
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise ConversionError(f"{path}: too short for a safetensors file")
-        (header_len,) = struct.unpack("<Q", head)
-        if header_len > min(size - 8, 100 << 20):
-            raise ConversionError(f"{path}: bad safetensors header length {header_len}")
+    """A `.safetensors` file through the `safetensors` package's numpy API (no torch).
+
+    The header (names, dtypes, shapes) is read up front and validated by the library; each
+    tensor is read when asked for. bfloat16 tensors are widened to float32 (exact).
+    """
+    # Imported here: the library works without the optional package until a file needs it.
+    try:
+        from safetensors import SafetensorError, safe_open  # pylint: disable=C0415
+    except ImportError:
+        raise ConversionError(f"{path}: {SAFETENSORS_MISSING}") from None
+    # Registers numpy's bfloat16, which safetensors' numpy API needs for BF16 tensors (ml_dtypes
+    # comes with TensorFlow).
+    import ml_dtypes  # pylint: disable=import-outside-toplevel
+
+    def opened():
         try:
-            header = json.loads(f.read(header_len).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ConversionError(f"{path}: bad safetensors JSON header ({e})") from None
-    if not isinstance(header, dict):
-        raise ConversionError(f"{path}: safetensors header is not a JSON object")
-    data_start, data_len = 8 + header_len, size - 8 - header_len
-    entries = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype_name, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
-            dtype = _SAFETENSORS_DTYPES[dtype_name]
-            shape = tuple(int(d) for d in shape)
-        except (KeyError, TypeError, ValueError):
-            raise ConversionError(f"{path}: bad safetensors entry for {name!r}: {info!r:.120}") \
+            return safe_open(path, framework="np")
+        except SafetensorError as e:
+            raise ConversionError(f"{path}: not a valid safetensors file ({one_line(e)})") \
                 from None
-        count = int(np.prod(shape, dtype=np.int64))
-        if not (0 <= begin <= end <= data_len) or end - begin != count * dtype.itemsize:
-            raise ConversionError(f"{path}: safetensors entry {name!r} has offsets "
-                                  f"[{begin}, {end}) that do not fit shape {list(shape)} "
-                                  f"{dtype_name} inside {data_len} data bytes")
-        entries[name] = (dtype, dtype_name == "BF16", shape, begin)
+
+    with opened() as f:
+        shapes = {name: f.get_slice(name).get_shape() for name in f.keys()}
 
     def load(name):
-        dtype, bf16, shape, begin = entries[name]
-        count = int(np.prod(shape, dtype=np.int64))
-        with open(path, "rb") as f:
-            f.seek(data_start + begin)
-            array = np.frombuffer(f.read(count * dtype.itemsize), dtype=dtype).reshape(shape)
-        return _bf16_to_f32(array) if bf16 else array.astype(dtype.newbyteorder("="))
+        with opened() as f:
+            array = f.get_tensor(name)
+        return array.astype(np.float32) if array.dtype == ml_dtypes.bfloat16 else array
 
-    return TensorSource({k: v[2] for k, v in entries.items()}, load, f"safetensors {path}")
+    return TensorSource(shapes, load, f"safetensors {path}")
 
 
 def read_npz(path) -> TensorSource:

@@ -106,6 +106,30 @@ class TransfoXLLM(keras.Model):
             tf.constant(float(top_p)), tf.constant(int(seed)))
         return out.numpy()[0] if ids.ndim == 1 else out.numpy()
 
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               **kwargs):
+        """A SavedModel at `filepath` with `tfxl-export`'s signatures (`keras.Model.export`'s
+        default would trace `call`, whose (tensor, memory dict) output no signature can return).
+
+        score (= serving_default), init_memory, generate, score_document and
+        score_document_masked; with `tokenizer=` (a `tfxl.data.tokenizers` tokenizer) also
+        generate_text, score_text, encode_text and decode_ids. See `tfxl.serving.export` for
+        their inputs and outputs. Other keyword arguments: tgt_len, mem_len, clamp_len,
+        same_length (default: the config's evaluation settings) and score_top_k (default 16;
+        0: full log-probs). Unlike Keras, an existing file or non-empty directory at `filepath`
+        is never overwritten. Only format="tf_saved_model"; the signatures fix their own inputs,
+        so input_signature must be None.
+        """
+        if format != "tf_saved_model":
+            raise ValueError(f"TransfoXLLM.export: format={format!r} is not supported; only "
+                             "'tf_saved_model' (the serving signatures need TensorFlow ops)")
+        if input_signature is not None:
+            raise ValueError("TransfoXLLM.export: input_signature must be None; every signature "
+                             "fixes its own inputs (see tfxl.serving.export)")
+        # Imported here: tfxl.serving sits above the model and imports it, never the reverse.
+        from tfxl.serving.export import export_model  # pylint: disable=import-outside-toplevel
+        export_model(self, filepath, verbose, **kwargs)
+
     def decode_step(self, token_ids, memory_parts, memory_valid, key_distance, position_keys):
         """`TransfoXLBackbone.decode_step` followed by the softmax: (log_probs [B, 1, V], keys,
         values)."""

@@ -169,6 +169,13 @@ class StatefulTransfoXLLM(keras.Model):
         x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
         return self._inference_step(x, None)
 
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               **kwargs):
+        """`TransfoXLLM.export` of the wrapped language model: the same stateless signatures,
+        the memory on the wire. The memory held between batches is training state, not
+        exported: concurrent serving requests must never share one."""
+        self.lm.export(filepath, format, verbose, input_signature, **kwargs)
+
     @property
     def metrics(self):
         return [self.loss_tracker]

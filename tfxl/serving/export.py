@@ -42,6 +42,11 @@ Bad requests (wrong rank or shape, memory of another export, batch mismatch, ids
 empty inputs, sampling values out of range) fail at the signature's entry with one
 InvalidArgumentError naming the input, the expected and the received shape or value
 (`tfxl.serving.checks`): TF Serving feeds tensors into the graph unchecked.
+
+Code: each signature is a `Signatures` method marked `@signature(input=(shape, dtype), ...)`, the
+shape in the glossary's letters; `Signatures.functions` holds one tf.function per signature with
+that input_signature. `export_saved_model` (tfxl-export) writes them in a version directory,
+`export_model` (what `TransfoXLLM.export` calls) at the given path.
 """
 
 import math
@@ -74,10 +79,30 @@ def _wire(memory):
             VALID: memory[VALID]}
 
 
-class Signatures:
-    """The export's signatures, one method each; `export_saved_model` makes each a tf.function.
+# A signature's inputs: name -> (shape in the glossary's letters, "" for a scalar; dtype).
+MEMORY = {KEYS: ("B L N H M", tf.float32), VALUES: ("B L N M H", tf.float32),
+          VALID: ("B M", tf.bool)}
+SAMPLING = {"max_new_tokens": ("", tf.int32), "temperature": ("", tf.float32),
+            "top_k": ("", tf.int32), "top_p": ("", tf.float32), "seed": ("", tf.int32)}
 
-    tgt_len, mem_len, clamp_len, same_length default to `model.config.eval_settings()`.
+
+def signature(needs_tokenizer=False, **inputs):
+    """Marks a `Signatures` method as an exported signature taking `inputs` (in the method's
+    argument order); `Signatures.functions` holds it as a tf.function with that input_signature.
+    needs_tokenizer: exported only with a tokenizer."""
+    def mark(method):
+        method.signature_inputs, method.needs_tokenizer = inputs, needs_tokenizer
+        return method
+    return mark
+
+
+class Signatures:
+    """The export's signatures, one `@signature` method each.
+
+    `functions` maps each signature name to its tf.function (with its input_signature), in the
+    order of the methods below: `score` first, which the archive makes serving_default.
+    tgt_len, mem_len, clamp_len, same_length default to `model.config.eval_settings()`;
+    score_top_k is K, the size of `score`'s top-k output (0: full log-probs).
     """
 
     def __init__(self, model, tokenizer=None, tgt_len=None, mem_len=None, clamp_len=None,
@@ -95,32 +120,17 @@ class Signatures:
         self.model, self.tokenizer, self.score_top_k = model, tokenizer, int(score_top_k)
         self.run = dict(clamp_len=self.settings["clamp_len"],
                         same_length=self.settings["same_length"])
-
-    def input_signatures(self):
-        """{signature: input specs}, `score` first (the archive makes it serving_default)."""
-        c, mem_len = self.model.config, self.settings["mem_len"]
-        spec = tf.TensorSpec
-        memory = [spec([None, c.n_layer, c.n_head, c.d_head, mem_len], tf.float32, KEYS),
-                  spec([None, c.n_layer, c.n_head, mem_len, c.d_head], tf.float32, VALUES),
-                  spec([None, mem_len], tf.bool, VALID)]
-        sampling = [spec([], tf.int32, "max_new_tokens"), spec([], tf.float32, "temperature"),
-                    spec([], tf.int32, "top_k"), spec([], tf.float32, "top_p"),
-                    spec([], tf.int32, "seed")]
-        tokens = lambda name: spec([None, None], tf.int32, name)  # noqa: E731
-        signatures = {
-            "score": [tokens("token_ids"), *memory],
-            "init_memory": [spec([], tf.int32, "batch_size")],
-            "generate": [tokens("prompt_ids"), *memory, *sampling],
-            "score_document": [tokens("token_ids")],
-            "score_document_masked": [tokens("token_ids"),
-                                      spec([None, None], tf.float32, "target_mask")],
-        }
-        if self.tokenizer is not None:
-            signatures["generate_text"] = [spec([None], tf.string, "prompt"), *sampling]
-            signatures["score_text"] = [spec([None], tf.string, "text")]
-            signatures["encode_text"] = [spec([], tf.string, "text")]
-            signatures["decode_ids"] = [spec([None], tf.int32, "ids")]
-        return signatures
+        c = model.config
+        # The glossary's fixed sizes; the other letters are free (None) in the input signatures.
+        # autograph=False, as ExportArchive.add_endpoint traces: the bodies use tf control flow.
+        self.sizes = dict(L=c.n_layer, N=c.n_head, H=c.d_head, M=self.settings["mem_len"])
+        self.functions = {
+            name: tf.function(getattr(self, name), autograph=False, input_signature=[
+                tf.TensorSpec([self.sizes.get(d) for d in shape.split()], dtype, input_name)
+                for input_name, (shape, dtype) in method.signature_inputs.items()])
+            for name, method in vars(type(self)).items()
+            if hasattr(method, "signature_inputs")
+            and (tokenizer is not None or not method.needs_tokenizer)}
 
     # -- request checks (see tfxl.serving.checks) ---------------------------------------------
     def _token_rules(self, what, ids, length="T", min_length=1):
@@ -128,16 +138,12 @@ class Signatures:
                 ids_rule(what, ids, self.model.config.vocab_size)]
 
     def _memory_rules(self, what, ids, keys, values, valid):
-        c, mem_len = self.model.config, self.settings["mem_len"]
-        batch = padded_shape(ids, 2)[0]
-        fixed = "(B: the token batch; the others fixed by the export)"
-        return [shape_rule(f"{what}: keys", keys,
-                           [batch, c.n_layer, c.n_head, c.d_head, mem_len],
-                           f"[B, L, N, H, M] {fixed}"),
-                shape_rule(f"{what}: values", values,
-                           [batch, c.n_layer, c.n_head, mem_len, c.d_head],
-                           f"[B, L, N, M, H] {fixed}"),
-                shape_rule(f"{what}: valid", valid, [batch, mem_len], f"[B, M] {fixed}")]
+        """The memory fits the export (MEMORY's shapes) and the batch B of `ids`."""
+        sizes = dict(self.sizes, B=padded_shape(ids, 2)[0])
+        return [shape_rule(f"{what}: {name}", tensor, [sizes[d] for d in shape.split()],
+                           f"[{', '.join(shape.split())}] (B: the token batch; the others fixed "
+                           "by the export)")
+                for tensor, (name, (shape, _)) in zip((keys, values, valid), MEMORY.items())]
 
     @staticmethod
     def _sampling_rules(what, max_new_tokens, temperature, top_k, top_p, seed):
@@ -159,13 +165,7 @@ class Signatures:
         return {KEYS: tf.cast(keys, dtype), VALUES: tf.cast(values, dtype), VALID: valid}
 
     # -- signatures ---------------------------------------------------------------------------
-    def init_memory(self, batch_size):
-        batch_size, = checked(
-            [shape_rule("init_memory: batch_size", batch_size, [], "[] (a scalar)"),
-             (tf.reduce_all(batch_size >= 1),
-              ["init_memory: batch_size must be >= 1, but got", batch_size])], batch_size)
-        return _wire(self.model.init_key_value_memory(batch_size, self.settings["mem_len"]))
-
+    @signature(token_ids=("B T", tf.int32), **MEMORY)
     def score(self, token_ids, keys, values, valid):
         token_ids, keys, values, valid = checked(
             self._token_rules("score: token_ids", token_ids)
@@ -181,6 +181,15 @@ class Signatures:
             out["top_ids"], out["top_log_probs"] = best.indices, best.values
         return out
 
+    @signature(batch_size=("", tf.int32))
+    def init_memory(self, batch_size):
+        batch_size, = checked(
+            [shape_rule("init_memory: batch_size", batch_size, [], "[] (a scalar)"),
+             (tf.reduce_all(batch_size >= 1),
+              ["init_memory: batch_size must be >= 1, but got", batch_size])], batch_size)
+        return _wire(self.model.init_key_value_memory(batch_size, self.settings["mem_len"]))
+
+    @signature(prompt_ids=("B P", tf.int32), **MEMORY, **SAMPLING)
     def generate(self, prompt_ids, keys, values, valid, max_new_tokens, temperature, top_k,
                  top_p, seed):
         sampling = (max_new_tokens, temperature, top_k, top_p, seed)
@@ -193,9 +202,11 @@ class Signatures:
                                *sampling, **self.run)
         return {"generated_ids": ids, **_wire(memory)}
 
+    @signature(token_ids=("B S", tf.int32))
     def score_document(self, token_ids):
         return self._score_document("score_document", token_ids)
 
+    @signature(token_ids=("B S", tf.int32), target_mask=("B S", tf.float32))
     def score_document_masked(self, token_ids, target_mask):
         return self._score_document("score_document_masked", token_ids, target_mask)
 
@@ -224,6 +235,7 @@ class Signatures:
         lengths, values = checked([rule], lengths, ids.flat_values)
         return ids.with_flat_values(values), lengths
 
+    @signature(needs_tokenizer=True, prompt=("B", tf.string), **SAMPLING)
     def generate_text(self, prompt, max_new_tokens, temperature, top_k, top_p, seed):
         sampling = (max_new_tokens, temperature, top_k, top_p, seed)
         prompt, *sampling = checked(self._text_rules("generate_text: prompt", prompt)
@@ -238,12 +250,7 @@ class Signatures:
                                 prompt_valid=prompt_valid, **self.run)
         return {"text": self.tokenizer.tf_decode(generated)}
 
-    def encode_text(self, text):
-        return {"ids": tf.cast(self.tokenizer.tf_encode(text[None]).flat_values, tf.int32)}
-
-    def decode_ids(self, ids):
-        return {"text": self.tokenizer.tf_decode(ids[None])[0]}
-
+    @signature(needs_tokenizer=True, text=("B", tf.string))
     def score_text(self, text):
         text, = checked(self._text_rules("score_text: text", text), text)
         ids, lengths = self._encode("score_text: text", text)
@@ -259,6 +266,29 @@ class Signatures:
         else:
             out["perplexity"] = tf.exp(mean)
         return out
+
+    @signature(needs_tokenizer=True, text=("", tf.string))
+    def encode_text(self, text):
+        return {"ids": tf.cast(self.tokenizer.tf_encode(text[None]).flat_values, tf.int32)}
+
+    @signature(needs_tokenizer=True, ids=("G", tf.int32))
+    def decode_ids(self, ids):
+        return {"text": self.tokenizer.tf_decode(ids[None])[0]}
+
+
+def write_signatures(signatures, path, data_dir=None, verbose=False):
+    """Writes the SavedModel of `signatures` at `path`: a Keras ExportArchive tracking the model
+    (and the tokenizer's tables), then the vocabulary record (`tfxl.data.fingerprint`)."""
+    archive = keras.export.ExportArchive()
+    archive.track(signatures.model)
+    tokenizer = signatures.tokenizer
+    if tokenizer is not None:
+        archive.track(tokenizer)  # its lookup tables and constants
+    for name, function in signatures.functions.items():
+        archive.add_endpoint(name, function)
+    archive.write_out(path, verbose=verbose)
+    write_export_fingerprint(path, signatures.model.config.vocab_size,
+                             tokenizer.vocab_sha256 if tokenizer is not None else None, data_dir)
 
 
 def export_saved_model(model, output_dir, version=None, tgt_len=None, mem_len=None,
@@ -280,13 +310,23 @@ def export_saved_model(model, output_dir, version=None, tgt_len=None, mem_len=No
     if tf.io.gfile.exists(path):
         raise ValueError(f"{path} already exists; exports are never overwritten (pick another "
                          "--version)")
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    if tokenizer is not None:
-        archive.track(tokenizer)  # its lookup tables and constants
-    for name, specs in signatures.input_signatures().items():
-        archive.add_endpoint(name, getattr(signatures, name), specs)
-    archive.write_out(path, verbose=False)
-    write_export_fingerprint(path, model.config.vocab_size,
-                             tokenizer.vocab_sha256 if tokenizer is not None else None, data_dir)
+    write_signatures(signatures, path, data_dir)
     return path
+
+
+def export_model(model, filepath, verbose=None, *, tgt_len=None, mem_len=None, clamp_len=None,
+                 same_length=None, score_top_k=16, tokenizer=None):
+    """`TransfoXLLM.export`: the signatures above written at `filepath` itself (no version
+    directory), as `keras.Model.export` writes; the text signatures only with a `tokenizer`.
+
+    An existing file or non-empty directory at `filepath` is never overwritten. verbose (default
+    True, as in Keras) prints the signatures.
+    """
+    signatures = Signatures(model, tokenizer, tgt_len, mem_len, clamp_len, same_length,
+                            score_top_k)
+    filepath = os.fspath(filepath)
+    if tf.io.gfile.exists(filepath) and (not tf.io.gfile.isdir(filepath)
+                                         or tf.io.gfile.listdir(filepath)):
+        raise ValueError(f"{filepath} already exists and is not an empty directory; exports are "
+                         "never overwritten")
+    write_signatures(signatures, filepath, verbose=True if verbose is None else verbose)
