@@ -11,11 +11,13 @@ import zipfile
 import numpy as np
 import pytest
 
-from conftest import run_cli, run_prepare, sample_text, split_targets
-from tfxl.data import prepare as prepare_lib
+from data_helpers import run_cli, run_prepare, sample_text, split_targets
+from tfxl.data import records, sources, staging
 from tfxl.data.errors import DataError
 from tfxl.data.manifest import check_manifest, load_manifest
-from tfxl.data.pipeline import load_tokenizer, verify_shards
+from tfxl.data.pipeline import verify_shards
+from tfxl.data.prepare import suggest_cutoffs
+from tfxl.data.tokenizers import load_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -103,9 +105,9 @@ def test_text8_chars_and_wikitext_words(tmp_path, write):
 
 def test_suggested_cutoffs_follow_frequency():
     counts = np.array([1000] * 10 + [10] * 1000 + [1] * 5000)
-    cutoffs = prepare_lib.suggest_cutoffs(counts, frequency_ordered=True)
+    cutoffs = suggest_cutoffs(counts, frequency_ordered=True)
     assert cutoffs and cutoffs == sorted(cutoffs) and cutoffs[-1] < counts.size
-    assert prepare_lib.suggest_cutoffs(counts, frequency_ordered=False) == []
+    assert suggest_cutoffs(counts, frequency_ordered=False) == []
 
 
 def test_lm1b_keeps_documents_and_shuffles_sentences(tmp_path, write):
@@ -138,8 +140,8 @@ def test_python_stdlib_corpus_is_deterministic_and_capped(tmp_path):
     files = {s: set(m1["splits"][s]["input_files"]) for s in ("train", "valid", "test")}
     assert not (files["train"] & files["valid"]) and not (files["valid"] & files["test"])
     assert all(f.endswith(".py") and "site-packages" not in f for s in files.values() for f in s)
-    all_files = prepare_lib._stdlib_files()  # pylint: disable=protected-access
-    shares = [sum(prepare_lib.stdlib_split_of(os.path.basename(f) + str(i)) == s
+    all_files = sources.stdlib_files()
+    shares = [sum(sources.stdlib_split_of(os.path.basename(f) + str(i)) == s
                   for i, f in enumerate(all_files)) / len(all_files) for s in ("train", "valid")]
     assert 0.85 < shares[0] < 0.95 and 0.02 < shares[1] < 0.08
 
@@ -209,7 +211,7 @@ def test_overwrite_replaces_and_failed_overwrite_keeps_old_data(tmp_path, write,
     # A prepare that fails half-way (here: while writing records) leaves the
     # previous data and its manifest untouched.
     calls = {"n": 0}
-    original = prepare_lib._example  # pylint: disable=protected-access
+    original = records.encode
 
     def failing(*args, **kwargs):
         calls["n"] += 1
@@ -217,14 +219,14 @@ def test_overwrite_replaces_and_failed_overwrite_keeps_old_data(tmp_path, write,
             raise DataError("simulated failure while writing shards")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(prepare_lib, "_example", failing)
+    monkeypatch.setattr(records, "encode", failing)
     with pytest.raises(DataError, match="simulated"):
         run_prepare(out, train=[write("b.txt", sample_text(200, seed=2))], tgt_len=8,
                     num_streams=2, overwrite=True)
     assert load_manifest(str(out)) == first
     verify_shards(str(out), first["splits"]["train"]["streams"])
-    assert not [e for e in os.listdir(out) if e.startswith(prepare_lib.TMP_PREFIX)]
-    monkeypatch.setattr(prepare_lib, "_example", original)
+    assert not [e for e in os.listdir(out) if e.startswith(staging.TMP_PREFIX)]
+    monkeypatch.setattr(records, "encode", original)
     second = run_prepare(out, train=[write("b.txt", sample_text(200, seed=2))], tgt_len=8,
                          num_streams=2, overwrite=True)
     assert second["num_streams"] == 2
@@ -324,7 +326,7 @@ def test_kill_during_prepare_leaves_no_manifest(tmp_path):
         deadline = time.time() + 90
         while time.time() < deadline:
             tmp = [d for d in (os.listdir(out) if out.exists() else [])
-                   if d.startswith(prepare_lib.TMP_PREFIX)]
+                   if d.startswith(staging.TMP_PREFIX)]
             if tmp and any(f.endswith(".tfrecord") for f in os.listdir(out / tmp[0])):
                 break
             assert proc.poll() is None, "prepare finished before it could be killed"
@@ -338,5 +340,5 @@ def test_kill_during_prepare_leaves_no_manifest(tmp_path):
         load_manifest(str(out))
     # The leftover temporary directory is not "data": a new prepare proceeds and cleans it.
     run_prepare(out, train=[str(src)], max_train_bytes=50_000, tgt_len=8, num_streams=4)
-    assert not [e for e in os.listdir(out) if e.startswith(prepare_lib.TMP_PREFIX)]
+    assert not [e for e in os.listdir(out) if e.startswith(staging.TMP_PREFIX)]
     assert load_manifest(str(out))["splits"]["train"]["tokens"] == 50_000
