@@ -59,6 +59,11 @@ def test_text_bytes_records_hold_every_token_once(tmp_path, write):
     assert manifest["tokenizer"]["type"] == "bytes" and manifest["vocab_size"] == 258
     assert manifest["tgt_len"] == 16 and manifest["num_streams"] == 4
     assert manifest["format_version"] == 1 and manifest["is_character_level"] is True
+    # The manifest's record entry, as every prepared directory since format_version 1 has it.
+    assert manifest["record"] == {
+        "type": "tf.train.Example", "compression": None,
+        "features": {"tokens": ["int64", [17]], "length": ["int64", []], "reset": ["int64", []],
+                     "stream": ["int64", []], "position": ["int64", []]}}
     verify_shards(out, manifest["splits"]["train"]["streams"])
 
 
