@@ -51,5 +51,6 @@ def split_targets(data_dir, manifest, split):
     for info in manifest["splits"][split]["streams"]:
         path = os.path.join(data_dir, info["file"])
         for record in tf.data.TFRecordDataset(path):
-            out.append({k: v.numpy() for k, v in records.parse(record, manifest["tgt_len"]).items()})
+            parsed = records.parse(record, manifest["tgt_len"])
+            out.append({k: v.numpy() for k, v in parsed.items()})
     return out

@@ -219,7 +219,8 @@ def test_sentencepiece_learned_from_the_training_split(tmp_path, write):
     assert tok.decode(valid_ids) == "\n".join(" ".join(l.split()) for l in text[:2000].split("\n"))
     # The learned model is then an ordinary --sentencepiece_model.
     again = run_prepare(tmp_path / "again", train=[train], valid=[valid],
-                        tokenizer="sentencepiece", sentencepiece_model=str(out / "sentencepiece.model"),
+                        tokenizer="sentencepiece",
+                        sentencepiece_model=str(out / "sentencepiece.model"),
                         tgt_len=8, num_streams=2)
     assert again["vocab_sha256"] == m["vocab_sha256"] and again["splits"] == m["splits"]
 

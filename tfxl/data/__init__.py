@@ -23,7 +23,8 @@ from tfxl.data.errors import DataError
 
 _LAZY = {
     "input_fn": "pipeline", "InputParams": "pipeline", "eval_steps": "pipeline",
-    "load_tokenizer": "tokenizers", "verify_shards": "pipeline", "load_manifest": "manifest", "check_manifest": "manifest",
+    "load_tokenizer": "tokenizers", "verify_shards": "pipeline", "load_manifest": "manifest",
+    "check_manifest": "manifest",
     "tokenizer_from_spec": "tokenizers", "PrepareConfig": "prepare",
 }
 

@@ -226,9 +226,9 @@ def _prepare_into(config, pieces, staging, log, progress) -> dict:
     T, S = config.tgt_len, config.num_streams
     files, splits, input_bytes_total = [], {}, 0
     train_counts = np.zeros(tokenizer.vocab_size, np.int64)
-    for split, split_pieces_ in pieces.items():
+    for split, inputs in pieces.items():
         # --- tokenise into a flat temporary token file -----------------------
-        bar = _Progress(f"{split}: tokenizing", _input_bytes(split_pieces_), "kB", progress,
+        bar = _Progress(f"{split}: tokenizing", _input_bytes(inputs), "kB", progress,
                         scale=1000)
         token_path = os.path.join(staging.path, f"{split}.tokens.bin")
         doc_starts, total, input_bytes = [], 0, 0
@@ -251,7 +251,7 @@ def _prepare_into(config, pieces, staging, log, progress) -> dict:
         bar.finish()
         input_bytes_total += input_bytes
         num_targets = total - len(doc_starts)
-        where = ", ".join(p.label for p in split_pieces_[:3]) + (" ..." if len(split_pieces_) > 3 else "")
+        where = ", ".join(p.label for p in inputs[:3]) + (" ..." if len(inputs) > 3 else "")
         if num_targets == 0:
             raise DataError(f"split {split!r} is empty (no tokens in {where or 'no files'})")
         if num_targets < S * T:
@@ -289,7 +289,7 @@ def _prepare_into(config, pieces, staging, log, progress) -> dict:
             "tokens": num_targets, "segments": sum(s["segments"] for s in streams),
             "documents": len(doc_starts), "input_bytes": input_bytes,
             "resets_inside": bool(keep_documents and len(doc_starts) > 1),
-            "input_files": [p.label for p in split_pieces_][:1000],
+            "input_files": [p.label for p in inputs][:1000],
             "streams": streams,
         }
         log(f"{split}: {num_targets} tokens, {splits[split]['segments']} segments in {S} streams")
