@@ -45,8 +45,8 @@ def make_runner(data_dir, model_dir, strategy, jit_compile):
 
 def evaluate_by_hand(runner, data_dir, tgt_len, mem_len, clamp_len, same_length):
     """The mean NLL of the first BATCHES segments, on the layer-input memory path."""
-    dataset = pipeline.input_fn("valid", dict(data_dir=data_dir, batch_size=STREAMS,
-                                              training=False))
+    dataset = pipeline.input_fn("valid", pipeline.InputParams(data_dir=data_dir,
+                                                              batch_size=STREAMS))
     if tgt_len != T:
         dataset = rechunk(dataset, tgt_len)
     lm = runner.model

@@ -109,7 +109,8 @@ class Runner:
     def _distributed(self, split, batch, training, tgt_len=None, skip_batches=0):
         """The split as a distributed dataset; `skip_batches` global steps already consumed."""
         tgt_len = tgt_len or self.manifest["tgt_len"]
-        params = dict(data_dir=self.data_dir, batch_size=batch, training=training, seed=self.seed)
+        params = pipeline.InputParams(data_dir=self.data_dir, batch_size=batch, training=training,
+                                      seed=self.seed)
 
         def dataset_fn(input_context):
             dataset = pipeline.input_fn(split, params, input_context)

@@ -21,7 +21,7 @@ import tensorflow as tf  # noqa: E402
 cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
-from tfxl.data.pipeline import input_fn  # noqa: E402
+from tfxl.data.pipeline import InputParams, input_fn  # noqa: E402
 
 
 def main(data_dir, global_batch, out_path):
@@ -30,7 +30,7 @@ def main(data_dir, global_batch, out_path):
     keys = ("stream", "position", "reset", "targets", "target_mask")
     results = {}
     for split, training, steps in (("train", True, 40), ("valid", False, None)):
-        params = {"data_dir": data_dir, "batch_size": global_batch, "training": training}
+        params = InputParams(data_dir=data_dir, batch_size=global_batch, training=training)
         datasets = {
             "experimental": strategy.experimental_distribute_dataset(input_fn(split, params)),
             "from_function": strategy.distribute_datasets_from_function(

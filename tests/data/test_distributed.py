@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import run_prepare, sample_text
+from data_helpers import run_prepare, sample_text
 from tfxl.data.manifest import load_manifest
 from tfxl.data.pipeline import slot_streams
 

@@ -1,15 +1,16 @@
 """input_fn on one device: eval coverage, stream alignment, shifted passes, errors."""
 
+import dataclasses
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import run_prepare, sample_text
+from data_helpers import run_prepare, sample_text
 from tfxl.data.errors import DataError
 from tfxl.data.manifest import load_manifest
-from tfxl.data.pipeline import _pass_shift, eval_steps, input_fn, slot_streams  # noqa
+from tfxl.data.pipeline import InputParams, _pass_shift, eval_steps, input_fn, slot_streams  # noqa
 
 T = 8
 
@@ -41,7 +42,7 @@ def collect(dataset, steps=None):
 def stream_sequences(data_dir, split):
     """Per stream, its full token sequence (inputs then the final target), via eval."""
     manifest = load_manifest(data_dir)
-    batches = collect(input_fn(split, {"data_dir": data_dir, "batch_size": 1, "training": False}))
+    batches = collect(input_fn(split, InputParams(data_dir=data_dir, batch_size=1, training=False)))
     seqs = {}
     for step in range(batches["stream"].shape[0]):
         s = int(batches["stream"][step, 0])
@@ -58,8 +59,8 @@ def test_eval_reads_every_token_exactly_once(bytes_dir):
     data_dir, text = bytes_dir
     manifest = load_manifest(data_dir)
     for batch_size in (4, 6, 1):   # 4 does not divide the 6 streams: padded slots
-        batches = collect(input_fn("valid", {"data_dir": data_dir, "batch_size": batch_size,
-                                             "training": False}))
+        batches = collect(input_fn("valid", InputParams(data_dir=data_dir, batch_size=batch_size,
+                                             training=False)))
         steps = eval_steps(manifest, "valid", batch_size)
         assert batches["inputs"].shape == (steps, batch_size, T)
         assert all(batches[k].dtype == np.int32 for k in batches)
@@ -104,8 +105,8 @@ def test_training_slots_read_consecutive_segments_and_later_passes_shift(bytes_d
     B, seed = 2, 5
     streams = manifest["splits"]["train"]["streams"]
     pass_len = [sum(streams[s]["segments"] for s in slot_streams(g, B, 6)) for g in range(B)]
-    batches = collect(input_fn("train", {"data_dir": data_dir, "batch_size": B, "training": True,
-                                         "seed": seed}), steps=max(pass_len) + 40)
+    batches = collect(input_fn("train", InputParams(data_dir=data_dir, batch_size=B, training=True,
+                                         seed=seed)), steps=max(pass_len) + 40)
     assert batches["inputs"].shape[1:] == (B, T)
     check_slots({k: v[:min(pass_len)] for k, v in batches.items()}, manifest, "train", B)
     # Pass 1 of slot 0 starts stream 0 again, `shift` tokens later.
@@ -129,21 +130,21 @@ def test_input_context_builds_only_its_replicas_slots(bytes_dir):
     # 3 replicas over 3 pipelines, global batch 6 = 3 x 2; pipeline 1 owns slots 2, 3.
     context = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=1,
                                          num_replicas_in_sync=3)
-    batches = collect(input_fn("valid", {"data_dir": data_dir, "batch_size": 6, "training": False},
+    batches = collect(input_fn("valid", InputParams(data_dir=data_dir, batch_size=6, training=False),
                                context))
     assert batches["inputs"].shape[1:] == (2, T)
     check_slots(batches, manifest, "valid", 6, first_slot=2, eval_padding=True)
     # One pipeline feeding 2 replicas yields replica 0's batch then replica 1's.
     context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
                                          num_replicas_in_sync=2)
-    batches = collect(input_fn("train", {"data_dir": data_dir, "batch_size": 6, "training": True},
+    batches = collect(input_fn("train", InputParams(data_dir=data_dir, batch_size=6, training=True),
                                context), steps=8)
     assert batches["stream"][:2].tolist() == [[0, 1, 2], [3, 4, 5]]
 
 
 def test_deterministic_order(bytes_dir):
     data_dir, _ = bytes_dir
-    params = {"data_dir": data_dir, "batch_size": 3, "training": True, "seed": 1}
+    params = InputParams(data_dir=data_dir, batch_size=3, training=True, seed=1)
     first = collect(input_fn("train", params), steps=60)
     second = collect(input_fn("train", params), steps=60)
     for key in first:
@@ -152,15 +153,15 @@ def test_deterministic_order(bytes_dir):
 
 def test_flag_and_manifest_mismatches_fail_before_reading(bytes_dir):
     data_dir, _ = bytes_dir
-    base = {"data_dir": data_dir, "training": True}
+    base = InputParams(data_dir=data_dir, batch_size=4, training=True)
     with pytest.raises(DataError, match="global batch size 4 must divide num_streams=6"):
-        input_fn("train", dict(base, batch_size=4))
+        input_fn("train", base)
     with pytest.raises(DataError, match="tgt_len mismatch.*tgt_len=16.*tgt_len=8"):
-        input_fn("train", dict(base, batch_size=2, tgt_len=16))
+        input_fn("train", dataclasses.replace(base, batch_size=2, tgt_len=16))
     with pytest.raises(DataError, match="vocab_sha256 mismatch"):
-        input_fn("train", dict(base, batch_size=2, vocab_sha256="f" * 64))
+        input_fn("train", dataclasses.replace(base, batch_size=2, vocab_sha256="f" * 64))
     with pytest.raises(DataError, match="split 'test' is not in the manifest"):
-        input_fn("test", dict(base, batch_size=2))
+        input_fn("test", dataclasses.replace(base, batch_size=2))
 
 
 def _copy_data(src, dst):
@@ -179,7 +180,7 @@ def test_corrupt_shard_and_out_of_vocabulary_ids_name_the_shard(bytes_dir, tmp_p
     data = bytearray(open(shard, "rb").read())
     data[40] ^= 0x01
     open(shard, "wb").write(bytes(data))
-    params = {"data_dir": copy, "batch_size": 2, "training": False}
+    params = InputParams(data_dir=copy, batch_size=2, training=False)
     with pytest.raises(DataError, match=f"corrupt TFRecord shard {shard}"):
         input_fn("valid", params)
     # A record whose token ids exceed the vocabulary (e.g. records from another
@@ -191,7 +192,7 @@ def test_corrupt_shard_and_out_of_vocabulary_ids_name_the_shard(bytes_dir, tmp_p
             "stream": ints([2]), "position": ints([0])})).SerializeToString())
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match=f"(?s)outside the vocabulary.*{os.path.basename(shard)}"):
-        collect(input_fn("valid", dict(params, verify_shards=False)))
+        collect(input_fn("valid", dataclasses.replace(params, verify_shards=False)))
 
 
 def test_documents_reset_inside_streams_and_are_not_shifted(tmp_path):
@@ -205,7 +206,7 @@ def test_documents_reset_inside_streams_and_are_not_shifted(tmp_path):
     manifest = load_manifest(out)
     streams = manifest["splits"]["train"]["streams"]
     per_pass = max(s["segments"] for s in streams)
-    batches = collect(input_fn("train", {"data_dir": out, "batch_size": 2, "training": True}),
+    batches = collect(input_fn("train", InputParams(data_dir=out, batch_size=2, training=True)),
                       steps=2 * per_pass)
     eod = manifest["eod_id"]
     starts_doc = batches["inputs"][:, :, 0] == eod
@@ -223,7 +224,7 @@ def test_rechunked_evaluation_still_counts_every_token_once(bytes_dir):
     data_dir, text = bytes_dir
     manifest = load_manifest(data_dir)
     S = manifest["num_streams"]
-    dataset = input_fn("valid", {"data_dir": data_dir, "batch_size": S, "training": False})
+    dataset = input_fn("valid", InputParams(data_dir=data_dir, batch_size=S, training=False))
     for new_len in (4, 2 * T):   # divides T, and a multiple of T
         batches = collect(rechunk(dataset, new_len))
         steps = -(-eval_steps(manifest, "valid", S) * T // new_len)
@@ -242,7 +243,7 @@ def test_rechunk_of_two_replicas_batches_in_turn_equals_rechunk_of_the_global_ba
     from tfxl.data.rechunk import rechunk
 
     data_dir, _ = bytes_dir
-    params = {"data_dir": data_dir, "batch_size": 6, "training": False}
+    params = InputParams(data_dir=data_dir, batch_size=6, training=False)
     want = collect(rechunk(input_fn("valid", params), 4))  # [steps, 6, 4]
     context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
                                          num_replicas_in_sync=2)
@@ -250,3 +251,11 @@ def test_rechunk_of_two_replicas_batches_in_turn_equals_rechunk_of_the_global_ba
     for key in ("inputs", "targets", "target_mask", "reset"):
         turns = got[key].reshape((-1, 2) + got[key].shape[1:])  # [steps, replica, 3, ...]
         np.testing.assert_array_equal(turns.reshape(want[key].shape), want[key], err_msg=key)
+
+
+def test_input_params_refuse_a_misspelt_field(bytes_dir):
+    data_dir, _ = bytes_dir
+    with pytest.raises(TypeError, match="verify_shard"):
+        InputParams(data_dir=data_dir, batch_size=2, verify_shard=False)  # noqa
+    with pytest.raises(TypeError, match="params must be an InputParams, not dict"):
+        input_fn("valid", {"data_dir": data_dir, "batch_size": 2})

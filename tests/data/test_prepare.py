@@ -11,11 +11,13 @@ import zipfile
 import numpy as np
 import pytest
 
-from conftest import run_cli, run_prepare, sample_text, split_targets
-from tfxl.data import prepare as prepare_lib
+from data_helpers import run_cli, run_prepare, sample_text, split_targets
+from tfxl.data import records, sources, staging
 from tfxl.data.errors import DataError
 from tfxl.data.manifest import check_manifest, load_manifest
-from tfxl.data.pipeline import load_tokenizer, verify_shards
+from tfxl.data.pipeline import verify_shards
+from tfxl.data.prepare import suggest_cutoffs
+from tfxl.data.tokenizers import load_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -57,6 +59,11 @@ def test_text_bytes_records_hold_every_token_once(tmp_path, write):
     assert manifest["tokenizer"]["type"] == "bytes" and manifest["vocab_size"] == 258
     assert manifest["tgt_len"] == 16 and manifest["num_streams"] == 4
     assert manifest["format_version"] == 1 and manifest["is_character_level"] is True
+    # The manifest's record entry, as every prepared directory since format_version 1 has it.
+    assert manifest["record"] == {
+        "type": "tf.train.Example", "compression": None,
+        "features": {"tokens": ["int64", [17]], "length": ["int64", []], "reset": ["int64", []],
+                     "stream": ["int64", []], "position": ["int64", []]}}
     verify_shards(out, manifest["splits"]["train"]["streams"])
 
 
@@ -103,9 +110,9 @@ def test_text8_chars_and_wikitext_words(tmp_path, write):
 
 def test_suggested_cutoffs_follow_frequency():
     counts = np.array([1000] * 10 + [10] * 1000 + [1] * 5000)
-    cutoffs = prepare_lib.suggest_cutoffs(counts, frequency_ordered=True)
+    cutoffs = suggest_cutoffs(counts, frequency_ordered=True)
     assert cutoffs and cutoffs == sorted(cutoffs) and cutoffs[-1] < counts.size
-    assert prepare_lib.suggest_cutoffs(counts, frequency_ordered=False) == []
+    assert suggest_cutoffs(counts, frequency_ordered=False) == []
 
 
 def test_lm1b_keeps_documents_and_shuffles_sentences(tmp_path, write):
@@ -138,10 +145,121 @@ def test_python_stdlib_corpus_is_deterministic_and_capped(tmp_path):
     files = {s: set(m1["splits"][s]["input_files"]) for s in ("train", "valid", "test")}
     assert not (files["train"] & files["valid"]) and not (files["valid"] & files["test"])
     assert all(f.endswith(".py") and "site-packages" not in f for s in files.values() for f in s)
-    all_files = prepare_lib._stdlib_files()  # pylint: disable=protected-access
-    shares = [sum(prepare_lib.stdlib_split_of(os.path.basename(f) + str(i)) == s
+    all_files = sources.stdlib_files()
+    shares = [sum(sources.stdlib_split_of(os.path.basename(f) + str(i)) == s
                   for i, f in enumerate(all_files)) / len(all_files) for s in ("train", "valid")]
     assert 0.85 < shares[0] < 0.95 and 0.02 < shares[1] < 0.08
+
+
+def test_jsonl_one_document_per_line(tmp_path, write):
+    texts = [f"document {d}: " + sample_text(8, seed=d) for d in range(6)]
+    lines = [json.dumps({"text": t, "id": d}) for d, t in enumerate(texts)]
+    train = write("train.jsonl", "\n".join(lines[:5]) + "\n\n")   # a blank line is skipped
+    valid = write("valid.jsonl", lines[5] + "\n")
+    m = run_prepare(tmp_path / "j", train=[train], valid=[valid], format="jsonl",
+                    tokenizer="words", tgt_len=4, num_streams=2)
+    info = m["splits"]["train"]
+    assert m["source"]["documents"] == "file" and info["documents"] == 5 and info["resets_inside"]
+    tok = load_tokenizer(str(tmp_path / "j"))
+    recs = split_targets(str(tmp_path / "j"), m, "train")
+    # Every document starts its own segment (reset, <eod> first), in order, nothing lost.
+    starts = [i for i, r in enumerate(recs) if r["tokens"][0] == tok.eod_id]
+    assert len(starts) == 5 and all(recs[i]["reset"] == 1 for i in starts)
+    bounds = starts[1:] + [len(recs)]
+    for d, (a, b) in enumerate(zip(starts, bounds)):
+        ids = np.concatenate([r["tokens"][1:1 + r["length"]] for r in recs[a:b]])
+        np.testing.assert_array_equal(ids, tok.encode(texts[d]))
+    # --documents=none: one document, the texts one after the other, each newline-terminated.
+    m = run_prepare(tmp_path / "b", train=[train], valid=[valid], format="jsonl",
+                    documents="none", tgt_len=4, num_streams=2)
+    assert m["tokenizer"]["type"] == "bytes" and m["splits"]["train"]["documents"] == 1
+    np.testing.assert_array_equal(reconstruct(str(tmp_path / "b"), m, "train"),
+                                  np.frombuffer("".join(texts[:5]).encode(), np.uint8))
+
+
+def test_jsonl_single_file_split_cuts_between_records(tmp_path, write):
+    texts = [f"record {i} " + "x" * (i % 7) for i in range(400)]
+    src = write("all.jsonl", "".join(json.dumps({"text": t}) + "\n" for t in texts))
+    m = run_prepare(tmp_path / "out", train=[src], format="jsonl", tgt_len=4, num_streams=2)
+    counts = [m["splits"][s]["documents"] for s in ("train", "valid", "test")]
+    assert sum(counts) == 400 and counts[1] > 0 and counts[2] > 0
+    joined = b"".join(reconstruct(str(tmp_path / "out"), m, s).astype(np.uint8).tobytes()
+                      for s in ("train", "valid", "test"))
+    assert joined.decode() == "".join(t + "\n" for t in texts)
+
+
+@pytest.mark.parametrize("line, reason", [
+    ('{"text": "fine"}\n{"text": 3}\n', 'line 2: expected a JSON object with a string "text"'),
+    ('{"text": "fine"}\n["text"]\n', 'line 2: expected a JSON object'),
+    ('{"txt": "typo"}\n', 'line 1: expected a JSON object with a string "text"'),
+    ('{"text": "fine"}\n\n{"text": "cut\n', "line 3 is not valid JSON"),
+])
+def test_jsonl_bad_record_names_file_and_line(tmp_path, write, capsys, line, reason):
+    src = write("bad.jsonl", line)
+    out = tmp_path / "out"
+    code, err = run_cli([f"--train={src}", f"--valid={src}", "--format=jsonl", "--tgt_len=2",
+                         "--num_streams=1", f"--output_dir={out}"], capsys)
+    errors = [e for e in err.splitlines() if e.startswith("error:")]
+    assert code == 2 and errors == [f"error: {src}: {reason}" + errors[0].split(reason)[1]]
+    assert not out.exists()
+
+
+def test_sentencepiece_learned_from_the_training_split(tmp_path, write):
+    text = sample_text(300, seed=4)
+    train, valid = write("train.txt", text), write("valid.txt", text[:2000])
+    m = run_prepare(tmp_path / "sp", train=[train], valid=[valid], tokenizer="sentencepiece",
+                    sentencepiece_vocab_size=40, tgt_len=8, num_streams=2)
+    out = tmp_path / "sp"
+    assert m["tokenizer"]["type"] == "sentencepiece" and m["vocab_size"] == 40 + 3
+    assert (out / "sentencepiece.model").is_file()
+    assert not [e for e in os.listdir(out) if e.startswith(staging.TMP_PREFIX)]
+    tok = load_tokenizer(str(out))   # the model's sha256 matches the manifest
+    valid_ids = reconstruct(str(out), m, "valid")
+    np.testing.assert_array_equal(valid_ids, tok.encode(text[:2000]))
+    assert tok.decode(valid_ids) == "\n".join(" ".join(l.split()) for l in text[:2000].split("\n"))
+    # The learned model is then an ordinary --sentencepiece_model.
+    again = run_prepare(tmp_path / "again", train=[train], valid=[valid],
+                        tokenizer="sentencepiece",
+                        sentencepiece_model=str(out / "sentencepiece.model"),
+                        tgt_len=8, num_streams=2)
+    assert again["vocab_sha256"] == m["vocab_sha256"] and again["splits"] == m["splits"]
+
+
+def test_sentencepiece_flags_and_missing_package(tmp_path, write, capsys, monkeypatch):
+    src = write("a.txt", sample_text(200))
+    out = tmp_path / "o"
+    base = [f"--train={src}", f"--output_dir={out}", "--tgt_len=4", "--num_streams=2"]
+    code, err = run_cli(base + ["--tokenizer=sentencepiece", "--sentencepiece_vocab_size=40",
+                                f"--sentencepiece_model={src}"], capsys)
+    assert code == 2 and "mutually exclusive" in err
+    code, err = run_cli(base + ["--sentencepiece_vocab_size=40"], capsys)
+    assert code == 2 and "need --tokenizer=sentencepiece" in err
+    code, err = run_cli(base + ["--tokenizer=sentencepiece", "--sentencepiece_vocab_size=9999"],
+                        capsys)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Vocabulary size too high" in errors[0]
+    assert "Traceback" not in err
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)  # the extra is not installed
+    code, err = run_cli(base + ["--tokenizer=sentencepiece", "--sentencepiece_vocab_size=40"],
+                        capsys)
+    assert code == 2 and err.splitlines()[-1] == (
+        "error: --sentencepiece_vocab_size needs the sentencepiece package: "
+        "pip install 'tfxl[sentencepiece]'")
+    assert not out.exists()
+
+
+def test_progress_bars_only_on_a_terminal(tmp_path, write, capsys, monkeypatch):
+    src = write("a.txt", sample_text(300))
+    kwargs = dict(train=[src], valid=[src], tokenizer="words", tgt_len=8, num_streams=2)
+    run_prepare(tmp_path / "quiet", progress=None, **kwargs)   # capsys' stdout is no terminal
+    assert capsys.readouterr().out == ""
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    run_prepare(tmp_path / "shown", progress=None, **kwargs)
+    shown = capsys.readouterr().out
+    for label in ("train: reading for the words vocabulary", "train: tokenizing",
+                  "train: writing 2 shards", "valid: tokenizing", "valid: writing 2 shards"):
+        assert label in shown
+    assert "━" in shown and "/kB" in shown and "/token" in shown  # Keras' bar with its rate
 
 
 # --------------------------------------------------------------------------- bad input
@@ -209,7 +327,7 @@ def test_overwrite_replaces_and_failed_overwrite_keeps_old_data(tmp_path, write,
     # A prepare that fails half-way (here: while writing records) leaves the
     # previous data and its manifest untouched.
     calls = {"n": 0}
-    original = prepare_lib._example  # pylint: disable=protected-access
+    original = records.encode
 
     def failing(*args, **kwargs):
         calls["n"] += 1
@@ -217,14 +335,14 @@ def test_overwrite_replaces_and_failed_overwrite_keeps_old_data(tmp_path, write,
             raise DataError("simulated failure while writing shards")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(prepare_lib, "_example", failing)
+    monkeypatch.setattr(records, "encode", failing)
     with pytest.raises(DataError, match="simulated"):
         run_prepare(out, train=[write("b.txt", sample_text(200, seed=2))], tgt_len=8,
                     num_streams=2, overwrite=True)
     assert load_manifest(str(out)) == first
     verify_shards(str(out), first["splits"]["train"]["streams"])
-    assert not [e for e in os.listdir(out) if e.startswith(prepare_lib.TMP_PREFIX)]
-    monkeypatch.setattr(prepare_lib, "_example", original)
+    assert not [e for e in os.listdir(out) if e.startswith(staging.TMP_PREFIX)]
+    monkeypatch.setattr(records, "encode", original)
     second = run_prepare(out, train=[write("b.txt", sample_text(200, seed=2))], tgt_len=8,
                          num_streams=2, overwrite=True)
     assert second["num_streams"] == 2
@@ -324,7 +442,7 @@ def test_kill_during_prepare_leaves_no_manifest(tmp_path):
         deadline = time.time() + 90
         while time.time() < deadline:
             tmp = [d for d in (os.listdir(out) if out.exists() else [])
-                   if d.startswith(prepare_lib.TMP_PREFIX)]
+                   if d.startswith(staging.TMP_PREFIX)]
             if tmp and any(f.endswith(".tfrecord") for f in os.listdir(out / tmp[0])):
                 break
             assert proc.poll() is None, "prepare finished before it could be killed"
@@ -338,5 +456,5 @@ def test_kill_during_prepare_leaves_no_manifest(tmp_path):
         load_manifest(str(out))
     # The leftover temporary directory is not "data": a new prepare proceeds and cleans it.
     run_prepare(out, train=[str(src)], max_train_bytes=50_000, tgt_len=8, num_streams=4)
-    assert not [e for e in os.listdir(out) if e.startswith(prepare_lib.TMP_PREFIX)]
+    assert not [e for e in os.listdir(out) if e.startswith(staging.TMP_PREFIX)]
     assert load_manifest(str(out))["splits"]["train"]["tokens"] == 50_000

@@ -1,33 +1,25 @@
-"""Tokenizer round trips: eager, in tf.data/tf.function, reload from spec, SavedModel."""
+"""Tokenizer round trips: eager, in tf.data/tf.function, reload from spec, SavedModel.
+
+Every tokenizer is built as tfxl-prepare builds it (`learn` from a training text); the
+sentencepiece one is a real model trained by the `sentencepiece` package.
+"""
 
 import collections
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import sample_text, tiny_sentencepiece_model
+from data_helpers import sample_text
 from tfxl.data import tokenizers as tk
 from tfxl.data.errors import DataError
 
 TEXT = sample_text(40, seed=1) + "last line without newline"
-WORDS = ["the", "a", "of", "cat", "dog", "sat", "on", "mat", "über", "naïve", "café",
-         "zebra", "quick", "brown", "fox", "jumps", "lazy", "night", "last", "line",
-         "without", "newline"]
-
 
 def make(kind):
-    if kind == "bytes":
-        return tk.BytesTokenizer()
-    if kind == "chars":
-        return tk.CharsTokenizer.build(collections.Counter(TEXT))
-    if kind == "words":
-        counts = collections.Counter()
-        tk.WordsTokenizer.count_words(TEXT.encode(), counts)
-        return tk.WordsTokenizer.build(counts)
-    if kind == "wordpiece":
-        return tk.WordPieceTokenizer.learn(TEXT.splitlines(), vocab_size=120)
-    return tk.SentencePieceTokenizer(tiny_sentencepiece_model(WORDS))
+    options = tk.VocabularyOptions(wordpiece_vocab_size=120, sentencepiece_vocab_size=40)
+    return tk.TOKENIZERS[kind].learn(lambda: iter([TEXT]), options)
 
 
 def expected_text(kind, text):
@@ -152,3 +144,34 @@ def test_unknown_spec_and_bad_sentencepiece_model(tmp_path):
         tk.tokenizer_from_spec({"type": "nope"}, str(tmp_path))
     with pytest.raises(DataError, match="not a valid sentencepiece model"):
         tk.SentencePieceTokenizer(b"definitely not a protobuf")
+
+
+def test_learned_sentencepiece_model_is_a_real_unigram_model():
+    import sentencepiece
+
+    tok = make("sentencepiece")
+    processor = sentencepiece.SentencePieceProcessor(model_proto=tok.model)
+    assert processor.get_piece_size() == 40 == tok.vocab_size - 3
+    line = TEXT.splitlines()[3]
+    # tensorflow-text and the trainer's own processor agree on every line's pieces.
+    np.testing.assert_array_equal(tok.encode(line), processor.encode(line))
+
+
+def test_sentencepiece_learning_errors_are_one_clear_line(monkeypatch):
+    with pytest.raises(DataError, match=r"--sentencepiece_vocab_size=5000: cannot learn a "
+                                        r"sentencepiece model: Vocabulary size too high"):
+        tk.learn_sentencepiece_model(TEXT.splitlines(), 5000)
+    with pytest.raises(DataError, match="no text"):
+        tk.learn_sentencepiece_model(["", "  "], 60)
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)  # the package is not installed
+    with pytest.raises(DataError) as missing:
+        tk.learn_sentencepiece_model(TEXT.splitlines(), 60)
+    assert str(missing.value) == ("--sentencepiece_vocab_size needs the sentencepiece package: "
+                                  "pip install 'tfxl[sentencepiece]'")
+
+
+def test_registry_names_every_tokenizer_by_its_kind():
+    assert list(tk.TOKENIZERS) == KINDS
+    assert all(cls.kind == kind for kind, cls in tk.TOKENIZERS.items())
+    assert [k for k, cls in tk.TOKENIZERS.items() if not cls.reads_text] == ["bytes"]
+    assert [k for k, cls in tk.TOKENIZERS.items() if cls.frequency_ordered] == ["words"]

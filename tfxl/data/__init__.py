@@ -8,10 +8,12 @@ Shape glossary used throughout the package:
 * ``S``: ``num_streams``, contiguous streams each split is cut into.
 
 Public API (imported lazily, so ``import tfxl.data`` does not load TensorFlow):
-`input_fn`, `eval_steps`, `load_tokenizer`, `verify_shards` (pipeline),
-`load_manifest`, `check_manifest` (manifest), `tokenizer_from_spec`
-(tokenizers), `PrepareConfig` (run it with `tfxl.data.prepare.prepare`) and
-`DataError`.
+`input_fn`, `InputParams`, `eval_steps`, `verify_shards` (pipeline),
+`load_manifest`, `check_manifest` (manifest), `load_tokenizer`,
+`tokenizer_from_spec` (tokenizers), `PrepareConfig` (run it with
+`tfxl.data.prepare.prepare`) and `DataError`.  Modules: `records` (the
+segment record), `sources`, `formats`, `segments`, `staging` (tfxl-prepare's
+parts).
 The package knows nothing about the model; see docs/data.md.
 """
 
@@ -20,8 +22,9 @@ import importlib
 from tfxl.data.errors import DataError
 
 _LAZY = {
-    "input_fn": "pipeline", "eval_steps": "pipeline", "load_tokenizer": "pipeline",
-    "verify_shards": "pipeline", "load_manifest": "manifest", "check_manifest": "manifest",
+    "input_fn": "pipeline", "InputParams": "pipeline", "eval_steps": "pipeline",
+    "load_tokenizer": "tokenizers", "verify_shards": "pipeline", "load_manifest": "manifest",
+    "check_manifest": "manifest",
     "tokenizer_from_spec": "tokenizers", "PrepareConfig": "prepare",
 }
 

@@ -10,7 +10,8 @@ file is in place), so its presence means the directory is complete.  Fields
 ``cutoffs``          suggested adaptive-softmax cutoffs ([] = full softmax).
 ``tgt_len``          T, tokens per segment.
 ``num_streams``      S, streams per split.
-``record``           feature names/shapes of one TFRecord (one segment).
+``record``           feature names/shapes of one TFRecord (one segment),
+                     `tfxl.data.records.manifest_entry`.
 ``source``           what was prepared (corpus/format/input files, documents).
 ``splits``           per split: ``tokens`` (= targets, every token of the
                      split), ``segments``, ``documents``, ``resets_inside``

@@ -13,6 +13,8 @@ Replica r owns global slots r*b .. r*b+b-1 (row j of its batch is slot
 r*b + j).  One TFRecord file holds one stream, so an input pipeline opens only
 the files of its own replicas' slots.
 
+``params`` is an `InputParams` (a misspelt field is a TypeError, not a silently ignored key).
+
 * ``input_fn(split, params)`` (no input context) builds all B slots: a global
   batch [B, ...] for `strategy.experimental_distribute_dataset`, which hands
   rows r*b .. r*b+b-1 to replica r.
@@ -24,7 +26,7 @@ the files of its own replicas' slots.
   which the strategy distributes round-robin over its local replicas.
   Auto-sharding is OFF there: we already sharded.
 
-Training (``params["training"]=True``): B must divide S; every slot repeats
+Training (``params.training=True``): B must divide S; every slot repeats
 its streams forever.  Pass p > 0 starts every stream ``shift_p`` tokens later
 (1 <= shift_p < T, from p and the seed), the paper's ``num_passes`` idea: the
 segment boundaries, and the tokens that only ever appear as context, change
@@ -44,23 +46,37 @@ Features (all int32): ``inputs`` [b, T], ``targets`` [b, T], ``target_mask``
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from tfxl.data import records
 from tfxl.data.errors import DataError
 from tfxl.data.manifest import check_manifest, load_manifest, split_info
-from tfxl.data.tokenizers import Tokenizer, tokenizer_from_spec
 
 FEATURES = ("inputs", "targets", "target_mask", "reset", "stream", "position")
 
 
-def load_tokenizer(data_dir: str, manifest: Optional[dict] = None) -> Tokenizer:
-    """The tokenizer a data directory was prepared with."""
-    manifest = manifest or load_manifest(data_dir)
-    return tokenizer_from_spec(manifest["tokenizer"], data_dir)
+@dataclasses.dataclass(frozen=True)
+class InputParams:
+    """What `input_fn` reads and how.
+
+    tgt_len, num_streams, vocab_sha256: when set, checked against the manifest before anything
+    is read (a `DataError` names both values).
+    """
+
+    data_dir: str
+    batch_size: int                   # the GLOBAL batch B
+    training: bool = False
+    seed: int = 0                     # varies the shift of later training passes
+    shift_passes: bool = True         # training: pass p > 0 starts streams shift_p tokens later
+    verify_shards: bool = True        # size + CRC check of this pipeline's shards before reading
+    tgt_len: Optional[int] = None
+    num_streams: Optional[int] = None
+    vocab_sha256: Optional[str] = None
 
 
 def slot_streams(slot: int, global_batch_size: int, num_streams: int) -> List[int]:
@@ -115,23 +131,18 @@ def _pass_shift(pass_index, tgt_len: int, seed: int):
     return tf.cast(tf.where(pass_index == 0, tf.constant(0, tf.int64), 1 + mixed), tf.int32)
 
 
-def input_fn(split: str, params: dict, input_context: Optional[tf.distribute.InputContext] = None
-             ) -> tf.data.Dataset:
-    """Dataset of segment batches for `split` (see the module docstring).
-
-    params: ``data_dir``, ``batch_size`` (GLOBAL), ``training`` (bool),
-    optional ``seed`` (shift of later passes), ``shift_passes`` (default True),
-    ``verify_shards`` (default True: size + CRC check of this pipeline's
-    shards before reading), and optional ``tgt_len``/``num_streams``/
-    ``vocab_sha256`` which are checked against the manifest.
-    """
-    data_dir = params["data_dir"]
-    global_batch = int(params["batch_size"])
-    training = bool(params.get("training", False))
-    seed = int(params.get("seed", 0))
+def input_fn(split: str, params: InputParams,
+             input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
+    """Dataset of segment batches for `split` (see the module docstring and `InputParams`)."""
+    if not isinstance(params, InputParams):
+        raise TypeError(f"input_fn: params must be an InputParams, not {type(params).__name__}")
+    data_dir = params.data_dir
+    global_batch = int(params.batch_size)
+    training = bool(params.training)
+    seed = int(params.seed)
     manifest = load_manifest(data_dir)
-    check_manifest(manifest, tgt_len=params.get("tgt_len"), num_streams=params.get("num_streams"),
-                   vocab_sha256=params.get("vocab_sha256"),
+    check_manifest(manifest, tgt_len=params.tgt_len, num_streams=params.num_streams,
+                   vocab_sha256=params.vocab_sha256,
                    global_batch_size=global_batch if training else None)
     if global_batch < 1:
         raise DataError(f"batch_size must be >= 1, got {global_batch}")
@@ -155,7 +166,7 @@ def input_fn(split: str, params: dict, input_context: Optional[tf.distribute.Inp
 
     streams_of_slot = [slot_streams(g, global_batch, S) for g in slots]
     own = sorted({s for streams in streams_of_slot for s in streams})
-    if params.get("verify_shards", True):
+    if params.verify_shards:
         verify_shards(data_dir, [info["streams"][s] for s in own])
 
     max_streams = max(1, max(len(s) for s in streams_of_slot))
@@ -164,13 +175,8 @@ def input_fn(split: str, params: dict, input_context: Optional[tf.distribute.Inp
          + [""] * (max_streams - len(streams)) for streams in streams_of_slot], tf.string)
     stream_counts = tf.constant([len(s) for s in streams_of_slot], tf.int64)
 
-    shift_passes = (training and params.get("shift_passes", True)
+    shift_passes = (training and params.shift_passes
                     and not info.get("resets_inside", False) and T > 1)
-    record_spec = {"tokens": tf.io.FixedLenFeature([T + 1], tf.int64),
-                   "length": tf.io.FixedLenFeature([], tf.int64),
-                   "reset": tf.io.FixedLenFeature([], tf.int64),
-                   "stream": tf.io.FixedLenFeature([], tf.int64),
-                   "position": tf.io.FixedLenFeature([], tf.int64)}
     positions = tf.range(T, dtype=tf.int32)
 
     def pad_segment():
@@ -180,7 +186,7 @@ def input_fn(split: str, params: dict, input_context: Optional[tf.distribute.Inp
                 "reset": tf.constant(1, tf.int32), "stream": minus_one, "position": minus_one}
 
     def parse(record, filename):
-        example = tf.io.parse_single_example(record, record_spec)
+        example = records.parse(record, T)
         tokens = example["tokens"]
         in_vocab = tf.reduce_all((tokens >= 0) & (tokens < vocab_size))
         check = tf.debugging.Assert(in_vocab, [

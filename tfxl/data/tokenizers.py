@@ -16,7 +16,12 @@ Every tokenizer is a `tf.Module` with one interface:
   the records and returns the spec; `tokenizer_from_spec(spec, data_dir)`
   reloads it and checks the vocabulary hash;
 * ``is_character_level``: True for bytes/chars (report bits per character),
-  False for words/wordpiece/sentencepiece (report perplexity).
+  False for words/wordpiece/sentencepiece (report perplexity);
+* ``learn(training_text, options)`` (class method): the tokenizer built from
+  the training split, for `tfxl-prepare`.
+
+`TOKENIZERS` is the one registry (kind -> class); `tokenizer_from_spec` and
+`load_tokenizer(data_dir)` reload a prepared directory's tokenizer.
 
 Special ids shared by all tokenizers:
 
@@ -27,8 +32,12 @@ Special ids shared by all tokenizers:
   first real token is also a target: every token of a split is predicted
   exactly once.  It is never itself a target.
 
-Line-structured tokenizers (words, wordpiece, sentencepiece) also emit
-``<eos>`` for every newline and map out-of-vocabulary input to ``<unk>``.
+Two independent parts make up the text tokenizers: where the vocabulary
+comes from (`_VocabFileTokenizer`: a plain-text vocabulary file, for chars,
+words and wordpiece; sentencepiece has its own model file), and the framing of
+line-structured tokenizers (`_EosLineFraming`: words, wordpiece and
+sentencepiece encode every line on its own and emit ``<eos>`` for every
+newline).  Out-of-vocabulary input maps to ``<unk>``.
 
 Id layouts (the saved vocabulary file lists id 0 first):
 
@@ -44,7 +53,9 @@ words          0 ``<pad>``, 1 ``<eod>``, 2 ``<unk>``, 3 ``<eos>``, then
 wordpiece      same four specials, then the learned pieces (``##`` marks a
                word-internal piece).  ``vocab.wordpiece.txt``.
 sentencepiece  the model's own ids 0..n-1, then n ``<pad>``, n+1 ``<eod>``,
-               n+2 ``<eos>``.  The model is copied to ``sentencepiece.model``.
+               n+2 ``<eos>``.  The model (given, or learned from the
+               training split with the `sentencepiece` package) is written
+               to ``sentencepiece.model``.
 =============  ==============================================================
 
 No pickle anywhere: vocabularies are text, the sentencepiece model is its own
@@ -54,34 +65,44 @@ protobuf file.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
+import io
 import json
 import os
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from tfxl.data.errors import DataError
+from tfxl.data.manifest import load_manifest
 
 PAD, EOD, UNK, EOS = "<pad>", "<eod>", "<unk>", "<eos>"
 # Specials of the vocabulary-file tokenizers, in id order.
 TEXT_SPECIALS = (PAD, EOD, UNK)
 LINE_SPECIALS = (PAD, EOD, UNK, EOS)
 
-TOKENIZER_TYPES = ("bytes", "chars", "words", "wordpiece", "sentencepiece")
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabularyOptions:
+    """How `Tokenizer.learn` builds a vocabulary (tfxl-prepare's flags of the same names)."""
+
+    min_freq: int = 1                   # chars/words: minimum training count
+    max_size: int = 0                   # chars/words: whole vocabulary incl. specials; 0 = any
+    wordpiece_vocab_size: int = 8000
+    sample_bytes: int = 32 << 20        # wordpiece/sentencepiece learn from this many bytes
+    sentencepiece_model: Optional[str] = None       # a ready .model file, or
+    sentencepiece_vocab_size: Optional[int] = None  # learn one of this size
+
+
+# The training split as chunks: str for text tokenizers, bytes for `bytes`. Called once per pass.
+TrainingText = Callable[[], Iterator]
 
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _as_id_array(ids, vocab_size: int) -> np.ndarray:
@@ -119,6 +140,8 @@ class Tokenizer(tf.Module):
 
     kind: str = ""
     is_character_level: bool = False
+    reads_text: bool = True          # False: reads raw bytes (any file), no UTF-8 decoding
+    frequency_ordered: bool = False  # ids by descending training frequency (cutoffs make sense)
     pad_id: int
     eod_id: int
     vocab_size: int
@@ -145,6 +168,17 @@ class Tokenizer(tf.Module):
         """Writes the vocabulary file(s) into `data_dir`; returns `spec()`."""
         return self.spec()
 
+    @classmethod
+    def load(cls, spec: dict, data_dir: str) -> "Tokenizer":
+        """The tokenizer `save` wrote into `data_dir` (`spec` is what it returned)."""
+        raise NotImplementedError
+
+    # --- construction ----------------------------------------------------
+    @classmethod
+    def learn(cls, training_text: TrainingText, options: VocabularyOptions) -> "Tokenizer":
+        """The tokenizer for a corpus, built from its training split."""
+        raise NotImplementedError
+
     @property
     def vocab_sha256(self) -> str:
         return self.spec()["vocab_sha256"]
@@ -163,6 +197,7 @@ class BytesTokenizer(Tokenizer):
 
     kind = "bytes"
     is_character_level = True
+    reads_text = False
     pad_id = 256
     eod_id = 257
     vocab_size = 258
@@ -196,6 +231,14 @@ class BytesTokenizer(Tokenizer):
         return {"type": "bytes", "vocab_size": self.vocab_size,
                 "vocab_sha256": sha256_bytes(b"tfxl-bytes-v1:256+<pad>,<eod>")}
 
+    @classmethod
+    def load(cls, spec, data_dir):
+        return cls()
+
+    @classmethod
+    def learn(cls, training_text, options):
+        return cls()  # a fixed layout: nothing to learn
+
 
 # ---------------------------------------------------------------------------
 # vocabulary-based tokenizers
@@ -213,8 +256,8 @@ def _frequency_order(counts: collections.Counter, min_freq: int, max_size: int,
     return tokens
 
 
-class _VocabTokenizer(Tokenizer):
-    """Shared code for tokenizers backed by a plain-text vocabulary file."""
+class _VocabFileTokenizer(Tokenizer):
+    """A tokenizer whose vocabulary is a list of tokens saved as a plain-text file."""
 
     vocab_filename = ""
     specials: Sequence[str] = TEXT_SPECIALS
@@ -275,7 +318,7 @@ def _read_checked(path: str, expected_sha256: str | None) -> bytes:
     return data
 
 
-class CharsTokenizer(_VocabTokenizer):
+class CharsTokenizer(_VocabFileTokenizer):
     """Unicode characters; the vocabulary is built from the training split.
 
     This is the text8 setting of the paper.  Characters unseen in training map
@@ -300,6 +343,13 @@ class CharsTokenizer(_VocabTokenizer):
     @classmethod
     def build(cls, counts: collections.Counter, min_freq: int = 1, max_size: int = 0):
         return cls(list(cls.specials) + _frequency_order(counts, min_freq, max_size, len(cls.specials)))
+
+    @classmethod
+    def learn(cls, training_text, options):
+        counts = collections.Counter()
+        for chunk in training_text():
+            counts.update(chunk)
+        return cls.build(counts, options.min_freq, options.max_size)
 
     @classmethod
     def _vocab_to_text(cls, vocab):
@@ -340,23 +390,16 @@ class CharsTokenizer(_VocabTokenizer):
         return tf.strings.reduce_join(tf.gather(self._id_to_text, ids), axis=-1)
 
 
-# Python's bytes.split() and tf.strings.split(sep=None) agree on this set.
-ASCII_WHITESPACE = b" \t\n\r\x0b\x0c"
-
-
-class _LineTokenizer(_VocabTokenizer):
-    """Tokenizers that emit ``<eos>`` for every newline.
+class _EosLineFraming:
+    """Newline <-> ``<eos>`` framing, mixed into tokenizers that encode line by line.
 
     ``"a b\\nc"`` encodes as ``[a, b, <eos>, c]``: a newline becomes ``<eos>``;
     text after the last newline gets none (files normally end with one).
-    Decoding turns ``<eos>`` back into a newline.
+    Decoding turns ``<eos>`` back into a newline.  The tokenizer supplies
+    ``eos_id`` and how one batch of lines is encoded and decoded.
     """
 
-    specials = LINE_SPECIALS
-
-    def __init__(self, vocab, name):
-        super().__init__(vocab, name)
-        self.eos_id = self.vocab.index(EOS)
+    eos_id: int
 
     def _tf_encode_lines(self, lines: tf.Tensor) -> tf.RaggedTensor:
         """lines [L] -> ragged ids [L, None], without <eos>."""
@@ -414,7 +457,17 @@ class _LineTokenizer(_VocabTokenizer):
         return self.tf_encode(tf.constant([text]))[0].numpy().astype(np.int32)
 
 
-class WordsTokenizer(_LineTokenizer):
+class _LineVocabFileTokenizer(_EosLineFraming, _VocabFileTokenizer):
+    """A vocabulary file whose specials include ``<eos>``, with line framing."""
+
+    specials = LINE_SPECIALS
+
+    def __init__(self, vocab, name):
+        super().__init__(vocab, name)
+        self.eos_id = self.vocab.index(EOS)
+
+
+class WordsTokenizer(_LineVocabFileTokenizer):
     """Whitespace words with ``<eos>`` per line (WikiText/PTB style).
 
     The vocabulary comes from the training split (`build`) with `min_freq` and
@@ -425,6 +478,7 @@ class WordsTokenizer(_LineTokenizer):
     """
 
     kind = "words"
+    frequency_ordered = True
     vocab_filename = "vocab.words.txt"
 
     def __init__(self, vocab, name: str | None = None):
@@ -444,12 +498,16 @@ class WordsTokenizer(_LineTokenizer):
         return cls(list(cls.specials) + _frequency_order(
             text_counts, min_freq, max_size, len(cls.specials)))
 
-    @staticmethod
-    def count_words(data: bytes, counts: collections.Counter) -> None:
-        counts.update(data.split())
+    @classmethod
+    def learn(cls, training_text, options):
+        counts = collections.Counter()
+        for chunk in training_text():
+            counts.update(chunk.encode("utf-8").split())
+        return cls.build(counts, options.min_freq, options.max_size)
 
-    def encode_bytes(self, data: bytes) -> np.ndarray:
-        """Fast path for `tfxl-prepare`: UTF-8 bytes -> ids, same as `encode`."""
+    def encode(self, text: str) -> np.ndarray:
+        """Same ids as the graph path, without a TensorFlow call (fast for `tfxl-prepare`)."""
+        data = text.encode("utf-8")
         get, unk, eos = self._bytes_index.get, self.unk_id, self.eos_id
         out = []
         lines = data.split(b"\n")
@@ -458,9 +516,6 @@ class WordsTokenizer(_LineTokenizer):
             out.append(eos)
         out.extend([get(w, unk) for w in lines[-1].split()])
         return np.asarray(out, dtype=np.int32)
-
-    def encode(self, text: str) -> np.ndarray:
-        return self.encode_bytes(text.encode("utf-8"))
 
     def decode(self, ids) -> str:
         array = _as_id_array(ids, self.vocab_size)
@@ -482,7 +537,7 @@ class WordsTokenizer(_LineTokenizer):
         return tf.strings.reduce_join(tf.gather(self._id_to_text, ids), axis=-1, separator=" ")
 
 
-class WordPieceTokenizer(_LineTokenizer):
+class WordPieceTokenizer(_LineVocabFileTokenizer):
     """Subword pieces, tokenised with tensorflow-text's FastWordpieceTokenizer.
 
     The vocabulary is learned from (a sample of) the training split with
@@ -504,7 +559,7 @@ class WordPieceTokenizer(_LineTokenizer):
             token_out_type=tf.int32)
 
     @classmethod
-    def learn(cls, lines: Iterable[str], vocab_size: int, lower_case: bool = False):
+    def learn_from_lines(cls, lines: Iterable[str], vocab_size: int, lower_case: bool = False):
         from tensorflow_text.tools.wordpiece_vocab import \
             bert_vocab_from_dataset as bert_vocab  # pylint: disable=import-outside-toplevel
         lines = [line for line in lines if line.strip()]
@@ -515,6 +570,11 @@ class WordPieceTokenizer(_LineTokenizer):
         vocab = list(cls.specials) + [t for t in learned if t not in cls.specials]
         return cls(vocab)
 
+    @classmethod
+    def learn(cls, training_text, options):
+        return cls.learn_from_lines(_sample_lines(training_text, options.sample_bytes),
+                                    options.wordpiece_vocab_size)
+
     def _tf_encode_lines(self, lines):
         return self._wordpiece.tokenize(lines)
 
@@ -522,8 +582,9 @@ class WordPieceTokenizer(_LineTokenizer):
         return self._wordpiece.detokenize(ids)
 
 
-class SentencePieceTokenizer(Tokenizer):
-    """A given SentencePiece ``.model`` file through tensorflow-text.
+class SentencePieceTokenizer(_EosLineFraming, Tokenizer):
+    """A SentencePiece model through tensorflow-text: a given ``.model`` file, or one learned from
+    the training split with the `sentencepiece` package (`learn`, the ``sentencepiece`` extra).
 
     Ids 0..n-1 are the model's; n ``<pad>``, n+1 ``<eod>``, n+2 ``<eos>``
     (``<eos>`` per newline: each line is encoded separately, as
@@ -542,15 +603,8 @@ class SentencePieceTokenizer(Tokenizer):
             pieces = int(self._sp.vocab_size().numpy())
         except (tf.errors.InvalidArgumentError, tf.errors.InternalError) as e:
             raise DataError(f"not a valid sentencepiece model: {e.message.splitlines()[0]}") from None
-        self.num_pieces = pieces
         self.pad_id, self.eod_id, self.eos_id = pieces, pieces + 1, pieces + 2
         self.vocab_size = pieces + 3
-
-    # Reuse the line machinery of _LineTokenizer without its vocabulary table.
-    tf_encode = _LineTokenizer.tf_encode
-    tf_decode = _LineTokenizer.tf_decode
-    encode = _LineTokenizer.encode
-    decode = _LineTokenizer.decode
 
     def _sentencepiece_call(self, method: str, value):
         try:
@@ -582,6 +636,8 @@ class SentencePieceTokenizer(Tokenizer):
 
     @classmethod
     def from_file(cls, path: str):
+        if not os.path.isfile(path):
+            raise DataError(f"--sentencepiece_model: file not found: {path}")
         try:
             with open(path, "rb") as f:
                 return cls(f.read())
@@ -593,9 +649,52 @@ class SentencePieceTokenizer(Tokenizer):
         path = os.path.join(data_dir, spec.get("model_file") or cls.model_filename)
         return cls(_read_checked(path, spec.get("vocab_sha256")))
 
+    @classmethod
+    def learn(cls, training_text, options):
+        if options.sentencepiece_model:
+            return cls.from_file(options.sentencepiece_model)
+        return cls(learn_sentencepiece_model(
+            _sample_lines(training_text, options.sample_bytes), options.sentencepiece_vocab_size))
 
-_CLASSES = {"bytes": BytesTokenizer, "chars": CharsTokenizer, "words": WordsTokenizer,
-            "wordpiece": WordPieceTokenizer, "sentencepiece": SentencePieceTokenizer}
+
+def learn_sentencepiece_model(lines: Iterable[str], vocab_size: int) -> bytes:
+    """A unigram SentencePiece model (its serialized protobuf) learned from `lines`.
+
+    The ``sentencepiece`` package is needed only here (``pip install 'tfxl[sentencepiece]'``).
+    Its own ``<s>``/``</s>`` are left out: tfxl frames lines itself (``<eod>``, ``<eos>``).
+    """
+    try:
+        import sentencepiece  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        raise DataError("--sentencepiece_vocab_size needs the sentencepiece package: "
+                        "pip install 'tfxl[sentencepiece]'") from None
+    model = io.BytesIO()
+    try:
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=(line for line in lines if line.strip()), model_writer=model,
+            vocab_size=vocab_size, bos_id=-1, eos_id=-1, minloglevel=2)
+    except RuntimeError as e:
+        # "INTERNAL: src/trainer_interface.cc(744) [check] Vocabulary size too high (40). ..."
+        reason = str(e).partition("] ")[2].strip() or "the training split has no text"
+        raise DataError(f"--sentencepiece_vocab_size={vocab_size}: cannot learn a "
+                        f"sentencepiece model: {reason}") from None
+    return model.getvalue()
+
+
+def _sample_lines(training_text: TrainingText, sample_bytes: int) -> list:
+    """The lines of the training split's first chunks, up to about `sample_bytes`."""
+    lines, size = [], 0
+    for chunk in training_text():
+        lines.extend(chunk.splitlines())
+        size += len(chunk)
+        if size >= sample_bytes:
+            break
+    return lines
+
+
+# The one registry of tokenizers: kind (``--tokenizer``, the manifest's ``type``) -> class.
+TOKENIZERS = {cls.kind: cls for cls in (BytesTokenizer, CharsTokenizer, WordsTokenizer,
+                                        WordPieceTokenizer, SentencePieceTokenizer)}
 
 
 def tokenizer_from_spec(spec: dict, data_dir: str) -> Tokenizer:
@@ -605,9 +704,12 @@ def tokenizer_from_spec(spec: dict, data_dir: str) -> Tokenizer:
     spec (a `DataError` names the file otherwise).
     """
     kind = spec.get("type")
-    if kind not in _CLASSES:
-        raise DataError(f"unknown tokenizer type {kind!r} (expected one of {', '.join(_CLASSES)})")
-    if kind == "bytes":
-        return BytesTokenizer()
-    return _CLASSES[kind].load(spec, data_dir)
+    if kind not in TOKENIZERS:
+        raise DataError(f"unknown tokenizer type {kind!r} (expected one of {', '.join(TOKENIZERS)})")
+    return TOKENIZERS[kind].load(spec, data_dir)
 
+
+def load_tokenizer(data_dir: str, manifest: Optional[dict] = None) -> Tokenizer:
+    """The tokenizer a data directory was prepared with."""
+    manifest = manifest or load_manifest(data_dir)
+    return tokenizer_from_spec(manifest["tokenizer"], data_dir)

@@ -9,7 +9,7 @@ from tfxl.checkpoints import check_readable, newest_readable_checkpoint
 from tfxl.config import TransfoXLConfig
 from tfxl.data.fingerprint import check_data_fingerprint, check_vocab_size
 from tfxl.data.manifest import load_manifest
-from tfxl.data.pipeline import load_tokenizer
+from tfxl.data.tokenizers import load_tokenizer
 from tfxl.models import TransfoXLLM
 
 

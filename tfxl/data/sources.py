@@ -1,0 +1,239 @@
+"""Where a split's text comes from: input files (checked up front), the embedded corpus, the
+train/valid/test split, byte caps, and reading a byte range of a file in validated chunks.
+
+A split is a list of `FilePiece`s (byte ranges of files or zip members) in corpus order; how the
+pieces turn into documents is the corpus format's business (`tfxl.data.formats`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import os
+import sysconfig
+import zipfile
+from typing import Iterator, List, Optional, Sequence
+
+from tfxl.data.errors import DataError
+
+SPLITS = ("train", "valid", "test")
+CORPORA = ("python_stdlib",)
+# The paper's enwik8/text8 split: the last 5M bytes are test, the 5M before valid.
+PAPER_EVAL_BYTES = 5_000_000
+CHUNK_BYTES = 1 << 20
+
+
+@dataclasses.dataclass
+class FilePiece:
+    """Bytes [start, end) of a file (or of a zip member)."""
+
+    path: str
+    start: int = 0
+    end: Optional[int] = None
+    member: Optional[str] = None
+    shuffle_seed: int = 0         # lm1b: the order of this file's sentences
+
+    @property
+    def label(self) -> str:
+        return f"{self.path}:{self.member}" if self.member else self.path
+
+    def open(self):
+        if self.member:
+            handle = zipfile.ZipFile(self.path).open(self.member)
+            _skip(handle, self.start)
+            return handle
+        handle = open(self.path, "rb")
+        handle.seek(self.start)
+        return handle
+
+
+def _skip(handle, count: int) -> None:
+    while count > 0:
+        block = handle.read(min(count, CHUNK_BYTES))
+        if not block:
+            break
+        count -= len(block)
+
+
+def expand_paths(flag: str, patterns: Sequence[str]) -> List[str]:
+    """Files named by a flag's comma-separated paths/globs, checked readable."""
+    paths = []
+    for pattern in patterns:
+        if any(ch in pattern for ch in "*?["):
+            matches = sorted(glob.glob(pattern))
+            if not matches:
+                raise DataError(f"--{flag}: no files match {pattern!r}")
+            paths.extend(matches)
+        else:
+            paths.append(pattern)
+    for path in paths:
+        if not os.path.exists(path):
+            raise DataError(f"--{flag}: file not found: {path}")
+        if os.path.isdir(path):
+            raise DataError(f"--{flag}: {path} is a directory, expected a file or glob")
+        try:
+            with open(path, "rb") as f:
+                f.read(1)
+        except OSError as e:
+            raise DataError(f"--{flag}: cannot read {path}: {e.strerror}") from None
+    return paths
+
+
+def piece_size(piece: FilePiece) -> int:
+    if piece.member:
+        with zipfile.ZipFile(piece.path) as archive:
+            return archive.getinfo(piece.member).file_size
+    return os.path.getsize(piece.path)
+
+
+def _next_line_start(piece: FilePiece, pos: int, size: int) -> int:
+    """A split point near `pos` that cuts neither a line nor a UTF-8 character.
+
+    The first line start within 1 MiB after `pos`; without a newline there
+    (text8 is a single line), the first character boundary at or after `pos`.
+    """
+    if pos <= 0 or pos >= size:
+        return pos
+    handle = dataclasses.replace(piece, start=pos).open()
+    try:
+        block = handle.read(CHUNK_BYTES)
+    finally:
+        handle.close()
+    newline = block.find(b"\n")
+    if newline >= 0:
+        return pos + newline + 1
+    skip = 0
+    while skip < min(3, len(block)) and (block[skip] & 0xC0) == 0x80:
+        skip += 1
+    return pos + skip
+
+
+def stdlib_files() -> List[str]:
+    """Sorted *.py files of the running Python's standard library (no site-packages)."""
+    root = sysconfig.get_paths()["stdlib"]
+    found = []
+    for directory, subdirs, files in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs
+                            if d not in ("site-packages", "dist-packages", "__pycache__"))
+        found.extend(os.path.join(directory, f) for f in sorted(files) if f.endswith(".py"))
+    return sorted(found, key=lambda p: os.path.relpath(p, root))
+
+
+def stdlib_split_of(relative_path: str) -> str:
+    """Deterministic ~90/5/5 split by a hash of the path relative to the stdlib root."""
+    bucket = int(hashlib.sha256(relative_path.encode("utf-8")).hexdigest(), 16) % 100
+    return "train" if bucket < 90 else ("valid" if bucket < 95 else "test")
+
+
+def capped(pieces: List[FilePiece], cap: int) -> List[FilePiece]:
+    """Leading pieces up to `cap` bytes in total (the last one truncated)."""
+    if cap <= 0:
+        return pieces
+    out, total = [], 0
+    for piece in pieces:
+        size = (piece.end if piece.end is not None else piece_size(piece)) - piece.start
+        if total + size >= cap:
+            out.append(dataclasses.replace(piece, end=piece.start + (cap - total)))
+            break
+        out.append(piece)
+        total += size
+    return out
+
+
+def split_pieces(train: Sequence[str], valid: Sequence[str], test: Sequence[str], corpus_format,
+                 text: bool, seed: int, corpus: Optional[str] = None) -> dict:
+    """split name -> list of FilePiece, in corpus order.
+
+    `train`/`valid`/`test` are the flags' paths or globs; `corpus` an embedded corpus instead.
+    `text`: the tokenizer reads text, so a single-file split cuts at a line start (a line-record
+    format always does).
+    """
+    if corpus == "python_stdlib":
+        root = sysconfig.get_paths()["stdlib"]
+        splits = {s: [] for s in SPLITS}
+        for path in stdlib_files():
+            splits[stdlib_split_of(os.path.relpath(path, root))].append(FilePiece(path))
+        return splits
+
+    train = expand_paths("train", train)
+    valid = expand_paths("valid", valid)
+    test = expand_paths("test", test)
+    if not train:
+        raise DataError("--train is required (or --corpus=python_stdlib)")
+    if not valid and not test and len(train) == 1 and corpus_format.splits_single_file:
+        # One file: the paper's split (last 5M test, previous 5M valid); smaller
+        # files keep the same 90/5/5 proportions.
+        piece = corpus_format.file_piece(train[0])
+        size = piece_size(piece)
+        eval_bytes = min(PAPER_EVAL_BYTES, size // 20)
+        cut_valid, cut_test = size - 2 * eval_bytes, size - eval_bytes
+        if text or corpus_format.line_records:
+            cut_valid = _next_line_start(piece, cut_valid, size)
+            cut_test = max(cut_valid, _next_line_start(piece, cut_test, size))
+        return {"train": [dataclasses.replace(piece, end=cut_valid)],
+                "valid": [dataclasses.replace(piece, start=cut_valid, end=cut_test)],
+                "test": [dataclasses.replace(piece, start=cut_test, end=size)]}
+    out = {}
+    for name, paths in (("train", train), ("valid", valid), ("test", test)):
+        if paths:
+            out[name] = [corpus_format.file_piece(p) for p in paths]
+    return {name: corpus_format.split_pieces(split_index, pieces, seed)
+            for split_index, (name, pieces) in enumerate(out.items())}
+
+
+# ---------------------------------------------------------------------------
+# Chunked, validated reading
+# ---------------------------------------------------------------------------
+def _chunk_cut(block: bytes) -> int:
+    """Where to cut a block so that no line, word or UTF-8 character is split."""
+    newline = block.rfind(b"\n")
+    if newline >= 0:
+        return newline + 1
+    space = max(block.rfind(bytes([c])) for c in b" \t\r\x0b\x0c")
+    if space >= 0:
+        return space + 1
+    cut = len(block)
+    # Back over UTF-8 continuation bytes (at most 3) to a character boundary.
+    while cut > 0 and len(block) - cut < 3 and (block[cut - 1] & 0xC0) == 0x80:
+        cut -= 1
+    if cut > 0 and block[cut - 1] >= 0xC0:
+        cut -= 1
+    return cut or len(block)
+
+
+def raw_chunks(piece: FilePiece, whole_lines: bool) -> Iterator[tuple]:
+    """Yields (bytes, byte offset in the file) of about CHUNK_BYTES each."""
+    try:
+        handle = piece.open()
+    except (OSError, zipfile.BadZipFile, KeyError) as e:
+        raise DataError(f"cannot read {piece.label}: {getattr(e, 'strerror', None) or e}") from None
+    with handle:
+        remaining = None if piece.end is None else piece.end - piece.start
+        offset, carry = piece.start, b""
+        while True:
+            want = CHUNK_BYTES if remaining is None else min(CHUNK_BYTES, remaining)
+            try:
+                block = handle.read(want) if want > 0 else b""
+            except OSError as e:
+                raise DataError(f"cannot read {piece.label}: {e.strerror}") from None
+            if remaining is not None:
+                remaining -= len(block)
+            data = carry + block
+            if not block:
+                if data:
+                    yield data, offset
+                return
+            cut = _chunk_cut(data) if whole_lines else len(data)
+            yield data[:cut], offset
+            offset += cut
+            carry = data[cut:]
+
+
+def decode(data: bytes, label: str, offset: int, errors: str) -> str:
+    try:
+        return data.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as e:
+        raise DataError(f"{label}: invalid UTF-8 at byte offset {offset + e.start} "
+                        "(pass --errors=replace to substitute U+FFFD, or use --tokenizer=bytes)"
+                        ) from None
