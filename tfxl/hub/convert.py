@@ -6,14 +6,13 @@ from tfxl.hub.preprocessor import TransfoXLCausalLMPreprocessor
 from tfxl.hub.tokenizer import TransfoXLTokenizer
 
 
-def causal_lm_from_model(model, tokenizer=None, sequence_length=1024, mem_len=None,
-                         add_start_token=True):
+def causal_lm_from_model(model, tokenizer=None, sequence_length=1024, mem_len=None):
     """A `TransfoXLCausalLM` with the weights of `model` (a built `tfxl.models.TransfoXLLM`).
 
     tokenizer: the tfxl tokenizer the model was trained with (None: no preprocessor, generate
       then takes token ids). sequence_length: the preprocessor's default max_length. mem_len:
-      generation's memory length (default the config's eval_mem_len). add_start_token: see
-      `TransfoXLCausalLMPreprocessor`. The weights are copied: the result does not share them.
+      generation's memory length (default the config's eval_mem_len). The weights are copied:
+      the result does not share them.
     """
     if not model.built:
         raise ValueError("the model has no weights yet: build or load it first")
@@ -26,8 +25,7 @@ def causal_lm_from_model(model, tokenizer=None, sequence_length=1024, mem_len=No
             raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids, the model "
                              f"{model.config.vocab_size}")
         preprocessor = TransfoXLCausalLMPreprocessor(
-            TransfoXLTokenizer.from_tfxl(tokenizer), sequence_length=sequence_length,
-            add_start_token=add_start_token)
+            TransfoXLTokenizer.from_tfxl(tokenizer), sequence_length=sequence_length)
     return TransfoXLCausalLM(backbone, preprocessor, mem_len=mem_len)
 
 
