@@ -92,19 +92,42 @@ def test_random_samplers_keep_the_prompt_and_draw_valid_ids(sampler):
         np.testing.assert_array_equal(ids[row, :len(prompt)], prompt)
 
 
-def tfxl_log_probs(lm, prompt, continuations):
-    """Log-probability of each continuation [C, N] after `prompt` under tfxl's generation
-    semantics: the prompt read as one segment, then one token per step on the memory."""
+def tfxl_step_log_probs(lm, prompts, continuations):
+    """tfxl's generation semantics, teacher-forced: prompts [R, P] read as one segment on an
+    empty memory, then the continuations [R, N] one token per step on the memory. Returns the
+    log-probabilities [R, N + 1, V] after the prompt and after each continuation token."""
     settings = lm.config.eval_settings()
     run = dict(clamp_len=settings["clamp_len"], same_length=settings["same_length"])
-    rows = len(continuations)
-    log_probs, memory = lm(np.repeat(prompt[None], rows, 0), lm.init_key_value_memory(rows),
-                           **run)
-    total = np.zeros(rows)
+    log_probs, memory = lm(prompts, lm.init_key_value_memory(len(prompts)), **run)
+    steps = [log_probs[:, -1]]
     for i in range(continuations.shape[1]):
-        total += np.take_along_axis(log_probs[:, -1].numpy(), continuations[:, i:i + 1], 1)[:, 0]
         log_probs, memory = lm(continuations[:, i:i + 1], memory, **run)
-    return total
+        steps.append(log_probs[:, 0])
+    return np.stack(steps, axis=1)
+
+
+@pytest.mark.parametrize("settings", [dict(), dict(eval_same_length=True, eval_clamp_len=3)])
+def test_cache_steps_give_tfxls_log_probabilities(settings):
+    # Greedy tokens of a random model settle on a few tokens; this checks every step's numbers.
+    lm = language_model(**settings)
+    causal_lm = causal_lm_from_model(lm)
+    prompts = random_prompts(41)
+    x = padded(prompts)
+    ids = x["token_ids"]
+    rng = np.random.default_rng(6)
+    for row, prompt in enumerate(prompts):  # a continuation after each prompt
+        ids[row, len(prompt):] = rng.integers(0, 41, LENGTH - len(prompt))
+    cache = causal_lm._build_cache(ids, x["padding_mask"])
+    got = {}
+    for t in range(min(PROMPT_LENGTHS) - 1, LENGTH - 1):
+        log_probs, _, cache = causal_lm.call_with_cache(ids[:, t:t + 1], cache, t)
+        got[t] = np.asarray(log_probs[:, 0])
+    for row, prompt in enumerate(prompts):
+        length = len(prompt)
+        want = tfxl_step_log_probs(lm, ids[row:row + 1, :length],
+                                   ids[row:row + 1, length:LENGTH - 1])[0]
+        np.testing.assert_allclose(np.stack([got[t][row] for t in range(length - 1, LENGTH - 1)]),
+                                   want, atol=2e-5)
 
 
 def test_beam_search_finds_the_most_likely_continuation():
@@ -119,7 +142,8 @@ def test_beam_search_finds_the_most_likely_continuation():
     got = causal_lm.generate(padded(prompts, length=4 + new), stop_token_ids=None)["token_ids"]
     every = np.array(list(itertools.product(range(vocab), repeat=new)), np.int32)
     for row, prompt in enumerate(prompts):
-        scores = tfxl_log_probs(lm, prompt, every)
+        steps = tfxl_step_log_probs(lm, np.repeat(prompt[None], len(every), 0), every[:, :-1])
+        scores = np.take_along_axis(steps, every[:, :, None], axis=2).sum(axis=(1, 2))
         generated = got[row, len(prompt):len(prompt) + new]
         assert np.sort(scores)[-1] - np.sort(scores)[-2] > 1e-4  # a unique best
         np.testing.assert_array_equal(generated, every[np.argmax(scores)])
