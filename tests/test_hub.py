@@ -66,6 +66,16 @@ def test_greedy_generate_is_tfxls_greedy_generation_token_for_token(settings, me
         want = lm.generate(prompt, LENGTH - len(prompt), temperature=0.0, mem_len=mem_len)
         np.testing.assert_array_equal(got["token_ids"][row, :len(prompt)], prompt)
         np.testing.assert_array_equal(got["token_ids"][row, len(prompt):], want)
+    # A stop token: each row is kept up to its first one after the prompt.
+    stop = int(got["token_ids"][0, len(prompts[0]) + 2])
+    stopped = causal_lm.generate(padded(prompts), stop_token_ids=[stop])
+    for row, prompt in enumerate(prompts):
+        after = np.flatnonzero(got["token_ids"][row, len(prompt):] == stop)
+        kept = len(prompt) + after[0] + 1 if after.size else LENGTH
+        np.testing.assert_array_equal(stopped["padding_mask"][row],
+                                      np.arange(LENGTH) < kept)
+        np.testing.assert_array_equal(stopped["token_ids"][row, :kept],
+                                      got["token_ids"][row, :kept])
 
 
 def test_generate_compiled_with_xla_gives_the_same_tokens():

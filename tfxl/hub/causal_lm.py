@@ -71,6 +71,9 @@ class TransfoXLCausalLM(CausalLM):
 
     def _position_keys(self, sequence_length):
         """Every layer's position keys for the S distances 0..S-1 (computed once per generate)."""
+        if sequence_length is None:
+            raise ValueError("generation needs token_ids of a static length (keras-hub's "
+                             "max_length)")
         return self.backbone.language_model.position_keys(
             sequence_length, self._settings()["clamp_len"])
 

@@ -56,8 +56,6 @@ class TransfoXLTokenizer(Tokenizer):
         if tokenizer.spec() != self.spec:
             raise ValueError(f"tokenizer spec {tokenizer.spec()} does not match {self.spec}")
         self.tfxl_tokenizer = tokenizer
-        self.pad_token_id = tokenizer.pad_id
-        self.start_token_id = self.end_token_id = tokenizer.eod_id
 
     def _loaded(self):
         if self.tfxl_tokenizer is None:
@@ -85,9 +83,22 @@ class TransfoXLTokenizer(Tokenizer):
         return int(self.spec["vocab_size"])
 
     @property
+    def pad_token_id(self):
+        return self._loaded().pad_id
+
+    @property
+    def start_token_id(self):
+        """`<eod>`: every document begins with it in tfxl's data."""
+        return self._loaded().eod_id
+
+    @property
+    def end_token_id(self):
+        """`<eod>` too: the next document's start ends the one before."""
+        return self._loaded().eod_id
+
+    @property
     def special_token_ids(self):
         """Ids `generate` strips from its text: padding and document boundaries."""
-        self._loaded()
         return sorted({self.pad_token_id, self.start_token_id})
 
     # --- tokenize / detokenize ------------------------------------------------------------------
