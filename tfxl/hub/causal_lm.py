@@ -9,11 +9,13 @@ sees the whole prompt before it, or only the last M positions with same_length),
 generated token sees the last M positions before it and itself. M, clamp_len and same_length
 are the config's evaluation settings (`mem_len=` overrides M).
 
-The cache is keras-hub's: fixed shapes, indexed by the position being written, batch first so
-that the beam sampler can repeat and reorder it. It is a key/value memory in tfxl's layout over
-all S positions ("keys" [B, L, N, H, S], "values" [B, L, N, S, H]) plus each row's prompt
-length ("prompt_length" [B]); a step reads the slots of its last M positions through the
-attention mask, with relative distances t - j, so no slot ever moves (one write per step).
+The cache is keras-hub's kind: fixed shapes, indexed by the position being written, batch first
+so that the beam sampler can repeat and reorder it. It is a key/value memory over all S positions
+in tfxl's per-layer form (`tfxl.layers.memory.per_layer`: "keys" L x [B, N, H, S], "values"
+L x [B, N, S, H]; no layer is sliced out or stacked back per step) plus each row's prompt length
+("prompt_length" [B]). A step reads the slots of its last M positions through the attention
+mask, at relative distances t - j, so no slot ever moves: each step writes one slot per layer
+(in place under XLA).
 """
 
 import keras
@@ -95,15 +97,14 @@ class TransfoXLCausalLM(CausalLM):
 
         Args:
           token_ids: int [B, 1], the tokens at position t.
-          cache: {"keys", "values", "prompt_length"} as built by `_build_cache`.
+          cache: {"keys", "values", "prompt_length"} as `_build_cache` builds it.
           cache_update_index: int scalar t.
           position_keys: `_position_keys(S)`, to reuse across steps.
         Returns:
           (log_probs [B, 1, V], hidden states: None, the cache with slot t written).
         """
         keys, values = cache[KEYS], cache[VALUES]
-        sequence_length = keys.shape[-1]
-        lm = self.backbone.language_model
+        sequence_length = keys[0].shape[-1]
         if position_keys is None:
             position_keys = self._position_keys(sequence_length)
         t = ops.cast(cache_update_index, "int32")
@@ -111,21 +112,21 @@ class TransfoXLCausalLM(CausalLM):
         # Slot t is the token itself (decode_step appends it); slots after it are not written yet.
         valid = self._sees(t, slots[None, :], cache[PROMPT_LENGTH][:, None]) & (slots < t)
         distance = ops.concatenate([t - slots, ops.zeros((1,), "int32")], axis=0)
-        parts = [[(keys[:, i], values[:, i])] for i in range(lm.config.n_layer)]
-        log_probs, new_keys, new_values = lm.decode_step(token_ids, parts, valid, distance,
-                                                         position_keys)
+        parts = [[(k, v)] for k, v in zip(keys, values)]
+        log_probs, new_keys, new_values = self.backbone.language_model.decode_step(
+            token_ids, parts, valid, distance, position_keys)
         zero = ops.zeros((), "int32")
-        keys = ops.slice_update(keys, [zero, zero, zero, zero, t],
-                                ops.cast(ops.stack(new_keys, axis=1), keys.dtype))
-        values = ops.slice_update(values, [zero, zero, zero, t, zero],
-                                  ops.cast(ops.stack(new_values, axis=1), values.dtype))
+        keys = [ops.slice_update(k, [zero, zero, zero, t], ops.cast(new, k.dtype))
+                for k, new in zip(keys, new_keys)]
+        values = [ops.slice_update(v, [zero, zero, t, zero], ops.cast(new, v.dtype))
+                  for v, new in zip(values, new_values)]
         return log_probs, None, {**cache, KEYS: keys, VALUES: values}
 
     def _build_cache(self, token_ids, padding_mask, position_keys=None):
         """The cache after reading all S positions in one pass (the prefill).
 
-        Prompt positions get the keys and values tfxl's prompt segment gives them; positions
-        after a row's prompt hold padding's and are rewritten by `call_with_cache` before any
+        Prompt positions get the keys and values tfxl's prompt segment gives them; the slots
+        after a row's prompt get its padding's, which `call_with_cache` overwrites before any
         later token reads them.
         """
         lm = self.backbone.language_model
@@ -147,8 +148,7 @@ class TransfoXLCausalLM(CausalLM):
         _, _, keys, values = backbone._blocks(  # pylint: disable=protected-access
             backbone.embedding(token_ids), [no_memory] * config.n_layer, position_keys, mask,
             False)
-        return {KEYS: ops.stack(keys, axis=1), VALUES: ops.stack(values, axis=1),
-                PROMPT_LENGTH: prompt_length}
+        return {KEYS: keys, VALUES: values, PROMPT_LENGTH: prompt_length}
 
     def generate_step(self, inputs, stop_token_ids=None):
         """One batch of generation, XLA-compilable (keras-hub's `generate` compiles it).
