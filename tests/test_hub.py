@@ -2,6 +2,7 @@
 
 import collections
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -221,15 +222,36 @@ def test_tokenizer_gives_the_same_ids_eagerly_and_in_a_graph():
     assert tokenizer.vocabulary_size() == words.vocab_size
 
 
-def test_converter_reads_a_keras_file_with_identical_weights(tmp_path):
-    lm = language_model()
+def test_converter_reads_a_keras_file_or_a_model_dir_with_its_data_dir(tmp_path):
+    from tfxl.data.prepare import PrepareConfig, prepare
+    lm = language_model(vocab_size=258, cutoffs=(64,))
+    x = padded(random_prompts(258, seed=5))
+    want, _ = lm(x["token_ids"], segment_valid=x["padding_mask"])
     path = str(tmp_path / "lm.keras")
     lm.save(path)
-    causal_lm = causal_lm_from_model_dir(path)
-    x = padded(random_prompts(41, seed=5))
-    want, _ = lm(x["token_ids"], segment_valid=x["padding_mask"])
-    np.testing.assert_array_equal(np.asarray(causal_lm(x)), want.numpy())
-    assert causal_lm.preprocessor is None
+    from_file = causal_lm_from_model_dir(path)
+    assert from_file.preprocessor is None
+    np.testing.assert_array_equal(np.asarray(from_file(x)), want.numpy())
+
+    text = tmp_path / "corpus.txt"
+    text.write_text("def f(x):\n    return x\n" * 50)
+    data_dir = str(tmp_path / "data")
+    prepare(PrepareConfig(output_dir=data_dir, train=[str(text)], valid=[str(text)],
+                          test=[str(text)], tokenizer="bytes", tgt_len=4, num_streams=1),
+            log=lambda *a: None)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(lm.config.to_dict()))
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=lm), str(model_dir / "checkpoints"),
+                               1).save()
+    from_dir = causal_lm_from_model_dir(str(model_dir), data_dir, sequence_length=8)
+    np.testing.assert_array_equal(np.asarray(from_dir(x)), want.numpy())
+    assert from_dir.preprocessor.tokenizer.spec == BytesTokenizer().spec()
+    assert from_dir.preprocessor.sequence_length == 8
+    other = str(tmp_path / "other.keras")
+    language_model().save(other)  # 41 ids
+    with pytest.raises(ValueError, match="has a vocabulary of 258 tokens"):
+        causal_lm_from_model_dir(other, data_dir)
 
 
 def test_tfxl_imports_without_keras_hub():
