@@ -1,0 +1,265 @@
+"""tfxl.hub: Transformer-XL as a keras-hub CausalLM, checked against tfxl's own generation."""
+
+import collections
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import keras_hub
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfxl import TransfoXLConfig, TransfoXLLM
+from tfxl.data.errors import DataError
+from tfxl.data.tokenizers import BytesTokenizer, WordsTokenizer
+from tfxl.hub import (TransfoXLCausalLM, TransfoXLTokenizer, causal_lm_from_model,
+                      causal_lm_from_model_dir)
+
+MEM = 5  # shorter than the longest prompt and than prompt + new tokens
+LENGTH = 20  # keras-hub's max_length: prompt + generated
+PROMPT_LENGTHS = (3, 9, 6)  # a batch of different lengths, one longer than MEM
+SMALL = dict(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, dropout=0.0, tgt_len=4,
+             mem_len=4, init_std=0.3)
+
+
+def language_model(**changes):
+    # init_std 0.3: log-probabilities far enough apart that greedy choices are not near-ties.
+    config = TransfoXLConfig(**{**SMALL, "vocab_size": 41, "eval_mem_len": MEM,
+                                "cutoffs": (20,), "div_val": 2, "untie_r": True,
+                                "pre_lnorm": True, **changes})
+    model = TransfoXLLM(config)
+    model.build((None, 4))
+    return model
+
+
+def padded(prompts, length=LENGTH):
+    """keras-hub's generate input: prompts left-aligned, padded to `length`."""
+    ids = np.zeros((len(prompts), length), np.int32)
+    mask = np.zeros((len(prompts), length), bool)
+    for row, prompt in enumerate(prompts):
+        ids[row, :len(prompt)], mask[row, :len(prompt)] = prompt, True
+    return {"token_ids": ids, "padding_mask": mask}
+
+
+def random_prompts(vocab_size, lengths=PROMPT_LENGTHS, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, vocab_size, n).astype(np.int32) for n in lengths]
+
+
+@pytest.mark.parametrize("settings,mem_len", [
+    (dict(), None),  # every prompt token sees the whole prompt before it
+    # The prompt read M + 1 positions deep; mem_len= overrides eval_mem_len.
+    (dict(eval_same_length=True, eval_clamp_len=3, eval_mem_len=8, pre_lnorm=False,
+          untie_r=False), 3),
+])
+def test_greedy_generate_is_tfxls_greedy_generation_token_for_token(settings, mem_len):
+    lm = language_model(**settings)
+    causal_lm = causal_lm_from_model(lm, mem_len=mem_len)
+    causal_lm.compile(sampler="greedy")
+    prompts = random_prompts(41)
+    got = causal_lm.generate(padded(prompts), stop_token_ids=None)
+    assert got["padding_mask"].all()
+    for row, prompt in enumerate(prompts):
+        want = lm.generate(prompt, LENGTH - len(prompt), temperature=0.0, mem_len=mem_len)
+        np.testing.assert_array_equal(got["token_ids"][row, :len(prompt)], prompt)
+        np.testing.assert_array_equal(got["token_ids"][row, len(prompt):], want)
+    # A stop token: each row is kept up to its first one after the prompt.
+    stop = int(got["token_ids"][0, len(prompts[0]) + 2])
+    stopped = causal_lm.generate(padded(prompts), stop_token_ids=[stop])
+    for row, prompt in enumerate(prompts):
+        after = np.flatnonzero(got["token_ids"][row, len(prompt):] == stop)
+        kept = len(prompt) + after[0] + 1 if after.size else LENGTH
+        np.testing.assert_array_equal(stopped["padding_mask"][row],
+                                      np.arange(LENGTH) < kept)
+        np.testing.assert_array_equal(stopped["token_ids"][row, :kept],
+                                      got["token_ids"][row, :kept])
+
+
+def test_generate_compiled_with_xla_gives_the_same_tokens():
+    lm = language_model(eval_same_length=True)
+    causal_lm = causal_lm_from_model(lm)
+    causal_lm.compile(sampler="greedy", jit_compile=True)
+    assert causal_lm.jit_compile  # keras-hub compiles generate_step with XLA when this is set
+    prompts = random_prompts(41, seed=1)
+    got = causal_lm.generate(padded(prompts), stop_token_ids=None)["token_ids"]
+    for row, prompt in enumerate(prompts):
+        want = lm.generate(prompt, LENGTH - len(prompt), temperature=0.0)
+        np.testing.assert_array_equal(got[row, len(prompt):], want)
+
+
+@pytest.mark.parametrize("sampler", [keras_hub.samplers.TopKSampler(k=5, seed=3),
+                                     keras_hub.samplers.TopPSampler(p=0.9, seed=3)],
+                         ids=["top_k", "top_p"])
+def test_random_samplers_keep_the_prompt_and_draw_valid_ids(sampler):
+    causal_lm = causal_lm_from_model(language_model())
+    causal_lm.compile(sampler=sampler)
+    prompts = random_prompts(41, seed=2)
+    ids = causal_lm.generate(padded(prompts), stop_token_ids=None)["token_ids"]
+    assert ids.min() >= 0 and ids.max() < 41
+    for row, prompt in enumerate(prompts):
+        np.testing.assert_array_equal(ids[row, :len(prompt)], prompt)
+
+
+def tfxl_step_log_probs(lm, prompts, continuations):
+    """tfxl's generation semantics, teacher-forced: prompts [R, P] read as one segment on an
+    empty memory, then the continuations [R, N] one token per step on the memory. Returns the
+    log-probabilities [R, N + 1, V] after the prompt and after each continuation token."""
+    settings = lm.config.eval_settings()
+    run = dict(clamp_len=settings["clamp_len"], same_length=settings["same_length"])
+    log_probs, memory = lm(prompts, lm.init_key_value_memory(len(prompts)), **run)
+    steps = [log_probs[:, -1]]
+    for i in range(continuations.shape[1]):
+        log_probs, memory = lm(continuations[:, i:i + 1], memory, **run)
+        steps.append(log_probs[:, 0])
+    return np.stack(steps, axis=1)
+
+
+@pytest.mark.parametrize("settings", [dict(), dict(eval_same_length=True, eval_clamp_len=3)])
+def test_cache_steps_give_tfxls_log_probabilities(settings):
+    # Greedy tokens of a random model settle on a few tokens; this checks every step's numbers.
+    lm = language_model(**settings)
+    causal_lm = causal_lm_from_model(lm)
+    prompts = random_prompts(41)
+    x = padded(prompts)
+    ids = x["token_ids"]
+    rng = np.random.default_rng(6)
+    for row, prompt in enumerate(prompts):  # a continuation after each prompt
+        ids[row, len(prompt):] = rng.integers(0, 41, LENGTH - len(prompt))
+    cache = causal_lm._build_cache(ids, x["padding_mask"])
+    got = {}
+    for t in range(min(PROMPT_LENGTHS) - 1, LENGTH - 1):
+        log_probs, _, cache = causal_lm.call_with_cache(ids[:, t:t + 1], cache, t)
+        got[t] = np.asarray(log_probs[:, 0])
+    for row, prompt in enumerate(prompts):
+        length = len(prompt)
+        want = tfxl_step_log_probs(lm, ids[row:row + 1, :length],
+                                   ids[row:row + 1, length:LENGTH - 1])[0]
+        np.testing.assert_allclose(np.stack([got[t][row] for t in range(length - 1, LENGTH - 1)]),
+                                   want, atol=2e-5)
+
+
+def test_beam_search_finds_the_most_likely_continuation():
+    # Vocabulary 4 and 16 beams: after two steps every two-token prefix is a beam, so the third
+    # step picks the best of all 64 continuations, which the caches reordered along the batch
+    # (keras-hub's beam sampler) must score exactly as tfxl does.
+    vocab, new = 4, 3
+    lm = language_model(vocab_size=vocab, cutoffs=(), div_val=1, eval_mem_len=2, init_std=0.5)
+    causal_lm = causal_lm_from_model(lm)
+    causal_lm.compile(sampler=keras_hub.samplers.BeamSampler(num_beams=vocab ** (new - 1)))
+    prompts = random_prompts(vocab, lengths=(4, 2), seed=4)
+    got = causal_lm.generate(padded(prompts, length=4 + new), stop_token_ids=None)["token_ids"]
+    every = np.array(list(itertools.product(range(vocab), repeat=new)), np.int32)
+    for row, prompt in enumerate(prompts):
+        steps = tfxl_step_log_probs(lm, np.repeat(prompt[None], len(every), 0), every[:, :-1])
+        scores = np.take_along_axis(steps, every[:, :, None], axis=2).sum(axis=(1, 2))
+        generated = got[row, len(prompt):len(prompt) + new]
+        assert np.sort(scores)[-1] - np.sort(scores)[-2] > 1e-4  # a unique best
+        np.testing.assert_array_equal(generated, every[np.argmax(scores)])
+
+
+def test_preset_round_trip_of_a_trained_model_gives_identical_outputs(tmp_path):
+    text = "the cat sat on the mat\nand the dog sat on the log\n"
+    tokenizer = WordsTokenizer.build(collections.Counter(text.split()))
+    lm = language_model(vocab_size=tokenizer.vocab_size, cutoffs=(6,), eval_same_length=True)
+    causal_lm = causal_lm_from_model(lm, tokenizer, sequence_length=12)
+    causal_lm.compile(optimizer=keras.optimizers.Adam(1e-2))
+    history = causal_lm.fit(["the cat sat on the mat", "the dog sat on the log"] * 4,
+                            batch_size=4, epochs=3, shuffle=False, verbose=0)  # keras-hub's fit
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    preset = str(tmp_path / "preset")
+    causal_lm.save_to_preset(preset)
+    assert os.path.isfile(os.path.join(preset, "assets", "tokenizer", tokenizer.vocab_filename))
+    loaded = keras_hub.models.CausalLM.from_preset(preset)  # local directory: no download
+    assert isinstance(loaded, TransfoXLCausalLM)
+    assert loaded.backbone.config == lm.config
+    for mine, theirs in zip(loaded.backbone.weights, causal_lm.backbone.weights):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    x, _, _ = causal_lm.preprocessor(["the cat sat on", "a dog\nsat"])
+    np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(causal_lm(x)))
+    for model in (causal_lm, loaded):
+        model.compile(sampler="greedy")
+    prompts = ["the cat", "on the mat\nand"]
+    generated = causal_lm.generate(prompts, stop_token_ids=None)
+    assert loaded.generate(prompts, stop_token_ids=None) == generated
+    assert all(g.startswith(p) for g, p in zip(generated, prompts))
+    # The vocabulary file is checked against tokenizer.json's hash when the preset loads.
+    with open(os.path.join(preset, "assets", "tokenizer", tokenizer.vocab_filename), "a") as f:
+        f.write("extra\n")
+    with pytest.raises(DataError, match="does not match"):
+        TransfoXLCausalLM.from_preset(preset)
+
+
+def test_text_generation_is_tfxl_generation_of_eod_and_the_encoded_prompt():
+    tokenizer = BytesTokenizer()
+    lm = language_model(vocab_size=tokenizer.vocab_size, cutoffs=(64,))
+    causal_lm = causal_lm_from_model(lm, tokenizer, sequence_length=16)
+    causal_lm.compile(sampler="greedy")
+    prompts = ["ab", "hello"]
+    got = causal_lm.generate(prompts, stop_token_ids=None)
+    for text, prompt in zip(got, prompts):
+        # keras-hub's generate reads a prompt after the start token: tfxl's <eod>, which begins
+        # every document in training.
+        ids = np.concatenate([[tokenizer.eod_id], tokenizer.encode(prompt)]).astype(np.int32)
+        generated = lm.generate(ids, 16 - len(ids), temperature=0.0)
+        # generate() drops <pad> and <eod> from its text; so does the bytes tokenizer's decode.
+        assert text == tokenizer.decode(np.concatenate([ids, generated]))
+
+
+def test_tokenizer_gives_the_same_ids_eagerly_and_in_a_graph():
+    text = "the cat sat\non the mat"
+    words = WordsTokenizer.build(collections.Counter(text.split()))
+    tokenizer = TransfoXLTokenizer.from_tfxl(words)
+    eager = tokenizer(["the cat", "on a mat\nsat"])
+    graph = tf.function(tokenizer)(tf.constant(["the cat", "on a mat\nsat"]))
+    assert graph.to_list() == eager
+    np.testing.assert_array_equal(tokenizer("on the mat"), words.encode("on the mat"))
+    assert tokenizer.detokenize(eager) == ["the cat", "on <unk> mat\nsat"]
+    assert tokenizer.special_token_ids == sorted({words.pad_id, words.eod_id})
+    assert tokenizer.vocabulary_size() == words.vocab_size
+
+
+def test_converter_reads_a_keras_file_or_a_model_dir_with_its_data_dir(tmp_path):
+    from tfxl.data.prepare import PrepareConfig, prepare
+    lm = language_model(vocab_size=258, cutoffs=(64,))
+    x = padded(random_prompts(258, seed=5))
+    want, _ = lm(x["token_ids"], segment_valid=x["padding_mask"])
+    path = str(tmp_path / "lm.keras")
+    lm.save(path)
+    from_file = causal_lm_from_model_dir(path)
+    assert from_file.preprocessor is None
+    np.testing.assert_array_equal(np.asarray(from_file(x)), want.numpy())
+
+    text = tmp_path / "corpus.txt"
+    text.write_text("def f(x):\n    return x\n" * 50)
+    data_dir = str(tmp_path / "data")
+    prepare(PrepareConfig(output_dir=data_dir, train=[str(text)], valid=[str(text)],
+                          test=[str(text)], tokenizer="bytes", tgt_len=4, num_streams=1),
+            log=lambda *a: None)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(lm.config.to_dict()))
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=lm), str(model_dir / "checkpoints"),
+                               1).save()
+    from_dir = causal_lm_from_model_dir(str(model_dir), data_dir, sequence_length=8)
+    np.testing.assert_array_equal(np.asarray(from_dir(x)), want.numpy())
+    assert from_dir.preprocessor.tokenizer.spec == BytesTokenizer().spec()
+    assert from_dir.preprocessor.sequence_length == 8
+    other = str(tmp_path / "other.keras")
+    language_model().save(other)  # 41 ids
+    with pytest.raises(ValueError, match="has a vocabulary of 258 tokens"):
+        causal_lm_from_model_dir(other, data_dir)
+
+
+def test_tfxl_imports_without_keras_hub():
+    blocked = ("import sys; sys.modules['keras_hub'] = None\n"
+               "import tfxl, tfxl.models, tfxl.serving.export, tfxl.serving.generate_main\n"
+               "try:\n    import tfxl.hub\nexcept ImportError as err:\n    print(err)\n")
+    out = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "tfxl.hub needs keras-hub" in out.stdout

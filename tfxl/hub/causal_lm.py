@@ -1,0 +1,187 @@
+"""`TransfoXLCausalLM`: keras-hub's CausalLM (generate, samplers, presets) for Transformer-XL.
+
+Shape glossary: B batch, S sequence length (prompt + generated, keras-hub's max_length), L layers,
+N heads, H head size, M memory length, V vocabulary size.
+
+Generation semantics are tfxl's own (`tfxl.models.generation`), token for token under greedy
+sampling: the prompt is read as one segment on an empty memory of M slots (every prompt token
+sees the whole prompt before it, or only the last M positions with same_length), and every
+generated token sees the last M positions before it and itself. M, clamp_len and same_length
+are the config's evaluation settings (`mem_len=` overrides M).
+
+The cache is keras-hub's kind: fixed shapes, indexed by the position being written, batch first
+so that the beam sampler can repeat and reorder it. It is a key/value memory over all S positions
+in tfxl's per-layer form (`tfxl.layers.memory.per_layer`: "keys" L x [B, N, H, S], "values"
+L x [B, N, S, H]; no layer is sliced out or stacked back per step) plus each row's prompt length
+("prompt_length" [B]). A step reads the slots of its last M positions through the attention
+mask, at relative distances t - j, so no slot ever moves: each step writes one slot per layer
+(in place under XLA).
+"""
+
+import keras
+from keras import ops
+from keras_hub.models import CausalLM
+from keras_hub.src.utils.tensor_utils import any_equal
+
+from tfxl.hub.backbone import TransfoXLHubBackbone
+from tfxl.hub.preprocessor import TransfoXLCausalLMPreprocessor
+from tfxl.layers.memory import KEYS, VALUES
+
+PROMPT_LENGTH = "prompt_length"
+
+
+@keras.saving.register_keras_serializable(package="tfxl")
+class TransfoXLCausalLM(CausalLM):
+    """Transformer-XL language model as a keras-hub `CausalLM`.
+
+    Calling it (fit, predict, evaluate) gives log-probabilities [B, S, V] (keras-hub's "logits":
+    its losses and samplers apply a softmax, which leaves log-probabilities unchanged) of one
+    segment on an empty memory, with the config's training settings. `generate()` runs keras-hub's
+    samplers (greedy, top-k, top-p, beam, ...) on the key/value cache described in the module
+    docstring.
+
+    Args:
+      backbone: a `TransfoXLHubBackbone`.
+      preprocessor: a `TransfoXLCausalLMPreprocessor` or None (then `generate` takes
+        {"token_ids", "padding_mask"} padded to max_length).
+      mem_len: the memory length M of generation (default: the config's eval_mem_len, as
+        `TransfoXLLM.generate`).
+    """
+
+    backbone_cls = TransfoXLHubBackbone
+    preprocessor_cls = TransfoXLCausalLMPreprocessor
+
+    def __init__(self, backbone, preprocessor=None, mem_len=None, **kwargs):
+        # === Layers ===
+        self.backbone = backbone
+        self.preprocessor = preprocessor
+        # === Functional model ===
+        inputs = backbone.input
+        log_probs, _ = backbone.language_model(
+            inputs["token_ids"], segment_valid=ops.cast(inputs["padding_mask"], "bool"))
+        super().__init__(inputs=inputs, outputs=log_probs, **kwargs)
+        # === Config ===
+        self.mem_len = None if mem_len is None else int(mem_len)
+        if self.mem_len is not None and self.mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+
+    def _settings(self):
+        settings = self.backbone.config.eval_settings()
+        if self.mem_len is not None:
+            settings["mem_len"] = self.mem_len
+        return settings
+
+    def _position_keys(self, sequence_length):
+        """Every layer's position keys for the S distances 0..S-1 (computed once per generate)."""
+        if sequence_length is None:
+            raise ValueError("generation needs token_ids of a static length (keras-hub's "
+                             "max_length)")
+        return self.backbone.language_model.position_keys(
+            sequence_length, self._settings()["clamp_len"])
+
+    def _sees(self, query_position, key_position, prompt_length):
+        """Which keys a query may attend to: bool, broadcast of the three int arguments.
+
+        Key j before query t is seen when t - j <= M, or anywhere in the prompt when t is a
+        prompt position and same_length is off (tfxl reads the prompt as one segment).
+        """
+        settings = self._settings()
+        distance = query_position - key_position
+        window = distance <= settings["mem_len"]
+        if not settings["same_length"]:
+            window = window | (query_position < prompt_length)
+        return (distance >= 0) & window
+
+    def call_with_cache(self, token_ids, cache, cache_update_index, position_keys=None):
+        """One token per row at position t = `cache_update_index` against the cache.
+
+        Args:
+          token_ids: int [B, 1], the tokens at position t.
+          cache: {"keys", "values", "prompt_length"} as `_build_cache` builds it.
+          cache_update_index: int scalar t.
+          position_keys: `_position_keys(S)`, to reuse across steps.
+        Returns:
+          (log_probs [B, 1, V], hidden states: None, the cache with slot t written).
+        """
+        keys, values = cache[KEYS], cache[VALUES]
+        sequence_length = keys[0].shape[-1]
+        if position_keys is None:
+            position_keys = self._position_keys(sequence_length)
+        t = ops.cast(cache_update_index, "int32")
+        slots = ops.arange(sequence_length, dtype="int32")
+        # Slot t is the token itself (decode_step appends it); slots after it are not written yet.
+        valid = self._sees(t, slots[None, :], cache[PROMPT_LENGTH][:, None]) & (slots < t)
+        distance = ops.concatenate([t - slots, ops.zeros((1,), "int32")], axis=0)
+        parts = [[(k, v)] for k, v in zip(keys, values)]
+        log_probs, new_keys, new_values = self.backbone.language_model.decode_step(
+            token_ids, parts, valid, distance, position_keys)
+        zero = ops.zeros((), "int32")
+        keys = [ops.slice_update(k, [zero, zero, zero, t], ops.cast(new, k.dtype))
+                for k, new in zip(keys, new_keys)]
+        values = [ops.slice_update(v, [zero, zero, t, zero], ops.cast(new, v.dtype))
+                  for v, new in zip(values, new_values)]
+        return log_probs, None, {**cache, KEYS: keys, VALUES: values}
+
+    def _build_cache(self, token_ids, padding_mask, position_keys=None):
+        """The cache after reading all S positions in one pass (the prefill).
+
+        Prompt positions get the keys and values tfxl's prompt segment gives them; the slots
+        after a row's prompt get its padding's, which `call_with_cache` overwrites before any
+        later token reads them.
+        """
+        lm = self.backbone.language_model
+        backbone = lm.backbone
+        sequence_length = token_ids.shape[1]
+        if position_keys is None:
+            position_keys = self._position_keys(sequence_length)
+        prompt_length = ops.sum(ops.cast(padding_mask, "int32"), axis=-1)
+        positions = ops.arange(sequence_length, dtype="int32")
+        mask = self._sees(positions[None, :, None], positions[None, None, :],
+                          prompt_length[:, None, None])[:, None]  # [B, 1, S, S]
+        config = lm.config
+        batch = ops.shape(token_ids)[0]
+        dtype = backbone.compute_dtype
+        no_memory = (ops.zeros((batch, config.n_head, config.d_head, 0), dtype),
+                     ops.zeros((batch, config.n_head, 0, config.d_head), dtype))
+        # The backbone's own call builds its mask from a memory; the prefill needs per-row prompt
+        # lengths, so it runs the backbone's block loop with the mask above.
+        _, _, keys, values = backbone._blocks(  # pylint: disable=protected-access
+            backbone.embedding(token_ids), [no_memory] * config.n_layer, position_keys, mask,
+            False)
+        return {KEYS: keys, VALUES: values, PROMPT_LENGTH: prompt_length}
+
+    def generate_step(self, inputs, stop_token_ids=None):
+        """One batch of generation, XLA-compilable (keras-hub's `generate` compiles it).
+
+        inputs: {"token_ids": int [B, S], "padding_mask": [B, S]} with each prompt left-aligned.
+        Returns the same dict with the generated tokens written after each prompt and the
+        padding mask marking what is kept (up to and including a stop token).
+        """
+        token_ids, padding_mask = inputs["token_ids"], inputs["padding_mask"]
+        position_keys = self._position_keys(token_ids.shape[1])
+        cache = self._build_cache(token_ids, padding_mask, position_keys)
+        # Start at the first index that has no prompt token in some row.
+        index = ops.min(cache[PROMPT_LENGTH])
+
+        def next(prompt, cache, index):  # noqa: A001 (keras-hub's name)
+            # The token before `index` is read; its log-probabilities choose the token at index.
+            t = index - 1
+            token = ops.slice(prompt, [0, t], [ops.shape(prompt)[0], 1])
+            log_probs, _, cache = self.call_with_cache(token, cache, t, position_keys)
+            return ops.squeeze(log_probs, axis=1), None, cache
+
+        token_ids = self.sampler(next=next, prompt=token_ids, cache=cache, index=index,
+                                 mask=padding_mask, stop_token_ids=stop_token_ids,
+                                 hidden_states=None, model=self)
+        if stop_token_ids is not None:
+            # Keep everything up to and including the first stop token after the prompt.
+            end_locations = ops.cast(
+                any_equal(token_ids, stop_token_ids, ops.logical_not(padding_mask)), "int32")
+            overflow = ops.cumsum(end_locations, axis=-1) - end_locations
+            padding_mask = ops.logical_not(ops.cast(overflow, "bool"))
+        else:
+            padding_mask = ops.ones_like(token_ids, dtype="bool")
+        return {"token_ids": token_ids, "padding_mask": padding_mask}
+
+    def get_config(self):
+        return {**super().get_config(), "mem_len": self.mem_len}
