@@ -21,7 +21,11 @@ install: $(STAMP)  ## create .venv and install tfxl with its test extra
 test: $(STAMP)     ## run the whole test suite
 	$(PY) -m pytest -n 2 --dist loadfile -q tests
 
-demo: $(STAMP)     ## the main job on the embedded default corpus
+$(VENV)/.plots: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[plots]'
+	touch $@
+
+demo: $(VENV)/.plots  ## the main job on the embedded default corpus (plots: the `plots` extra)
 	$(PY) -m train.demo
 
 clean:
