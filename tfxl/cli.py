@@ -24,6 +24,9 @@ import signal
 import sys
 import time
 
+# The model's description (no TensorFlow in it, unlike the rest of tfxl).
+from tfxl.config import EVAL_SETTINGS, PRESETS, TransfoXLConfig
+
 # Tool name -> its module (what `python -m` runs).
 TOOLS = {"tfxl-prepare": "tfxl.data.prepare", "tfxl-train": "train.main",
          "tfxl-eval": "train.evaluate", "tfxl-export": "tfxl.serving.export_main",
@@ -247,7 +250,6 @@ def exit_status(main, argv, errors=()):
 
 def _field_help():
     """{field: help} from the `Attributes:` section of TransfoXLConfig's docstring."""
-    from tfxl.config import TransfoXLConfig  # pylint: disable=import-outside-toplevel
     doc = TransfoXLConfig.__doc__.split("Attributes:", 1)[1]
     helps, name = {}, None
     for line in doc.splitlines():
@@ -265,7 +267,6 @@ def config_fields(exclude=()):
     bool, "ints" or "bools" (comma-separated lists), read from the field's type annotation."""
     import dataclasses  # pylint: disable=import-outside-toplevel
     import typing  # pylint: disable=import-outside-toplevel
-    from tfxl.config import TransfoXLConfig  # pylint: disable=import-outside-toplevel
     hints, helps = typing.get_type_hints(TransfoXLConfig), _field_help()
     fields = []
     for field in dataclasses.fields(TransfoXLConfig):
@@ -282,30 +283,30 @@ def config_fields(exclude=()):
     return fields
 
 
-def define_config_flags(preset_default=None, exclude=(), preset_help="", config_help=""):
+def define_config_flags(preset_default=None, exclude=(), config_help="", flag_values=None):
     """Defines --preset, --config and one override flag per TransfoXLConfig field (except
     `exclude`: the fields the tool sets itself), registered as the calling module's flags."""
     from absl import flags  # pylint: disable=import-outside-toplevel
-    from tfxl.config import PRESETS  # pylint: disable=import-outside-toplevel
     module = sys._getframe(1).f_globals["__name__"]  # pylint: disable=protected-access
+    where = dict(module_name=module, flag_values=flags.FLAGS if flag_values is None
+                 else flag_values)
     flags.DEFINE_enum("preset", preset_default, sorted(PRESETS),
-                      "Base model hyper-parameters: one of the paper's settings (tfxl.PRESETS)."
-                      + preset_help, module_name=module)
+                      "Base model hyper-parameters: one of the paper's settings (tfxl.PRESETS).",
+                      **where)
     flags.DEFINE_string("config", None, "JSON file of TransfoXLConfig fields (all or some, e.g. "
                         "a model_dir's config.json), layered on --preset." + config_help,
-                        module_name=module)
+                        **where)
     for name, kind, help_ in config_fields(exclude):
         help_ = f"Model: {help_} (default: --preset/--config's)"
         if kind is int:
-            flags.DEFINE_integer(name, None, help_, module_name=module)
+            flags.DEFINE_integer(name, None, help_, **where)
         elif kind is float:
-            flags.DEFINE_float(name, None, help_, module_name=module)
+            flags.DEFINE_float(name, None, help_, **where)
         elif kind is bool:
-            flags.DEFINE_bool(name, None, help_, module_name=module)
+            flags.DEFINE_bool(name, None, help_, **where)
         else:
             flags.DEFINE_list(name, None, help_ + " Comma-separated "
-                              f"{'integers' if kind == 'ints' else 'true/false'}.",
-                              module_name=module)
+                              f"{'integers' if kind == 'ints' else 'true/false'}.", **where)
 
 
 def _list_value(name, kind, values):
@@ -334,7 +335,6 @@ def resolve_config(flag_values=None, defaults=None, sources=(), fixed=None):
     """
     import dataclasses  # pylint: disable=import-outside-toplevel
     from absl import flags  # pylint: disable=import-outside-toplevel
-    from tfxl.config import PRESETS, TransfoXLConfig  # pylint: disable=C0415
     from tfxl.json_files import read_json  # pylint: disable=import-outside-toplevel
     fv = flags.FLAGS if flag_values is None else flag_values
     known = {f.name for f in dataclasses.fields(TransfoXLConfig)}
@@ -377,22 +377,24 @@ def resolve_config(flag_values=None, defaults=None, sources=(), fixed=None):
                          f"{', '.join(layers) or 'the TransfoXLConfig defaults'})") from None
 
 
-def define_eval_flags(names=("tgt_len", "mem_len", "clamp_len", "same_length"), note=""):
+def define_eval_flags(names=EVAL_SETTINGS, note="", flag_values=None):
     """Flags overriding the evaluation settings (TransfoXLConfig.eval_settings resolves them),
     registered as the calling module's flags."""
     from absl import flags  # pylint: disable=import-outside-toplevel
     module = sys._getframe(1).f_globals["__name__"]  # pylint: disable=protected-access
+    where = dict(module_name=module, flag_values=flags.FLAGS if flag_values is None
+                 else flag_values)
     what = {"tgt_len": "Segment length T", "mem_len": "Memory length M",
             "clamp_len": "Clamp relative distances at this (-1: no clamp)",
             "same_length": "Every query attends to the same number of keys"}
     for name in names:
         help_ = f"{what[name]} (default: the config's eval_{name}, else its {name}){note}."
         define = flags.DEFINE_bool if name == "same_length" else flags.DEFINE_integer
-        define(name, None, help_, module_name=module)
+        define(name, None, help_, **where)
 
 
-def eval_overrides(names=("tgt_len", "mem_len", "clamp_len", "same_length"), flag_values=None):
+def eval_overrides(names=EVAL_SETTINGS, flag_values=None):
     """{setting: flag value} for TransfoXLConfig.eval_settings (None: the config's)."""
     from absl import flags  # pylint: disable=import-outside-toplevel
     fv = flags.FLAGS if flag_values is None else flag_values
-    return {name: fv[name].value for name in names}
+    return {name: fv[name].value for name in names if name in fv}
