@@ -17,12 +17,14 @@ before TensorFlow is imported, and must filter file descriptor 2: `tfxl/__init__
 """
 
 import atexit
+import dataclasses
 import logging
 import os
 import re
 import signal
 import sys
 import time
+import typing
 
 # The model's description (no TensorFlow in it, unlike the rest of tfxl).
 from tfxl.config import EVAL_SETTINGS, PRESETS, TransfoXLConfig
@@ -265,8 +267,6 @@ def _field_help():
 def config_fields(exclude=()):
     """[(name, kind, help)] for the TransfoXLConfig fields that get a flag: kind is int, float,
     bool, "ints" or "bools" (comma-separated lists), read from the field's type annotation."""
-    import dataclasses  # pylint: disable=import-outside-toplevel
-    import typing  # pylint: disable=import-outside-toplevel
     hints, helps = typing.get_type_hints(TransfoXLConfig), _field_help()
     fields = []
     for field in dataclasses.fields(TransfoXLConfig):
@@ -333,7 +333,6 @@ def resolve_config(flag_values=None, defaults=None, sources=(), fixed=None):
     A tie_projs not given by --config or --tie_projs is dropped when it does not fit the cutoffs
     (a preset's was written for the preset's cutoffs). Raises ValueError naming the sources.
     """
-    import dataclasses  # pylint: disable=import-outside-toplevel
     from absl import flags  # pylint: disable=import-outside-toplevel
     from tfxl.json_files import read_json  # pylint: disable=import-outside-toplevel
     fv = flags.FLAGS if flag_values is None else flag_values
