@@ -198,16 +198,13 @@ class TransfoXLConfig:
 
     @classmethod
     def from_file(cls, path: str) -> "TransfoXLConfig":
-        """The config in a JSON file; one ValueError naming the file for any problem with it."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except OSError as err:
-            raise ValueError(f"{path}: cannot read ({err.strerror})") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ValueError(f"{path} is not valid JSON: {err}") from None
+        """The config in a JSON file (local or any tf.io.gfile path, e.g. gs://); one ValueError
+        naming the file for any problem with it."""
+        # tfxl.json_files loads TensorFlow: imported here so that this module never does.
+        from tfxl.json_files import read_json  # pylint: disable=import-outside-toplevel
+        data = read_json(path, "model config")
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a JSON object")
+            raise ValueError(f"model config {path}: expected a JSON object")
         try:
             return cls.from_dict(data)
         except ValueError as err:
