@@ -191,11 +191,13 @@ def _print_help(doc):
     print("\nTry --helpfull to get a list of all flags (absl's and TensorFlow's too).")
 
 
-def run(main, define_flags=None, errors=()):
+def run(main, define_flags=None, errors=(), failures=None):
     """Runs absl `main(argv) -> exit status` as a command-line tool (see the module docstring).
 
     define_flags: registers the tool's flags; they are the ones --help lists.
     errors: exception types, besides ValueError/OSError/OpError, that are the user's fault.
+    failures: {exception type: exit status} for failures that are not (tfxl-train: a diverged
+      run exits 3).
     """
     from absl import app, flags  # pylint: disable=import-outside-toplevel
     quiet_tensorflow()
@@ -216,14 +218,15 @@ def run(main, define_flags=None, errors=()):
             sys.exit(fail(err))
 
     def main_or_error_line(argv):
-        return exit_status(main, argv, errors)
+        return exit_status(main, argv, errors, failures)
 
     app.run(main_or_error_line, flags_parser=parse_flags)
 
 
-def exit_status(main, argv, errors=()):
+def exit_status(main, argv, errors=(), failures=None):
     """Runs `main(argv)` once the flags are parsed: its exit status, or 2 with one `error:` line
-    for a stray argument or an error the user caused (see `run`)."""
+    for a stray argument or an error the user caused (see `run`); `failures` maps other
+    exception types to their own status (one `error:` line too)."""
     from absl import app  # pylint: disable=import-outside-toplevel
     if len(argv) > 1:
         return fail(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -232,6 +235,10 @@ def exit_status(main, argv, errors=()):
     except app.UsageError as err:
         return fail(err)
     except Exception as err:  # pylint: disable=broad-except
+        for kind, status in (failures or {}).items():
+            if isinstance(err, kind):
+                fail(err)
+                return status
         if isinstance(err, _user_errors(errors)):
             return fail(err)
         raise

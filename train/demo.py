@@ -159,5 +159,9 @@ def main(argv):
     return 0
 
 
-if __name__ == "__main__":
+def run():
     cli.run(main, define_flags)
+
+
+if __name__ == "__main__":
+    run()
