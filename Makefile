@@ -24,7 +24,7 @@ test: $(STAMP)     ## run the whole test suite (`pytest -m "not slow"` skips the
 lint: $(STAMP)     ## ruff, configured in pyproject.toml
 	$(PY) -m ruff check tfxl train tpu tests benchmarks
 
-demo: $(STAMP)     ## the main job on the embedded default corpus
+demo: $(STAMP)     ## the main job on the embedded default corpus (its plots: the `plots` extra, in `test`)
 	$(PY) -m train.demo
 
 clean:

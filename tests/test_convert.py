@@ -295,11 +295,14 @@ def test_hf_config_translation():
 # ------------------------------------------------------------------------------------------------
 # CLI
 def _cli(argv):
+    """tfxl-convert in this process: its flags on absl's FLAGS (defined once), exit status."""
     from absl import flags
-    fv = flags.FlagValues()
-    convert_main.define_flags(fv)
-    rest = fv(["tfxl-convert", *argv])
-    return convert_main.main_with_flags(fv, rest)
+    from tfxl import cli
+    if "format" not in flags.FLAGS:
+        convert_main.define_flags()
+    flags.FLAGS.unparse_flags()
+    rest = flags.FLAGS(["tfxl-convert", *argv])
+    return cli.exit_status(convert_main.main, rest)
 
 
 def test_cli_huggingface_directory_and_overwrite(tmp_path, capsys):

@@ -162,6 +162,23 @@ def test_training_hides_the_savers_info_but_not_its_own_progress(trained, tmp_pa
     assert "done: step 2" in quiet.stdout
 
 
+def test_a_bad_model_description_is_one_error_line_naming_its_source(trained, tmp_path):
+    """tfxl-train and tfxl-convert describe the model by the same rule (tfxl.cli.resolve_config)
+    and refuse a bad one the same way, before anything is written."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"n_layer": 0}))
+    model_dir = tmp_path / "model"
+    assert_refused(run_tool("train.main", f"--data_dir={trained['data']}",
+                            f"--model_dir={model_dir}", f"--config={bad}"),
+                   "n_layer must be > 0", f"--config={bad}")
+    assert not model_dir.exists()
+    output = tmp_path / "converted.keras"
+    assert_refused(run_tool("tfxl.convert.main", "--format=tf1", f"--input={tmp_path}",
+                            f"--output={output}", "--preset=tiny", f"--config={bad}"),
+                   "n_layer must be > 0", "--preset=tiny", f"--config={bad}")
+    assert not output.exists()
+
+
 # --------------------------------------------------------------------------- point 7
 def prepare_cli(argv, capsys):
     values = flags.FlagValues()

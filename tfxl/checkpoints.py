@@ -1,7 +1,8 @@
 """Which checkpoint to load: the newest one whose files read back cleanly.
 
 Used by training (resume), evaluation and loading for export/generation, so all of them skip the
-same damaged checkpoints for the same reason.
+same damaged checkpoints for the same reason; `restore_weights` is the one weight-only restore
+(evaluation, export, generation).
 
 A checkpoint is *damaged* when its index or data files cannot be read back in full (a truncated
 copy, a disk error, garbage written over it). Restoring one fails deep inside TensorFlow with an
@@ -81,3 +82,23 @@ def newest_readable_checkpoint(directory, log=None):
         raise DamagedCheckpoint(f"no readable checkpoint in {directory}: every one is damaged "
                                 f"({'; '.join(skipped)}); move them away to start from scratch")
     return None
+
+
+def restore_weights(model, checkpoint=None, directory=None, fits="this model", log=None):
+    """Restores only `model`'s weights (not the optimizer, step or memory a training checkpoint
+    also holds) for evaluation, export or generation; returns the checkpoint path.
+
+    From `checkpoint`, which must read cleanly, else from the newest readable checkpoint in
+    `directory` (damaged newer ones reported through `log`). ValueError when there is none, or
+    when it does not fit `fits` (what the model was built from, for the message).
+    """
+    path = check_readable(checkpoint) if checkpoint else newest_readable_checkpoint(directory, log)
+    if not path:
+        raise ValueError(f"no checkpoint in {directory}")
+    try:
+        tf.train.Checkpoint(model=model).read(path).expect_partial(
+        ).assert_existing_objects_matched()
+    except (tf.errors.OpError, AssertionError, ValueError) as err:
+        raise ValueError(f"checkpoint {path} does not fit {fits}: "
+                         f"{str(err).splitlines()[0]}") from None
+    return path

@@ -17,12 +17,17 @@ before TensorFlow is imported, and must filter file descriptor 2: `tfxl/__init__
 """
 
 import atexit
+import dataclasses
 import logging
 import os
 import re
 import signal
 import sys
 import time
+import typing
+
+# The model's description (no TensorFlow in it, unlike the rest of tfxl).
+from tfxl.config import EVAL_SETTINGS, PRESETS, TransfoXLConfig
 
 # Tool name -> its module (what `python -m` runs).
 TOOLS = {"tfxl-prepare": "tfxl.data.prepare", "tfxl-train": "train.main",
@@ -186,11 +191,13 @@ def _print_help(doc):
     print("\nTry --helpfull to get a list of all flags (absl's and TensorFlow's too).")
 
 
-def run(main, define_flags=None, errors=()):
+def run(main, define_flags=None, errors=(), failures=None):
     """Runs absl `main(argv) -> exit status` as a command-line tool (see the module docstring).
 
     define_flags: registers the tool's flags; they are the ones --help lists.
     errors: exception types, besides ValueError/OSError/OpError, that are the user's fault.
+    failures: {exception type: exit status} for failures that are not (tfxl-train: a diverged
+      run exits 3).
     """
     from absl import app, flags  # pylint: disable=import-outside-toplevel
     quiet_tensorflow()
@@ -211,15 +218,189 @@ def run(main, define_flags=None, errors=()):
             sys.exit(fail(err))
 
     def main_or_error_line(argv):
-        if len(argv) > 1:
-            return fail(f"unexpected arguments: {' '.join(argv[1:])}")
-        try:
-            return main(argv)
-        except app.UsageError as err:
-            return fail(err)
-        except Exception as err:  # pylint: disable=broad-except
-            if isinstance(err, _user_errors(errors)):
-                return fail(err)
-            raise
+        return exit_status(main, argv, errors, failures)
 
     app.run(main_or_error_line, flags_parser=parse_flags)
+
+
+def exit_status(main, argv, errors=(), failures=None):
+    """Runs `main(argv)` once the flags are parsed: its exit status, or 2 with one `error:` line
+    for a stray argument or an error the user caused (see `run`); `failures` maps other
+    exception types to their own status (one `error:` line too)."""
+    from absl import app  # pylint: disable=import-outside-toplevel
+    if len(argv) > 1:
+        return fail(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        return main(argv)
+    except app.UsageError as err:
+        return fail(err)
+    except Exception as err:  # pylint: disable=broad-except
+        for kind, status in (failures or {}).items():
+            if isinstance(err, kind):
+                fail(err)
+                return status
+        if isinstance(err, _user_errors(errors)):
+            return fail(err)
+        raise
+
+
+# ------------------------------------------------------------------------------ model flags
+# Every tool that builds a model from flags (tfxl-train, tfxl-convert) describes it the same way:
+#   1. --preset's fields,
+#   2. the tool's own defaults (tfxl-convert: the TF1 LayerNorm epsilon),
+#   3. the fields in the --config JSON file (a whole TransfoXLConfig, e.g. a model_dir's
+#      config.json, or only some fields),
+#   4. the tool's own sources (tfxl-convert: the --hf_config translation),
+#   5. the override flags, one per TransfoXLConfig field (--n_layer, --cutoffs, ...),
+#   6. what the tool sets itself (tfxl-train: vocab_size from the data; it has no flag there),
+# later ones winning. --config is layered on --preset, not instead of it: every flag a user
+# gives counts, the same way for every tool.
+
+
+def _field_help():
+    """{field: help} from the `Attributes:` section of TransfoXLConfig's docstring."""
+    doc = TransfoXLConfig.__doc__.split("Attributes:", 1)[1]
+    helps, name = {}, None
+    for line in doc.splitlines():
+        match = re.match(r"^ {6}(\w+): (.*)$", line)
+        if match:
+            name, text = match.groups()
+            helps[name] = text
+        elif name and line.strip():
+            helps[name] += " " + line.strip()
+    return helps
+
+
+def config_fields(exclude=()):
+    """[(name, kind, help)] for the TransfoXLConfig fields that get a flag: kind is int, float,
+    bool, "ints" or "bools" (comma-separated lists), read from the field's type annotation."""
+    hints, helps = typing.get_type_hints(TransfoXLConfig), _field_help()
+    fields = []
+    for field in dataclasses.fields(TransfoXLConfig):
+        if field.name in exclude:
+            continue
+        kind = hints[field.name]
+        if typing.get_origin(kind) is typing.Union:  # Optional[X]: the flag's None is "keep"
+            kind = next(k for k in typing.get_args(kind) if k is not type(None))
+        if typing.get_origin(kind) is tuple:
+            kind = {int: "ints", bool: "bools"}[typing.get_args(kind)[0]]
+        if field.name not in helps:
+            raise TypeError(f"TransfoXLConfig.{field.name} has no line in its Attributes")
+        fields.append((field.name, kind, helps[field.name]))
+    return fields
+
+
+def define_config_flags(preset_default=None, exclude=(), config_help="", flag_values=None):
+    """Defines --preset, --config and one override flag per TransfoXLConfig field (except
+    `exclude`: the fields the tool sets itself), registered as the calling module's flags."""
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    module = sys._getframe(1).f_globals["__name__"]  # pylint: disable=protected-access
+    where = dict(module_name=module, flag_values=flags.FLAGS if flag_values is None
+                 else flag_values)
+    flags.DEFINE_enum("preset", preset_default, sorted(PRESETS),
+                      "Base model hyper-parameters: one of the paper's settings (tfxl.PRESETS).",
+                      **where)
+    flags.DEFINE_string("config", None, "JSON file of TransfoXLConfig fields (all or some, e.g. "
+                        "a model_dir's config.json), layered on --preset." + config_help,
+                        **where)
+    for name, kind, help_ in config_fields(exclude):
+        help_ = f"Model: {help_} (default: --preset/--config's)"
+        if kind is int:
+            flags.DEFINE_integer(name, None, help_, **where)
+        elif kind is float:
+            flags.DEFINE_float(name, None, help_, **where)
+        elif kind is bool:
+            flags.DEFINE_bool(name, None, help_, **where)
+        else:
+            flags.DEFINE_list(name, None, help_ + " Comma-separated "
+                              f"{'integers' if kind == 'ints' else 'true/false'}.", **where)
+
+
+def _list_value(name, kind, values):
+    items = [v.strip() for v in values if v.strip()]
+    if kind == "ints":
+        try:
+            return tuple(int(v) for v in items)
+        except ValueError:
+            raise ValueError(f"--{name}: not integers: {','.join(values)}") from None
+    truth = {"1": True, "true": True, "t": True, "yes": True, "y": True,
+             "0": False, "false": False, "f": False, "no": False, "n": False}
+    bad = [v for v in items if v.lower() not in truth]
+    if bad:
+        raise ValueError(f"--{name}: {bad[0]!r} is not true/false")
+    return tuple(truth[v.lower()] for v in items)
+
+
+def resolve_config(flag_values=None, defaults=None, sources=(), fixed=None):
+    """The TransfoXLConfig the flags of `define_config_flags` describe (the rule above).
+
+    defaults: {field: value}, the tool's own defaults (over --preset, under everything else).
+    sources: [(what, {field: value})], the tool's own sources between --config and the flags.
+    fixed: {field: value} the tool sets itself, over everything.
+    A tie_projs not given by --config or --tie_projs is dropped when it does not fit the cutoffs
+    (a preset's was written for the preset's cutoffs). Raises ValueError naming the sources.
+    """
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    from tfxl.json_files import read_json  # pylint: disable=import-outside-toplevel
+    fv = flags.FLAGS if flag_values is None else flag_values
+    known = {f.name for f in dataclasses.fields(TransfoXLConfig)}
+    fields, layers = {}, []
+    if fv.preset:
+        fields.update(PRESETS[fv.preset])
+        layers.append(f"--preset={fv.preset}")
+    fields.update(defaults or {})
+    pinned = set()  # fields given by --config or a flag
+    if fv.config:
+        data = read_json(fv.config, "--config")
+        if not isinstance(data, dict):
+            raise ValueError(f"--config {fv.config}: expected a JSON object")
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"--config {fv.config}: unknown TransfoXLConfig field(s) {unknown}")
+        fields.update(data)
+        pinned |= set(data)
+        layers.append(f"--config={fv.config}")
+    for what, values in sources:
+        fields.update(values)
+        layers.append(what)
+    given = []
+    for name, kind, _ in config_fields():
+        if name in fv and fv[name].value is not None:
+            value = fv[name].value
+            fields[name] = _list_value(name, kind, value) if kind in ("ints", "bools") else value
+            pinned.add(name)
+            given.append(f"--{name}")
+    if given:
+        layers.append(" ".join(given))
+    fields.update(fixed or {})
+    if ("tie_projs" not in pinned and fields.get("tie_projs") is not None
+            and len(fields["tie_projs"]) != len(tuple(fields.get("cutoffs", ()))) + 1):
+        fields["tie_projs"] = None
+    try:
+        return TransfoXLConfig.from_dict(fields)
+    except ValueError as err:
+        raise ValueError(f"{err} (model from "
+                         f"{', '.join(layers) or 'the TransfoXLConfig defaults'})") from None
+
+
+def define_eval_flags(names=EVAL_SETTINGS, note="", flag_values=None):
+    """Flags overriding the evaluation settings (TransfoXLConfig.eval_settings resolves them),
+    registered as the calling module's flags."""
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    module = sys._getframe(1).f_globals["__name__"]  # pylint: disable=protected-access
+    where = dict(module_name=module, flag_values=flags.FLAGS if flag_values is None
+                 else flag_values)
+    what = {"tgt_len": "Segment length T", "mem_len": "Memory length M",
+            "clamp_len": "Clamp relative distances at this (-1: no clamp)",
+            "same_length": "Every query attends to the same number of keys"}
+    for name in names:
+        help_ = f"{what[name]} (default: the config's eval_{name}, else its {name}){note}."
+        define = flags.DEFINE_bool if name == "same_length" else flags.DEFINE_integer
+        define(name, None, help_, **where)
+
+
+def eval_overrides(names=EVAL_SETTINGS, flag_values=None):
+    """{setting: flag value} for TransfoXLConfig.eval_settings (None: the config's)."""
+    from absl import flags  # pylint: disable=import-outside-toplevel
+    fv = flags.FLAGS if flag_values is None else flag_values
+    return {name: fv[name].value for name in names if name in fv}

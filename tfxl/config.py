@@ -2,7 +2,10 @@
 
 `TransfoXLConfig` is the single description of a model: every layer is built from it, it round-trips
 through JSON (the trainer stores it in the model directory), and `PRESETS` holds the settings of the
-original scripts (see `reference-notes.md`), each with the evaluation settings the paper used.
+original scripts (github.com/kimiyoung/transformer-xl: `tf/scripts/*.sh` and `pytorch/run_*.sh`),
+each with the evaluation settings the paper used. `TransfoXLConfig.eval_settings` is the one place
+that resolves evaluation settings; the command-line tools generate their model flags from the
+fields and the `Attributes` below (tfxl/cli.py).
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ import dataclasses
 import json
 import numbers
 from typing import Optional
+
+# The settings evaluation may choose apart from training's (each has an eval_* field).
+EVAL_SETTINGS = ("tgt_len", "mem_len", "clamp_len", "same_length")
 
 
 @dataclasses.dataclass
@@ -42,7 +48,11 @@ class TransfoXLConfig:
       init_std: std of the normal initialiser for weights and r biases.
       proj_init_std: std of the normal initialiser for adaptive projections.
       layer_norm_epsilon: LayerNorm epsilon (1e-5 as the PyTorch reference).
-      eval_tgt_len, eval_mem_len, eval_clamp_len, eval_same_length: the paper's evaluation settings.
+      eval_tgt_len: evaluation segment length (the paper's evaluation settings; None: tgt_len).
+        The default of tfxl-eval, tfxl-export, generation and scoring.
+      eval_mem_len: evaluation memory length (None: mem_len).
+      eval_clamp_len: evaluation clamp length, -1 = no clamp (None: clamp_len).
+      eval_same_length: same_length for evaluation (None: same_length).
     """
 
     vocab_size: int = 256
@@ -53,9 +63,9 @@ class TransfoXLConfig:
     d_inner: int = 256
     d_embed: Optional[int] = None
     div_val: int = 1
-    cutoffs: tuple = ()
+    cutoffs: tuple[int, ...] = ()
     tie_weight: bool = True
-    tie_projs: Optional[tuple] = None
+    tie_projs: Optional[tuple[bool, ...]] = None
     proj_same_dim: bool = True
     dropout: float = 0.1
     dropatt: float = 0.0
@@ -98,15 +108,35 @@ class TransfoXLConfig:
             return (False,) + (True,) * (n - 1)
         return (False,) * n
 
-    def eval_settings(self) -> dict:
-        """tgt_len/mem_len/clamp_len/same_length for evaluation (falls back to training values)."""
-        pick = lambda v, default: default if v is None else v  # noqa: E731
-        return dict(
-            tgt_len=pick(self.eval_tgt_len, self.tgt_len),
-            mem_len=pick(self.eval_mem_len, self.mem_len),
-            clamp_len=pick(self.eval_clamp_len, self.clamp_len),
-            same_length=pick(self.eval_same_length, self.same_length),
-        )
+    def eval_settings(self, tgt_len=None, mem_len=None, clamp_len=None, same_length=None) -> dict:
+        """The evaluation settings {tgt_len, mem_len, clamp_len, same_length}: each argument that
+        is not None, else the config's eval_* field, else the training value. The one place that
+        resolves them (tfxl-eval, the trainer's evaluation, export, generation, scoring); raises
+        ValueError for a value out of range."""
+        return {key: value for key, (value, _) in self.eval_settings_sources(
+            tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len,
+            same_length=same_length).items()}
+
+    def eval_settings_sources(self, **given) -> dict:
+        """eval_settings with where each value came from: {key: (value, source)}, source being
+        "argument", "eval_<key>" or "<key> (training)"."""
+        unknown = sorted(set(given) - set(EVAL_SETTINGS))
+        if unknown:
+            raise TypeError(f"eval_settings: unknown setting(s) {unknown}")
+        resolved = {}
+        for key in EVAL_SETTINGS:
+            stored = getattr(self, f"eval_{key}")
+            if given.get(key) is not None:
+                value, source = given[key], "argument"
+            elif stored is not None:
+                value, source = stored, f"eval_{key}"
+            else:
+                value, source = getattr(self, key), f"{key} (training)"
+            resolved[key] = (bool(value) if key == "same_length" else int(value), source)
+        for key, low in (("tgt_len", 1), ("mem_len", 0), ("clamp_len", -1)):
+            if resolved[key][0] < low:
+                raise ValueError(f"evaluation {key} must be >= {low}, got {resolved[key][0]}")
+        return resolved
 
     def replace(self, **changes) -> "TransfoXLConfig":
         return dataclasses.replace(self, **changes)
@@ -168,23 +198,20 @@ class TransfoXLConfig:
 
     @classmethod
     def from_file(cls, path: str) -> "TransfoXLConfig":
-        """The config in a JSON file; one ValueError naming the file for any problem with it."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except OSError as err:
-            raise ValueError(f"{path}: cannot read ({err.strerror})") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ValueError(f"{path} is not valid JSON: {err}") from None
+        """The config in a JSON file (local or any tf.io.gfile path, e.g. gs://); one ValueError
+        naming the file for any problem with it."""
+        # tfxl.json_files loads TensorFlow: imported here so that this module never does.
+        from tfxl.json_files import read_json  # pylint: disable=import-outside-toplevel
+        data = read_json(path, "model config")
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a JSON object")
+            raise ValueError(f"model config {path}: expected a JSON object")
         try:
             return cls.from_dict(data)
         except ValueError as err:
             raise ValueError(f"{path}: {err}") from None
 
 
-# The original scripts' settings (reference-notes.md). Vocabulary sizes are the published corpora's;
+# The original scripts' settings (kimiyoung/transformer-xl tf/scripts/*.sh, pytorch/run_*.sh). Vocabulary sizes are the published corpora's;
 # the trainer overrides vocab_size (and suggested cutoffs) from the data manifest.
 PRESETS = {
     "tiny": dict(

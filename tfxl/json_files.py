@@ -18,7 +18,7 @@ def read_json(path, what):
             return json.load(f)
     except (OSError, tf.errors.OpError) as err:
         raise ValueError(f"{what} {path}: cannot read ({err})") from None
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
 
 

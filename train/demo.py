@@ -5,11 +5,17 @@
 2. train: the `tiny` preset with memory through the same Runner as `tfxl-train`, into
    demo_out/model (TensorBoard logs, checkpoints, metrics.json);
 3. evaluate valid bpc over every token with the training memory, with no memory (mem_len 0) and
-   with longer evaluation memories, print the table and save demo_out/bpc_vs_memory.png.
+   with longer evaluation memories, print the table, and plot demo_out/bpc_vs_memory.png (bpc
+   against evaluation memory length on a log2 axis) and demo_out/training_loss.png (the loss
+   curve of model/train_log.jsonl).
 
     python -m train.demo [--train_steps=2000] [--out=demo_out]
+
+The plots need matplotlib, an extra (`pip install 'tfxl[plots]'`; `make demo` installs it) that
+tfxl itself never imports.
 """
 
+import json
 import os
 import sys
 import time
@@ -24,7 +30,6 @@ from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.json_files import write_json_atomically
 from train.loop import Runner, check_or_store_config
 from train.model_fn import OptimizerParams
-from train.png_plot import line_plot
 
 FLAGS = flags.FLAGS
 
@@ -38,8 +43,67 @@ def define_flags():
                       "Evaluation memory lengths to plot.")
 
 
+def figure_class():
+    """matplotlib's Figure (no pyplot: no global state, PNGs through Agg), imported only here."""
+    try:
+        from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        raise ValueError("the demo's plots need matplotlib, which tfxl itself does not: "
+                         "pip install 'tfxl[plots]' (make demo installs it)") from None
+    return Figure
+
+
+def bpc_vs_memory_figure(results, training_mem_len):
+    """valid bpc against evaluation memory length, memory lengths spaced proportionally (log2);
+    mem_len 0, which a log axis cannot place, is the dashed "no memory" line."""
+    fig = figure_class()(figsize=(6.4, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    points = sorted((r["mem_len"], r["bpc"]) for r in results if r["mem_len"] > 0)
+    if points:
+        mem_lens, bpcs = zip(*points)
+        ax.plot(mem_lens, bpcs, marker="o", label="with memory")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(mem_lens, [str(m) for m in mem_lens])
+    for r in results:
+        if r["mem_len"] == 0:
+            ax.axhline(r["bpc"], linestyle="--", color="grey", label="no memory (mem_len 0)")
+    ax.axvline(training_mem_len, linestyle=":", color="black",
+               label=f"training memory ({training_mem_len})")
+    ax.set(title="valid bpc vs evaluation memory", ylabel="bpc",
+           xlabel="evaluation memory length (tokens, log2 scale)")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return fig
+
+
+def training_loss_figure(records):
+    """The training loss per step of train_log.jsonl's records."""
+    fig = figure_class()(figsize=(6.4, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot([r["step"] for r in records], [r["loss"] for r in records], linewidth=1)
+    ax.set(title="training loss", xlabel="step", ylabel="loss (nats per token)")
+    ax.grid(True, alpha=0.3)
+    return fig
+
+
+def read_train_log(path):
+    """The records of a train_log.jsonl (one JSON object per line)."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_plots(out_dir, results, training_mem_len, train_log_path):
+    """Writes out_dir/bpc_vs_memory.png and out_dir/training_loss.png; returns their paths."""
+    paths = (os.path.join(out_dir, "bpc_vs_memory.png"),
+             os.path.join(out_dir, "training_loss.png"))
+    bpc_vs_memory_figure(results, training_mem_len).savefig(paths[0], dpi=100)
+    training_loss_figure(read_train_log(train_log_path)).savefig(paths[1], dpi=100)
+    return paths
+
+
 def main(argv):
     del argv
+    figure_class()  # a missing extra stops the demo now, not after minutes of training
     data_dir = os.path.join(FLAGS.out, "data")
     model_dir = os.path.join(FLAGS.out, "model")
     if not os.path.exists(os.path.join(data_dir, "manifest.json")):
@@ -85,17 +149,19 @@ def main(argv):
     print(f"|{'-' * 36}|--------|---------|")
     for name, r in table:
         print(f"| {name:<34} | {r['bpc']:.4f} | {r['tokens']:,} |")
-    png = line_plot([r["mem_len"] for r in results], [r["bpc"] for r in results],
-                    os.path.join(FLAGS.out, "bpc_vs_memory.png"),
-                    title="valid bpc vs eval memory", x_label="eval memory length (bytes)",
-                    y_label="bpc")
+    plots = write_plots(FLAGS.out, results, config.mem_len,
+                        os.path.join(model_dir, "train_log.jsonl"))
     write_json_atomically(os.path.join(FLAGS.out, "results.json"),
                           {"train": metrics, "eval": results})
-    print(f"\nplot: {png}\nresults: {os.path.join(FLAGS.out, 'results.json')}")
+    print(f"\nplots: {', '.join(plots)}\nresults: {os.path.join(FLAGS.out, 'results.json')}")
     if not rows[config.mem_len]["bpc"] < rows[0]["bpc"]:
         print("warning: memory did not help on this run", file=sys.stderr)
     return 0
 
 
-if __name__ == "__main__":
+def run():
     cli.run(main, define_flags)
+
+
+if __name__ == "__main__":
+    run()

@@ -34,10 +34,7 @@ def define_flags():
     flags.DEFINE_enum("split", "valid", ["train", "valid", "test"], "Split to evaluate.")
     flags.DEFINE_integer("eval_batch_size", None, "Global batch (default: the data's "
                          "num_streams, so every stream is one batch row).")
-    flags.DEFINE_integer("tgt_len", None, "Segment length (default: config eval_tgt_len).")
-    flags.DEFINE_integer("mem_len", None, "Memory length (default: config eval_mem_len).")
-    flags.DEFINE_integer("clamp_len", None, "Clamp distances (default: config eval_clamp_len).")
-    flags.DEFINE_bool("same_length", None, "Same attention length (default: config).")
+    cli.define_eval_flags()
     flags.DEFINE_string("output", None, "Also write the result as JSON to this file.")
 
 
@@ -47,16 +44,12 @@ def warn(message):
 
 def evaluation_settings(config):
     """tgt_len/mem_len/clamp_len/same_length and where each comes from: the tfxl-eval flag, else
-    config.json's eval_* (the preset's or tfxl-train's --eval_*), else the training value."""
-    settings, sources = {}, {}
-    for key in ("tgt_len", "mem_len", "clamp_len", "same_length"):
-        flag, stored = FLAGS[key].value, getattr(config, f"eval_{key}")
-        if flag is not None:
-            settings[key], sources[key] = flag, f"flag --{key}"
-        elif stored is not None:
-            settings[key], sources[key] = stored, f"config.json eval_{key}"
-        else:
-            settings[key], sources[key] = getattr(config, key), f"config.json {key} (training)"
+    config.json's eval_* (the preset's or tfxl-train's --eval_*), else the training value
+    (TransfoXLConfig.eval_settings's rule)."""
+    resolved = config.eval_settings_sources(**cli.eval_overrides())
+    settings = {key: value for key, (value, _) in resolved.items()}
+    sources = {key: f"flag --{key}" if source == "argument" else f"config.json {source}"
+               for key, (_, source) in resolved.items()}
     return settings, sources
 
 

@@ -5,19 +5,10 @@ import os
 
 from absl import flags
 
-from tfxl.config import PRESETS, TransfoXLConfig, get_preset
+from tfxl import cli
+from tfxl.config import PRESETS
 
 FLAGS = flags.FLAGS
-
-# Model flags that override fields of the preset/--config (None = keep).
-MODEL_OVERRIDES = {
-    "n_layer": int, "d_model": int, "n_head": int, "d_head": int, "d_inner": int,
-    "dropout": float, "dropatt": float, "tgt_len": int, "mem_len": int, "clamp_len": int,
-    "same_length": bool, "untie_r": bool, "div_val": int, "cutoffs": list, "pre_lnorm": bool,
-    # Evaluation settings stored in config.json: what tfxl-eval/tfxl-export use by default.
-    "eval_tgt_len": int, "eval_mem_len": int, "eval_clamp_len": int, "eval_same_length": bool,
-}
-
 
 # The range of every numeric flag of tfxl-train and tfxl-eval, one rule per flag name (tfxl-eval's
 # --tgt_len/--mem_len/--clamp_len obey the same rules as training's): (holds(value, all values),
@@ -29,6 +20,7 @@ CLAMP = (lambda v, _: v >= -1, ">= -1 (-1: no clamp)")
 FLAG_RULES = {
     **{name: POSITIVE for name in (
         "n_layer", "d_model", "n_head", "d_head", "d_inner", "div_val", "tgt_len", "eval_tgt_len",
+        "d_embed", "init_std", "proj_init_std", "layer_norm_epsilon",
         "train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop",
         "max_eval_batches", "learning_rate")},
     **{name: NON_NEGATIVE for name in (
@@ -56,20 +48,10 @@ def check_flag_ranges(values):
 
 
 def define_model_flags():
-    flags.DEFINE_enum("preset", "tiny", sorted(PRESETS), "Model preset (the paper's scripts).")
-    flags.DEFINE_string("config", None, "JSON file with a TransfoXLConfig; overrides --preset.")
-    for name, kind in MODEL_OVERRIDES.items():
-        help_ = f"Override the config's {name}."
-        if name.startswith("eval_"):
-            help_ += " Stored in config.json: tfxl-eval's and tfxl-export's default."
-        if kind is int:
-            flags.DEFINE_integer(name, None, help_)
-        elif kind is float:
-            flags.DEFINE_float(name, None, help_)
-        elif kind is bool:
-            flags.DEFINE_bool(name, None, help_)
-        else:
-            flags.DEFINE_list(name, None, help_ + " Comma-separated ints.")
+    """--preset, --config and one flag per TransfoXLConfig field but vocab_size (the data's)."""
+    cli.define_config_flags(preset_default="tiny", exclude=("vocab_size",), config_help=(
+        " Its eval_* fields (or the --eval_* flags) are stored in config.json: tfxl-eval's and "
+        "tfxl-export's defaults."))
 
 
 def define_common_flags():
@@ -84,31 +66,19 @@ def define_common_flags():
 
 
 def model_config(vocab_size, cutoffs=None, flag_values=FLAGS):
-    """The TransfoXLConfig from --config or --preset, the overrides, and the data's vocabulary.
+    """The TransfoXLConfig of --preset, --config and the override flags (tfxl.cli.resolve_config),
+    with the data's vocabulary.
 
     vocab_size comes from the data manifest: a model must match the data it is trained on. The
     preset's cutoffs are kept when they fit the vocabulary, otherwise the manifest's suggested
-    cutoffs are used; --cutoffs and --config win over both.
+    `cutoffs` are used; --config's and --cutoffs win over both.
     """
-    if flag_values.config:
-        try:
-            config = TransfoXLConfig.from_file(flag_values.config)
-        except ValueError as err:
-            raise ValueError(f"--config: {err}") from None
-    else:
-        config = get_preset(flag_values.preset)
-    changes = {"vocab_size": int(vocab_size)}
-    if cutoffs is not None and not flag_values.config and not all(
-            c < vocab_size for c in config.cutoffs):
-        changes["cutoffs"] = tuple(int(c) for c in cutoffs)
-    for name, kind in MODEL_OVERRIDES.items():
-        value = flag_values[name].value
-        if value is not None:
-            changes[name] = tuple(int(v) for v in value) if kind is list else value
-    if changes.get("cutoffs") and config.tie_projs is not None and (
-            len(config.tie_projs) != len(changes["cutoffs"]) + 1):
-        changes["tie_projs"] = None  # the preset's flags were for other cutoffs
-    return config.replace(**changes)
+    preset_cutoffs = PRESETS[flag_values.preset].get("cutoffs", ()) if flag_values.preset else ()
+    defaults = {}
+    if cutoffs is not None and not all(c < vocab_size for c in preset_cutoffs):
+        defaults["cutoffs"] = tuple(int(c) for c in cutoffs)
+    return cli.resolve_config(flag_values, defaults=defaults,
+                              fixed={"vocab_size": int(vocab_size)})
 
 
 def require_dir_flags(*names, flag_values=FLAGS):

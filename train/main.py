@@ -6,8 +6,6 @@
 See BUILD.md for TPU pods and multi-worker runs.
 """
 
-import sys
-
 from absl import flags, logging
 
 from tfxl import cli
@@ -47,25 +45,22 @@ def is_chief(strategy):
 
 
 def main(argv):
-    try:
-        train_flags.check_flag_ranges(FLAGS.flag_values_dict())
-        train_flags.require_dir_flags("data_dir", "model_dir")
-        manifest = load_manifest(FLAGS.data_dir)
-        config = train_flags.model_config(manifest["vocab_size"], manifest.get("cutoffs"))
-        strategy = strategy_from_flags()
-        chief = is_chief(strategy)
-        if chief:
-            check_or_store_config(FLAGS.model_dir, config, store=False)
-        opt = OptimizerParams(FLAGS.learning_rate, FLAGS.warmup_steps, FLAGS.min_lr_ratio,
-                              FLAGS.train_steps, FLAGS.clip, FLAGS.optimizer, FLAGS.weight_decay)
-        runner = Runner(config, strategy, FLAGS.data_dir, FLAGS.model_dir,
-                        FLAGS.train_batch_size, opt, FLAGS.mixed_precision, FLAGS.jit_compile,
-                        FLAGS.steps_per_loop, FLAGS.seed, chief)
-        metrics = runner.train(FLAGS.save_every, FLAGS.eval_every, FLAGS.max_eval_batches,
-                               log=logging.info)
-    except TrainingDiverged as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 3
+    del argv
+    train_flags.check_flag_ranges(FLAGS.flag_values_dict())
+    train_flags.require_dir_flags("data_dir", "model_dir")
+    manifest = load_manifest(FLAGS.data_dir)
+    config = train_flags.model_config(manifest["vocab_size"], manifest.get("cutoffs"))
+    strategy = strategy_from_flags()
+    chief = is_chief(strategy)
+    if chief:
+        check_or_store_config(FLAGS.model_dir, config, store=False)
+    opt = OptimizerParams(FLAGS.learning_rate, FLAGS.warmup_steps, FLAGS.min_lr_ratio,
+                          FLAGS.train_steps, FLAGS.clip, FLAGS.optimizer, FLAGS.weight_decay)
+    runner = Runner(config, strategy, FLAGS.data_dir, FLAGS.model_dir,
+                    FLAGS.train_batch_size, opt, FLAGS.mixed_precision, FLAGS.jit_compile,
+                    FLAGS.steps_per_loop, FLAGS.seed, chief)
+    metrics = runner.train(FLAGS.save_every, FLAGS.eval_every, FLAGS.max_eval_batches,
+                           log=logging.info)
     if metrics.pop("nothing_to_do", False):
         print(f"nothing to do: {FLAGS.model_dir} is already trained to step {metrics['step']} "
               f"(--train_steps={FLAGS.train_steps}); its metrics.json is kept")
@@ -75,7 +70,8 @@ def main(argv):
 
 
 def run():
-    cli.run(main, define_flags, errors=(StrategyError,))
+    # A diverged run is not the user's input: its own status, 3 (the last good checkpoint kept).
+    cli.run(main, define_flags, errors=(StrategyError,), failures={TrainingDiverged: 3})
 
 
 if __name__ == "__main__":

@@ -20,12 +20,7 @@ def define_flags():
     flags.DEFINE_integer("version", None, "Version number (default: next free integer).")
     flags.DEFINE_string("data_dir", None, "tfxl-prepare directory whose tokenizer is embedded "
                         "for generate_text and score_text (optional).")
-    flags.DEFINE_integer("tgt_len", None, "Segment length T of score_document/score_text "
-                         "(default: the config's eval_tgt_len).")
-    flags.DEFINE_integer("mem_len", None, "Memory length M of the signatures (default: the "
-                         "config's eval_mem_len).")
-    flags.DEFINE_integer("clamp_len", None, "Default: the config's eval_clamp_len.")
-    flags.DEFINE_bool("same_length", None, "Default: the config's eval_same_length.")
+    cli.define_eval_flags(note="; fixed in the export's signatures")
     flags.DEFINE_integer("score_top_k", 16, "score returns the top-k ids/log-probs per "
                          "position; 0 returns full log-probs [B, T, V].")
 
@@ -41,10 +36,10 @@ def main(argv):
     tokenizer = None
     if FLAGS.data_dir:
         tokenizer = load_checked_tokenizer(FLAGS.data_dir, FLAGS.model, model.config.vocab_size)
+    settings = model.config.eval_settings(**cli.eval_overrides())  # checked before the export
     path = export_saved_model(
-        model, FLAGS.output_dir, FLAGS.version, tgt_len=FLAGS.tgt_len, mem_len=FLAGS.mem_len,
-        clamp_len=FLAGS.clamp_len, same_length=FLAGS.same_length,
-        score_top_k=FLAGS.score_top_k, tokenizer=tokenizer, data_dir=FLAGS.data_dir)
+        model, FLAGS.output_dir, FLAGS.version, **settings, score_top_k=FLAGS.score_top_k,
+        tokenizer=tokenizer, data_dir=FLAGS.data_dir)
     print(path)
     return 0
 

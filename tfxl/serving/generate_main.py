@@ -33,8 +33,7 @@ def define_flags():
     flags.DEFINE_integer("top_k", 0, "Keep the k most likely tokens (0 = all).")
     flags.DEFINE_float("top_p", 1.0, "Nucleus sampling mass (1 = off).")
     flags.DEFINE_integer("seed", 0, "Random seed.")
-    flags.DEFINE_integer("mem_len", None, "Memory length (default: the config's eval_mem_len; "
-                         "fixed by the export for SavedModels).")
+    cli.define_eval_flags(["mem_len"], note="; fixed by the export for SavedModels")
 
 
 class _ModelStepper:
@@ -45,8 +44,8 @@ class _ModelStepper:
 
         from tfxl.models.generation import generate
         self.tf = tf
-        settings = model.config.eval_settings()
-        self.mem_len = settings["mem_len"] if mem_len is None else mem_len
+        settings = model.config.eval_settings(mem_len=mem_len)
+        self.mem_len = settings["mem_len"]
         run = dict(clamp_len=settings["clamp_len"], same_length=settings["same_length"])
         self.memory = model.init_key_value_memory(1, mem_len=self.mem_len)
         self._generate = tf.function(lambda ids, memory, t, k, p, seed: generate(

@@ -3,9 +3,8 @@
 import os
 
 import keras
-import tensorflow as tf
 
-from tfxl.checkpoints import check_readable, newest_readable_checkpoint
+from tfxl.checkpoints import restore_weights
 from tfxl.config import TransfoXLConfig
 from tfxl.data.fingerprint import check_data_fingerprint, check_vocab_size
 from tfxl.data.manifest import load_manifest
@@ -47,18 +46,8 @@ def load_language_model(source, checkpoint=None, log=None):
         raise ValueError(f"{config_path} not found; pass a .keras file or a model_dir written by "
                          "tfxl-train")
     config = TransfoXLConfig.from_file(config_path)
-    if checkpoint:
-        path = check_readable(checkpoint)
-    else:
-        path = newest_readable_checkpoint(os.path.join(source, "checkpoints"), log)
-    if not path:
-        raise ValueError(f"{source}/checkpoints holds no checkpoint")
     model = TransfoXLLM(config)
     model.build((None, config.tgt_len))
-    try:
-        tf.train.Checkpoint(model=model).read(path).expect_partial(
-        ).assert_existing_objects_matched()
-    except (tf.errors.OpError, AssertionError, ValueError) as err:
-        raise ValueError(f"checkpoint {path} does not fit {config_path}: "
-                         f"{str(err).splitlines()[0]}") from None
+    restore_weights(model, checkpoint, os.path.join(source, "checkpoints"), fits=config_path,
+                    log=log)
     return model

@@ -1,0 +1,115 @@
+"""The one model-config rule of every tool (tfxl.cli.resolve_config), the model flags generated
+from TransfoXLConfig's fields, and the one resolution of evaluation settings."""
+
+import dataclasses
+import json
+
+import pytest
+from absl import flags
+
+from tfxl import cli
+from tfxl.config import PRESETS, TransfoXLConfig
+
+
+def parsed(*argv, preset_default=None, exclude=()):
+    values = flags.FlagValues()
+    cli.define_config_flags(preset_default=preset_default, exclude=exclude, flag_values=values)
+    values(["tool", *map(str, argv)])
+    return values
+
+
+def test_every_config_field_has_a_typed_flag_with_its_help():
+    fields = {f.name for f in dataclasses.fields(TransfoXLConfig)}
+    values = parsed()
+    assert fields <= set(values) and {"preset", "config"} <= set(values)
+    kinds = {"n_layer": "int", "dropout": "float", "untie_r": "bool", "d_embed": "int",
+             "eval_same_length": "bool", "cutoffs": "comma separated list of strings",
+             "tie_projs": "comma separated list of strings"}
+    for name, kind in kinds.items():
+        assert values[name].flag_type() == kind, name
+    for name in fields:
+        assert values[name].default is None and len(values[name].help) > 40, name
+    assert "number of token ids V" in values["vocab_size"].help
+    assert "vocab_size" not in parsed(exclude=("vocab_size",))
+
+
+def test_config_is_layered_on_the_preset_then_the_flags(tmp_path):
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({"n_layer": 3, "dropout": 0.2}))
+    config = cli.resolve_config(parsed("--preset=enwik8_base", f"--config={partial}",
+                                       "--dropout=0.3", "--noeval_same_length"))
+    preset = PRESETS["enwik8_base"]
+    assert config.n_layer == 3  # --config over --preset
+    assert config.dropout == 0.3 and config.eval_same_length is False  # flags over --config
+    assert (config.d_model, config.eval_mem_len) == (preset["d_model"], preset["eval_mem_len"])
+    # A whole config.json (a model_dir's) gives exactly that model, whatever the preset.
+    whole = tmp_path / "whole.json"
+    stored = TransfoXLConfig(n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32)
+    whole.write_text(stored.to_json())
+    assert cli.resolve_config(parsed(f"--config={whole}", preset_default="tiny")) == stored
+
+
+def test_tool_defaults_sources_and_fixed_fields_take_their_places(tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"layer_norm_epsilon": 1e-6}))
+    values = parsed("--preset=tiny", "--d_model=32")
+    got = cli.resolve_config(values, defaults={"layer_norm_epsilon": 1e-12, "n_layer": 5},
+                             sources=[("hf", {"n_layer": 4, "d_model": 48})],
+                             fixed={"vocab_size": 99})
+    assert (got.layer_norm_epsilon, got.n_layer, got.d_model, got.vocab_size) == (
+        1e-12, 4, 32, 99)
+    got = cli.resolve_config(parsed("--preset=tiny", f"--config={config}"),
+                             defaults={"layer_norm_epsilon": 1e-12})
+    assert got.layer_norm_epsilon == 1e-6  # --config over the tool's default
+
+
+def test_a_presets_tie_projs_follows_new_cutoffs_unless_given():
+    changed = cli.resolve_config(parsed("--preset=wt103_base", "--vocab_size=100",
+                                        "--cutoffs=10,50"))
+    assert changed.cutoffs == (10, 50) and changed.tie_projs is None
+    given = cli.resolve_config(parsed("--preset=wt103_base", "--vocab_size=100",
+                                      "--cutoffs=10,50", "--tie_projs=true,false,true"))
+    assert given.tie_projs == (True, False, True)
+
+
+def test_bad_model_input_names_where_it_came_from(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"n_layer": 0}))
+    with pytest.raises(ValueError, match=rf"n_layer must be > 0.*--preset=tiny, --config={bad}"):
+        cli.resolve_config(parsed("--preset=tiny", f"--config={bad}"))
+    bad.write_text(json.dumps({"n_layers": 2}))
+    with pytest.raises(ValueError, match=rf"--config {bad}: unknown .*n_layers"):
+        cli.resolve_config(parsed(f"--config={bad}"))
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match=rf"--config {bad} is not valid JSON"):
+        cli.resolve_config(parsed(f"--config={bad}"))
+    with pytest.raises(ValueError, match="--cutoffs: not integers: 1,x"):
+        cli.resolve_config(parsed("--cutoffs=1,x"))
+    with pytest.raises(ValueError, match="--tie_projs: 'maybe' is not true/false"):
+        cli.resolve_config(parsed("--tie_projs=true,maybe"))
+
+
+# ------------------------------------------------------------------------- evaluation settings
+def test_eval_settings_argument_then_eval_field_then_training_value():
+    config = TransfoXLConfig(tgt_len=8, mem_len=8, clamp_len=-1, same_length=False,
+                             eval_mem_len=32, eval_same_length=True)
+    assert config.eval_settings() == dict(tgt_len=8, mem_len=32, clamp_len=-1, same_length=True)
+    assert config.eval_settings(mem_len=0, tgt_len=4) == dict(tgt_len=4, mem_len=0, clamp_len=-1,
+                                                              same_length=True)
+    assert config.eval_settings_sources(clamp_len=5) == {
+        "tgt_len": (8, "tgt_len (training)"), "mem_len": (32, "eval_mem_len"),
+        "clamp_len": (5, "argument"), "same_length": (True, "eval_same_length")}
+    for bad, message in ((dict(tgt_len=0), "evaluation tgt_len must be >= 1, got 0"),
+                         (dict(mem_len=-1), "evaluation mem_len must be >= 0, got -1"),
+                         (dict(clamp_len=-2), "evaluation clamp_len must be >= -1, got -2")):
+        with pytest.raises(ValueError, match=message):
+            config.eval_settings(**bad)
+
+
+def test_eval_flags_feed_eval_settings():
+    values = flags.FlagValues()
+    cli.define_eval_flags(flag_values=values)
+    values(["tool", "--mem_len=64"])
+    overrides = cli.eval_overrides(flag_values=values)
+    assert overrides == dict(tgt_len=None, mem_len=64, clamp_len=None, same_length=None)
+    assert TransfoXLConfig(eval_mem_len=16).eval_settings(**overrides)["mem_len"] == 64

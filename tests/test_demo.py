@@ -1,0 +1,56 @@
+"""The demo's plots (matplotlib: the `plots` extra, also in `test`): bpc against evaluation memory
+length on a proportional log2 axis, and the training loss curve of train_log.jsonl."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from train import demo
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+RESULTS = [{"split": "valid", "mem_len": m, "bpc": b, "tokens": 1000}
+           for m, b in ((0, 3.1), (32, 2.6), (64, 2.4), (128, 2.35), (1024, 2.3))]
+
+
+def write_log(path, losses):
+    path.write_text("".join(json.dumps({"step": i + 1, "loss": loss, "grad_norm": 1.0}) + "\n"
+                            for i, loss in enumerate(losses)))
+    return path
+
+
+def test_write_plots_writes_both_pngs(tmp_path):
+    log = write_log(tmp_path / "train_log.jsonl", [5.0, 4.0, 3.5, 3.2])
+    paths = demo.write_plots(str(tmp_path), RESULTS, 64, str(log))
+    assert [p.rsplit("/", 1)[-1] for p in paths] == ["bpc_vs_memory.png", "training_loss.png"]
+    for path in paths:
+        with open(path, "rb") as f:
+            data = f.read()
+        assert data.startswith(PNG_SIGNATURE) and len(data) > 5000
+
+
+def test_memory_lengths_are_spaced_proportionally_on_a_log2_axis():
+    ax = demo.bpc_vs_memory_figure(RESULTS, training_mem_len=64).axes[0]
+    assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2
+    line = ax.get_lines()[0]
+    assert list(line.get_xdata()) == [32, 64, 128, 1024]  # mem_len 0 has no place on a log axis
+    assert list(line.get_ydata()) == [2.6, 2.4, 2.35, 2.3]
+    x = ax.transData.transform(np.column_stack([[32, 64, 128, 1024], [2.5] * 4]))[:, 0]
+    steps = np.diff(x)  # each doubling the same distance: 32->64->128, then 3 doublings to 1024
+    assert steps[0] == pytest.approx(steps[1]) and steps[2] == pytest.approx(3 * steps[0])
+    no_memory = [l for l in ax.get_lines() if l.get_label() == "no memory (mem_len 0)"]
+    assert len(no_memory) == 1 and list(no_memory[0].get_ydata()) == [3.1, 3.1]
+
+
+def test_training_loss_curve_is_every_logged_step(tmp_path):
+    losses = [5.0, 4.0, 3.5, 3.2, 3.3]
+    records = demo.read_train_log(str(write_log(tmp_path / "train_log.jsonl", losses)))
+    line = demo.training_loss_figure(records).axes[0].get_lines()[0]
+    assert list(line.get_xdata()) == [1, 2, 3, 4, 5] and list(line.get_ydata()) == losses
+
+
+def test_without_matplotlib_the_error_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails as if missing
+    with pytest.raises(ValueError, match=r"tfxl\[plots\]"):
+        demo.figure_class()
