@@ -89,7 +89,7 @@ def test_mirrored_two_replicas_equal_one_device(copy_data, tmp_path, mirrored):
     two, runner, _ = train_losses(copy_data, tmp_path / "two", strategy=mirrored, steps=12)
     np.testing.assert_allclose(two, one, atol=1e-5, rtol=1e-5)
     # Each replica holds its own memory rows (per-replica state, b = B / 2 rows each).
-    valid = runner.model_fn.memory.variables["valid"]
+    valid = runner.trainer.memory.variables["valid"]
     per_replica = runner.strategy.experimental_local_results(valid.value)
     assert len(per_replica) == 2 and per_replica[0].shape == (STREAMS // 2, T)
 
@@ -121,11 +121,11 @@ def test_jit_compile_agrees_with_eager_steps(copy_data, tmp_path):
 
 def test_memory_survives_host_loops_and_checkpoints(copy_data, tmp_path):
     _, runner, _ = train_losses(copy_data, tmp_path / "m", steps=10)
-    before = runner.model_fn.memory.gather()
+    before = runner.trainer.memory.gather()
     assert before["valid"].numpy().all()  # carried across the two host loops, never reset
-    runner.model_fn.memory.clear()
+    runner.trainer.memory.clear()
     runner.restore()
-    after = runner.model_fn.memory.gather()
+    after = runner.trainer.memory.gather()
     np.testing.assert_array_equal(after["valid"].numpy(), before["valid"].numpy())
     np.testing.assert_allclose(after["states"].numpy(), before["states"].numpy())
 
@@ -277,7 +277,7 @@ def test_mixed_precision_training_runs_and_learns(copy_data, tmp_path, policy):
         losses = [json.loads(line)["loss"] for line in f]
     assert np.isfinite(losses).all()
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
-    assert runner.model_fn.memory.variables["states"].dtype == policy.split("_")[1]
+    assert runner.trainer.memory.variables["states"].dtype == policy.split("_")[1]
     # Evaluation (key/value memory and position keys in the compute dtype) runs too.
     assert np.isfinite(runner.evaluate("valid", max_batches=3)["loss"])
 
