@@ -1,9 +1,19 @@
 """The splits of a tfxl-prepare data directory as distributed datasets (one input pipeline per
 host, `distribute_datasets_from_function`), and the shard checks done before the first step."""
 
+import tensorflow as tf
+
 from tfxl.data import pipeline
 from tfxl.data.manifest import split_info
 from tfxl.data.rechunk import rechunk
+
+
+def with_static_segments(features, tgt_len):
+    """The features with their segment axis stated: [b, T] (the shifted passes of the training
+    input are concatenated slices, whose length the graph does not know). A step on a TPU, and
+    one XLA computation anywhere, needs every input shape static."""
+    return {key: tf.ensure_shape(value, value.shape[:1].concatenate([tgt_len]))
+            if value.shape.rank == 2 else value for key, value in features.items()}
 
 
 class DistributedData:
@@ -23,6 +33,7 @@ class DistributedData:
             # A pipeline yields one per-replica batch per local replica and step.
             local_replicas = (input_context.num_replicas_in_sync
                               // input_context.num_input_pipelines)
+            dataset = dataset.map(lambda features: with_static_segments(features, self.tgt_len))
             if tgt_len != self.tgt_len:
                 dataset = rechunk(dataset, tgt_len, local_replicas)
             return dataset.skip(skip_batches * local_replicas) if skip_batches else dataset
