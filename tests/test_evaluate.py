@@ -1,6 +1,8 @@
 """Evaluator.evaluate (key/value memory, position keys once per pass) against the same evaluation
 done by hand, segment by segment, on the layer-input memory path."""
 
+import io
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -10,6 +12,7 @@ from tfxl.data import pipeline
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.data.rechunk import rechunk
 from tfxl.layers.memory import stacked
+from train.evaluator import EvalProgress
 from train.loop import make_evaluator
 
 T = 8          # segment length of the data
@@ -89,3 +92,45 @@ def test_evaluate_equals_the_layer_input_path_by_hand(data_dir, tmp_path, mirror
     memory = evaluator.memories[(STREAMS, kwargs["mem_len"])]
     assert set(memory.variables) == {"keys", "values", "valid"}
     assert stacked(memory.gather())["keys"].shape == (STREAMS, 2, 2, 16, kwargs["mem_len"])
+
+
+def test_evaluation_builds_no_optimizer_and_no_training_memory(data_dir, tmp_path):
+    """What tfxl-eval builds: the model's weights and the evaluation state, nothing else."""
+    created = []
+
+    def record(next_creator, **kwargs):
+        variable = next_creator(**kwargs)
+        created.append(variable)
+        return variable
+
+    with tf.variable_creator_scope(record):
+        evaluator = make_test_evaluator(data_dir, tmp_path, tf.distribute.get_strategy(), False)
+        evaluator.evaluate("valid", max_batches=2)
+    weights = {id(v.value) for v in evaluator.model.variables}  # with the dropout seeds
+    others = [v.name for v in created if id(v) not in weights]
+    assert weights <= {id(v) for v in created}
+    assert others and all(name.startswith(("eval_memory_", "eval_position_keys_"))
+                          for name in others), others
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("stream,visible,shown", [
+    (io.StringIO, None, False),   # a log file or pipe: quiet
+    (Terminal, None, True),       # a terminal
+    (Terminal, False, False),     # forced off
+    (io.StringIO, True, True),    # forced on
+])
+def test_the_evaluation_progress_bar_shows_on_a_terminal_only(data_dir, tmp_path, stream,
+                                                              visible, shown):
+    evaluator = make_test_evaluator(data_dir, tmp_path, tf.distribute.get_strategy(), False)
+    out = stream()
+    evaluator.progress = EvalProgress(visible, stream=out)
+    evaluator.evaluate("valid", max_batches=BATCHES)
+    if shown:  # steps done of all, and the time per step
+        assert f"{BATCHES}/{BATCHES}" in out.getvalue() and "/step" in out.getvalue()
+    else:
+        assert out.getvalue() == ""
