@@ -16,7 +16,7 @@ Part A, `cached` (the paper's Table 9 protocol, scaled down to the `bench` model
 Part `paths`: the same model on both memories, segment after segment (`memory_paths`).
 
 Part B, `throughput`: evaluation tokens/s through the real trainer (`Runner.evaluate`: the
-per-replica `ModelFn.eval_step` on the key/value memory in `steps_per_loop` host loops, data from
+per-replica `Evaluator.eval_step` on the key/value memory in `steps_per_loop` host loops, data from
 `tfxl-prepare` rechunked to the eval segment length), global batch 16, at the training setting
 (T = M = 128), at T 80 / M 512 and at the paper's enwik8 evaluation shape T 80 / M 2100. The first
 call compiles and is not timed.
@@ -183,7 +183,7 @@ def memory_paths(settings, batch=16, segments=8, jit=True, reps=3):
 def trainer_throughput(settings, jit=True, dtype="float32", batches=20, data_root=None):
     tf = common.setup()
     from train.loop import Runner
-    from train.model_fn import OptimizerParams
+    from train.optimization import OptimizerParams
 
     config = common.bench_config()
     results = []

@@ -2,8 +2,8 @@
 
 Every mem_len runs in a fresh subprocess, so its `ru_maxrss` is its own. The child imports
 TensorFlow, runs one tiny op and records that RSS as the process baseline; then it builds the
-trainer's `ModelFn` (model, Adam, per-replica memory) for the `bench` config (float32, global batch
-16, T 128) with the given mem_len and runs `--steps` `strategy.run(ModelFn.train_step)` steps on
+trainer's `Trainer` (model, Adam, per-replica memory) for the `bench` config (float32, global batch
+16, T 128) with the given mem_len and runs `--steps` `strategy.run(Trainer.train_step)` steps on
 random ids inside a tf.function, as `Runner` does. Peak RSS is compared with
 
   baseline + weights (4P) + gradients (4P) + Adam slots (8P)
@@ -61,13 +61,16 @@ def child(mem_len, jit, steps):
     tf.constant(1.0).numpy()
     baseline = common.peak_rss_mib()
     import keras
-    from train.model_fn import ModelFn, OptimizerParams
+    from train.loop import build_model
+    from train.optimization import OptimizerParams
+    from train.trainer import Trainer
 
     keras.config.set_dtype_policy("float32")
     config = common.bench_config(mem_len=mem_len)
     strategy = tf.distribute.get_strategy()
-    model_fn = ModelFn(config, strategy, BATCH, OptimizerParams(), "float32", jit)
-    n_params = sum(int(v.numpy().size) for v in model_fn.model.trainable_variables)
+    model = build_model(config, strategy)
+    trainer = Trainer(model, strategy, None, BATCH, OptimizerParams(), "float32", jit)
+    n_params = sum(int(v.numpy().size) for v in model.trainable_variables)
     built = common.peak_rss_mib()
     ids = tf.random.uniform((BATCH, config.tgt_len), 0, config.vocab_size, tf.int32)
     features = {"inputs": ids, "targets": ids, "target_mask": tf.ones_like(ids),
@@ -75,7 +78,7 @@ def child(mem_len, jit, steps):
 
     @tf.function
     def step():
-        return strategy.run(model_fn.train_step, args=(features,))
+        return strategy.run(trainer.train_step, args=(features,))
 
     for _ in range(steps):
         loss, _ = step()

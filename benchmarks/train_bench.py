@@ -2,7 +2,7 @@
 
 Prepares a generated corpus with `tfxl-prepare` (bytes tokenizer) in a temp dir, builds
 `train.loop.Runner` (default strategy, Adam, clip 0.25) and runs its own host loop
-(`Runner._make_train_loop`: `steps_per_loop` calls of `strategy.run(ModelFn.train_step, ...)`
+(`Trainer._loop`: `steps_per_loop` calls of `strategy.run(Trainer.train_step, ...)`
 inside one tf.function, exactly what `Runner.train` runs). The first loop (trace + compile) is not
 timed; then `--loops` loops of `--steps` steps are timed and the best is reported. FLOP/s use the
 analytic count of `benchmarks.common.train_flops` and are compared with the peak of a large
@@ -33,7 +33,7 @@ def run_one(config_name, dtype, jit, steps, loops, data_root, profile_dir=None):
     """In this process: tokens/s of the trainer on one config/dtype/jit combination."""
     tf = common.setup()
     from train.loop import Runner
-    from train.model_fn import OptimizerParams
+    from train.optimization import OptimizerParams
 
     config = common.CONFIGS[config_name]()
     data_dir = common.prepare_data(data_root, config.tgt_len)
@@ -42,23 +42,24 @@ def run_one(config_name, dtype, jit, steps, loops, data_root, profile_dir=None):
                     OptimizerParams(train_steps=10**6, learning_rate=2.5e-4), mixed_precision=dtype,
                     jit_compile=jit, steps_per_loop=steps)
     runner.restore()
-    loop = runner._make_train_loop()
+    runner.trainer.train_loop_begin()  # the input at the restored step
+    loop, iterator = runner.trainer._loop, runner.trainer._iterator
     start = time.perf_counter()
-    losses, _ = loop(runner._train_iterator, tf.constant(steps))
+    losses, _ = loop(iterator, tf.constant(steps))
     losses.numpy()
     first = time.perf_counter() - start
     best = best_cpu = float("inf")
     snap = common.cpu_snapshot()
     for _ in range(loops):
         start, cpu_start = time.perf_counter(), time.process_time()
-        losses, _ = loop(runner._train_iterator, tf.constant(steps))
+        losses, _ = loop(iterator, tf.constant(steps))
         losses = losses.numpy()
         best = min(best, time.perf_counter() - start)
         best_cpu = min(best_cpu, time.process_time() - cpu_start)
     foreign = common.foreign_cpu_share(snap, common.cpu_snapshot())
     if profile_dir:
         tf.profiler.experimental.start(profile_dir)
-        loop(runner._train_iterator, tf.constant(steps))[0].numpy()
+        loop(iterator, tf.constant(steps))[0].numpy()
         tf.profiler.experimental.stop()
     tokens = steps * GLOBAL_BATCH * config.tgt_len
     flops = steps * common.train_flops(config, GLOBAL_BATCH)

@@ -1,5 +1,7 @@
-"""Runner.evaluate (key/value memory, position keys once per pass) against the same evaluation
+"""Evaluator.evaluate (key/value memory, position keys once per pass) against the same evaluation
 done by hand, segment by segment, on the layer-input memory path."""
+
+import io
 
 import numpy as np
 import pytest
@@ -10,8 +12,8 @@ from tfxl.data import pipeline
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.data.rechunk import rechunk
 from tfxl.layers.memory import stacked
-from train.loop import Runner
-from train.model_fn import OptimizerParams
+from train.evaluator import EvalProgress
+from train.loop import make_evaluator
 
 T = 8          # segment length of the data
 STREAMS = 4
@@ -33,23 +35,23 @@ def data_dir(tmp_path_factory):
     return str(out)
 
 
-def make_runner(data_dir, model_dir, strategy, jit_compile):
+def make_test_evaluator(data_dir, model_dir, strategy, jit_compile):
     vocab_size = pipeline.load_manifest(data_dir)["vocab_size"]
     # A large init_std: predictions far from uniform, so the mean loss moves with every key.
     config = TransfoXLConfig(vocab_size=vocab_size, n_layer=2, d_model=32, n_head=2, d_head=16,
                              d_inner=64, dropout=0.0, dropatt=0.0, tgt_len=T, mem_len=T,
                              init_std=0.3)
-    return Runner(config, strategy, data_dir, str(model_dir), STREAMS, OptimizerParams(),
-                  jit_compile=jit_compile, steps_per_loop=3)
+    return make_evaluator(config, strategy, data_dir, str(model_dir), STREAMS,
+                          jit_compile=jit_compile, steps_per_loop=3)
 
 
-def evaluate_by_hand(runner, data_dir, tgt_len, mem_len, clamp_len, same_length):
+def evaluate_by_hand(evaluator, data_dir, tgt_len, mem_len, clamp_len, same_length):
     """The mean NLL of the first BATCHES segments, on the layer-input memory path."""
     dataset = pipeline.input_fn("valid", pipeline.InputParams(data_dir=data_dir,
                                                               batch_size=STREAMS))
     if tgt_len != T:
         dataset = rechunk(dataset, tgt_len)
-    lm = runner.model
+    lm = evaluator.model
     memory, total, count = lm.init_memory(STREAMS, mem_len=mem_len), 0.0, 0.0
     for features in dataset.take(BATCHES):
         nll, memory = lm(features["inputs"], memory, reset=features["reset"],
@@ -74,19 +76,61 @@ SETTINGS = {
 def test_evaluate_equals_the_layer_input_path_by_hand(data_dir, tmp_path, mirrored,
                                                       strategy_name, settings, jit_compile):
     strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
-    runner = make_runner(data_dir, tmp_path, strategy, jit_compile)
+    evaluator = make_test_evaluator(data_dir, tmp_path, strategy, jit_compile)
     kwargs = SETTINGS[settings]
-    no_memory = runner.evaluate("valid", max_batches=BATCHES, **{**kwargs, "mem_len": 0})
+    no_memory = evaluator.evaluate("valid", max_batches=BATCHES, **{**kwargs, "mem_len": 0})
     for weights_scale in (1.0, 1.5):
         # The second pass runs with other weights: its position keys must be recomputed.
-        for variable in runner.model.trainable_variables:
+        for variable in evaluator.model.trainable_variables:
             variable.assign(variable * weights_scale)
-        got = runner.evaluate("valid", max_batches=BATCHES, **kwargs)
-        want = evaluate_by_hand(runner, data_dir, **kwargs)
+        got = evaluator.evaluate("valid", max_batches=BATCHES, **kwargs)
+        want = evaluate_by_hand(evaluator, data_dir, **kwargs)
         assert got["loss"] == pytest.approx(want, abs=1e-5), weights_scale
     assert got["tokens"] == BATCHES * STREAMS * kwargs["tgt_len"]
     # The memory matters here (so the comparison above tests it), and it is a key/value memory.
     assert abs(no_memory["loss"] - got["loss"]) > 1e-2
-    memory = runner._eval_memories[(STREAMS, kwargs["mem_len"])]
+    memory = evaluator.memories[(STREAMS, kwargs["mem_len"])]
     assert set(memory.variables) == {"keys", "values", "valid"}
     assert stacked(memory.gather())["keys"].shape == (STREAMS, 2, 2, 16, kwargs["mem_len"])
+
+
+def test_evaluation_builds_no_optimizer_and_no_training_memory(data_dir, tmp_path):
+    """What tfxl-eval builds: the model's weights and the evaluation state, nothing else."""
+    created = []
+
+    def record(next_creator, **kwargs):
+        variable = next_creator(**kwargs)
+        created.append(variable)
+        return variable
+
+    with tf.variable_creator_scope(record):
+        evaluator = make_test_evaluator(data_dir, tmp_path, tf.distribute.get_strategy(), False)
+        evaluator.evaluate("valid", max_batches=2)
+    weights = {id(v.value) for v in evaluator.model.variables}  # with the dropout seeds
+    others = [v.name for v in created if id(v) not in weights]
+    assert weights <= {id(v) for v in created}
+    assert others and all(name.startswith(("eval_memory_", "eval_position_keys_"))
+                          for name in others), others
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("stream,visible,shown", [
+    (io.StringIO, None, False),   # a log file or pipe: quiet
+    (Terminal, None, True),       # a terminal
+    (Terminal, False, False),     # forced off
+    (io.StringIO, True, True),    # forced on
+])
+def test_the_evaluation_progress_bar_shows_on_a_terminal_only(data_dir, tmp_path, stream,
+                                                              visible, shown):
+    evaluator = make_test_evaluator(data_dir, tmp_path, tf.distribute.get_strategy(), False)
+    out = stream()
+    evaluator.progress = EvalProgress(visible, stream=out)
+    evaluator.evaluate("valid", max_batches=BATCHES)
+    if shown:  # steps done of all, and the time per step
+        assert f"{BATCHES}/{BATCHES}" in out.getvalue() and "/step" in out.getvalue()
+    else:
+        assert out.getvalue() == ""

@@ -16,8 +16,9 @@ from tfxl.config import TransfoXLConfig
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.serving.loading import load_language_model
 from train import flags as train_flags
-from train.loop import Runner, check_or_store_config
-from train.model_fn import OptimizerParams
+from train.checkpointing import restore_weights
+from train.loop import Runner, build_model, check_or_store_config
+from train.optimization import OptimizerParams
 
 T = 8          # segment length of the test data
 STREAMS = 4    # streams per split
@@ -157,10 +158,9 @@ def test_every_checkpoint_damaged_is_refused_and_nothing_is_overwritten(data_dir
 def test_intact_checkpoint_of_another_model_keeps_its_message(data_dir, tmp_path):
     model_dir = tmp_path / "m"
     train(data_dir, model_dir, 10)
-    other = Runner(tiny_config(data_dir, d_model=32), tf.distribute.get_strategy(), data_dir,
-                   str(model_dir), STREAMS, OptimizerParams())
+    other = build_model(tiny_config(data_dir, d_model=32), tf.distribute.get_strategy())
     with pytest.raises(ValueError, match="does not fit this model") as raised:
-        other.restore_weights_only()
+        restore_weights(other, str(model_dir))
     assert "damaged" not in str(raised.value)
     config = json.loads((model_dir / "config.json").read_text())
     (model_dir / "config.json").write_text(json.dumps({**config, "d_model": 32}))

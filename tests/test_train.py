@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -89,7 +90,7 @@ def test_mirrored_two_replicas_equal_one_device(copy_data, tmp_path, mirrored):
     two, runner, _ = train_losses(copy_data, tmp_path / "two", strategy=mirrored, steps=12)
     np.testing.assert_allclose(two, one, atol=1e-5, rtol=1e-5)
     # Each replica holds its own memory rows (per-replica state, b = B / 2 rows each).
-    valid = runner.model_fn.memory.variables["valid"]
+    valid = runner.trainer.memory.variables["valid"]
     per_replica = runner.strategy.experimental_local_results(valid.value)
     assert len(per_replica) == 2 and per_replica[0].shape == (STREAMS // 2, T)
 
@@ -121,11 +122,11 @@ def test_jit_compile_agrees_with_eager_steps(copy_data, tmp_path):
 
 def test_memory_survives_host_loops_and_checkpoints(copy_data, tmp_path):
     _, runner, _ = train_losses(copy_data, tmp_path / "m", steps=10)
-    before = runner.model_fn.memory.gather()
+    before = runner.trainer.memory.gather()
     assert before["valid"].numpy().all()  # carried across the two host loops, never reset
-    runner.model_fn.memory.clear()
+    runner.trainer.memory.clear()
     runner.restore()
-    after = runner.model_fn.memory.gather()
+    after = runner.trainer.memory.gather()
     np.testing.assert_array_equal(after["valid"].numpy(), before["valid"].numpy())
     np.testing.assert_allclose(after["states"].numpy(), before["states"].numpy())
 
@@ -277,7 +278,7 @@ def test_mixed_precision_training_runs_and_learns(copy_data, tmp_path, policy):
         losses = [json.loads(line)["loss"] for line in f]
     assert np.isfinite(losses).all()
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
-    assert runner.model_fn.memory.variables["states"].dtype == policy.split("_")[1]
+    assert runner.trainer.memory.variables["states"].dtype == policy.split("_")[1]
     # Evaluation (key/value memory and position keys in the compute dtype) runs too.
     assert np.isfinite(runner.evaluate("valid", max_batches=3)["loss"])
 
@@ -345,3 +346,143 @@ def test_resuming_on_data_with_another_vocabulary_is_refused(copy_data, tmp_path
     result = cli(*common_flags(str(other), model_dir, 4))
     assert result.returncode == 2 and "another vocabulary" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+# -- the step: one gradient all-reduce, one XLA computation, static shapes --------------------------
+
+def collective_elements(graph):
+    """Elements each replica sends through collective all-reduces in `graph` (per op)."""
+    return [op.inputs[0].shape.num_elements() for op in graph.get_operations()
+            if op.type in ("CollectiveReduceV2", "CollectiveReduce", "NcclAllReduce")]
+
+
+def test_the_gradients_cross_the_replicas_once_per_step(copy_data, tmp_path, mirrored):
+    cfg = tiny_config(vocab(copy_data), n_layer=1)
+    runner = Runner(cfg, mirrored, copy_data, str(tmp_path), STREAMS,
+                    OptimizerParams(learning_rate=3e-3, train_steps=5))
+    trainer = runner.trainer
+    features = next(iter(runner.data.dataset("train", STREAMS, True)))
+    step = tf.function(lambda f: mirrored.run(trainer.train_step, args=(f,)))
+    graph = step.get_concrete_function(features).graph
+    parameters = sum(int(np.prod(v.shape)) for v in runner.model.trainable_variables)
+    reduced = collective_elements(graph)
+    # Two replicas, each: the token count, the gradients once (packed), the loss.
+    assert len(reduced) > 0 and sum(reduced) == 2 * (parameters + 2), (sum(reduced), parameters)
+
+
+def spy_on_shapes(function, seen):
+    """`function` that first records the static shapes of its tensor arguments (at trace time)."""
+    def spy(*args):
+        for value in tf.nest.flatten(args):
+            if isinstance(value, tf.Tensor):
+                seen.append(value.shape)
+        return function(*args)
+    return spy
+
+
+@pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
+def test_every_tensor_that_reaches_a_step_has_a_static_shape(copy_data, tmp_path, mirrored,
+                                                             strategy_name):
+    strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
+    runner = Runner(tiny_config(vocab(copy_data), n_layer=1), strategy, copy_data,
+                    str(tmp_path), STREAMS, OptimizerParams(train_steps=2), steps_per_loop=2)
+    seen = []
+    trainer, evaluator = runner.trainer, runner.evaluator
+    trainer._forward_backward = spy_on_shapes(trainer._forward_backward, seen)
+    evaluator._forward = spy_on_shapes(evaluator._forward, seen)
+    trainer.train(2)  # the real host loops, traced as the run traces them
+    before = len(seen)
+    evaluator.evaluate("valid", tgt_len=T // 2, mem_len=3 * T, max_batches=2)  # re-cut input
+    assert before > 0 and len(seen) > before
+    assert all(shape.is_fully_defined() for shape in seen), seen
+    for split, training in (("train", True), ("valid", False)):
+        spec = runner.data.dataset(split, STREAMS, training, tgt_len=T // 2).element_spec
+        specs = tf.nest.flatten(spec, expand_composites=True)
+        assert specs and all(s.shape.is_fully_defined() for s in specs), spec
+
+
+def test_train_and_eval_steps_compile_as_one_xla_computation(copy_data, tmp_path):
+    """Forward, backward, gradient all-reduce, clipping, optimizer update and memory read and
+    write in one jit_compile=True function (the one-device strategy: its all-reduce is the
+    identity), with the results of the step run op by op."""
+    def runner_and_features(name):
+        keras.utils.set_random_seed(0)
+        runner = Runner(tiny_config(vocab(copy_data), dropout=0.1), tf.distribute.get_strategy(),
+                        copy_data, str(tmp_path / name), STREAMS,
+                        OptimizerParams(learning_rate=3e-3, train_steps=5))
+        return runner, next(iter(runner.data.dataset("train", STREAMS, True)))
+
+    plain, features = runner_and_features("plain")
+    xla, _ = runner_and_features("xla")
+    step = tf.function(xla.trainer.train_step, jit_compile=True)
+    hlo = step.experimental_get_compiler_ir(features)(stage="hlo")
+    assert hlo.count("HloModule") == 1
+    for _ in range(2):  # the second step reads the memory the first one wrote
+        want = plain.trainer.train_step(features)
+        got = step(features)
+        np.testing.assert_allclose([float(v) for v in got], [float(v) for v in want],
+                                   rtol=1e-5)
+    assert xla.trainer.step == plain.trainer.step == 2
+    for a, b in zip(xla.model.trainable_variables, plain.model.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(xla.trainer.memory.gather()["states"].numpy(),
+                               plain.trainer.memory.gather()["states"].numpy(), rtol=1e-4,
+                               atol=1e-6)
+    # The eval step: key/value memory and position keys read and written in one computation.
+    evaluator = xla.evaluator
+    settings = evaluator.settings()
+    evaluator.eval_begin(settings)
+    memory = evaluator.memories[(STREAMS, T)]
+    keys = evaluator.position_keys[(2 * T, -1)]
+    eval_features = next(iter(xla.data.dataset("valid", STREAMS, False)))
+    eval_step = tf.function(lambda f: evaluator.eval_step(f, memory, keys, False),
+                            jit_compile=True)
+    assert eval_step.experimental_get_compiler_ir(eval_features)(
+        stage="hlo").count("HloModule") == 1
+    nll_sum, tokens = eval_step(eval_features)
+    assert float(tokens) == STREAMS * T and np.isfinite(float(nll_sum))
+    assert memory.gather()["valid"].numpy().any()
+
+
+# -- TensorBoard ------------------------------------------------------------------------------------
+
+def scalars(log_dir):
+    """{tag: {step: value}} of the scalar summaries in the event files of `log_dir`."""
+    from tensorboard.backend.event_processing import event_accumulator
+    events = event_accumulator.EventAccumulator(
+        str(log_dir), size_guidance={event_accumulator.TENSORS: 0})
+    events.Reload()
+    return {tag: {e.step: float(tf.make_ndarray(e.tensor_proto)) for e in events.Tensors(tag)}
+            for tag in events.Tags()["tensors"]}
+
+
+def test_training_writes_tensorboard_scalars(copy_data, tmp_path):
+    losses, runner, _ = train_losses(copy_data, tmp_path, steps=6)
+    written = scalars(str(tmp_path / "train"))
+    assert set(written) == {"loss", "bpc", "learning_rate", "grad_norm", "tokens_per_second",
+                            "steps_per_second"}
+    assert sorted(written["loss"]) == list(range(1, 7))
+    np.testing.assert_allclose([written["loss"][s] for s in range(1, 7)], losses, rtol=1e-6)
+    assert written["bpc"][6] == pytest.approx(losses[-1] / np.log(2), rel=1e-5)
+    assert sorted(written["tokens_per_second"]) == [6]  # one host loop of 6 steps
+
+
+def test_keras_tensorboard_callback_works_with_stateful_fit(tmp_path):
+    import keras
+    from tfxl import StatefulTransfoXLLM
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 16, (4 * 6, T)).astype(np.int32)
+    y = rng.integers(0, 16, (4 * 6, T)).astype(np.int32)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(4, drop_remainder=True)
+    model = StatefulTransfoXLLM(tiny_config(16, n_layer=1), batch_size=4)
+    model.compile(keras.optimizers.Adam(3e-3))
+    history = model.fit(data, epochs=2, verbose=0, validation_data=data, shuffle=False,
+                        callbacks=[keras.callbacks.TensorBoard(str(tmp_path), update_freq=1)])
+    train, validation = scalars(tmp_path / "train"), scalars(tmp_path / "validation")
+    assert set(train) >= {"epoch_loss", "batch_loss", "epoch_learning_rate"}
+    assert sorted(train["epoch_loss"]) == [0, 1] and len(train["batch_loss"]) == 2 * 6
+    for epoch in (0, 1):
+        assert train["epoch_loss"][epoch] == pytest.approx(history.history["loss"][epoch],
+                                                           rel=1e-5)
+        assert validation["epoch_loss"][epoch] == pytest.approx(
+            history.history["val_loss"][epoch], rel=1e-5)

@@ -1,4 +1,5 @@
-"""TPU-Estimator-style training of tfxl models: input_fn (tfxl.data) + model_fn + host loops."""
+"""Training and evaluation of tfxl models, Orbit-style: input_fn (tfxl.data) + trainer, evaluator
+and controller (train/loop.py composes them)."""
 
 # First, before any train module imports TensorFlow: tfxl-train, tfxl-eval and the demo silence
 # its start-up chatter (tfxl/cli.py).

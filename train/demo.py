@@ -29,7 +29,7 @@ from tfxl.data.manifest import load_manifest
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.json_files import write_json_atomically
 from train.loop import Runner, check_or_store_config
-from train.model_fn import OptimizerParams
+from train.optimization import OptimizerParams
 
 FLAGS = flags.FLAGS
 

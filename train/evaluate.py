@@ -21,8 +21,8 @@ from tfxl.data.manifest import load_manifest
 from tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from train import flags as train_flags
 from tfxl.json_files import write_json_atomically
-from train.loop import Runner
-from train.model_fn import OptimizerParams
+from train.checkpointing import restore_weights
+from train.loop import make_evaluator
 
 FLAGS = flags.FLAGS
 
@@ -67,11 +67,11 @@ def evaluate_from_flags():
     strategy = strategy_from_flags()
     streams = load_manifest(FLAGS.data_dir)["num_streams"]
     batch = streams if FLAGS.eval_batch_size is None else FLAGS.eval_batch_size
-    runner = Runner(config, strategy, FLAGS.data_dir, FLAGS.model_dir, batch,
-                    OptimizerParams(), FLAGS.mixed_precision, FLAGS.jit_compile,
-                    steps_per_loop=100)
-    used = runner.restore_weights_only(FLAGS.checkpoint, log=warn)
-    result = runner.evaluate(FLAGS.split, batch, max_batches=FLAGS.max_eval_batches, **settings)
+    evaluator = make_evaluator(config, strategy, FLAGS.data_dir, FLAGS.model_dir, batch,
+                               FLAGS.mixed_precision, FLAGS.jit_compile)
+    used = restore_weights(evaluator.model, FLAGS.model_dir, FLAGS.checkpoint, log=warn)
+    result = evaluator.evaluate(FLAGS.split, batch, max_batches=FLAGS.max_eval_batches,
+                                **settings)
     result["checkpoint"] = used
     result["settings_from"] = sources
     return result

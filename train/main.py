@@ -13,7 +13,7 @@ from tfxl.data.manifest import load_manifest
 from tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from train import flags as train_flags
 from train.loop import Runner, TrainingDiverged, check_or_store_config
-from train.model_fn import OptimizerParams
+from train.optimization import OptimizerParams
 
 FLAGS = flags.FLAGS
 

@@ -1,0 +1,81 @@
+"""What a training checkpoint holds, where it goes, and the weights-only restore of evaluation.
+
+A training checkpoint tracks the model, the optimizer (with its step), the per-replica training
+memory and the state of every dropout seed generator, so a resumed run draws the same masks and
+continues step for step. The input position is the step (train/trainer.py). Which checkpoint to
+read, skipping damaged ones, is tfxl/checkpoints.py's.
+"""
+
+import os
+
+import tensorflow as tf
+
+from tfxl.checkpoints import check_readable, newest_readable_checkpoint
+
+
+def seed_generator_states(model):
+    """The state variable of every Keras SeedGenerator of `model` (dropout), in layer order.
+
+    Keras keeps SeedGenerators out of TensorFlow's object graph, so `Checkpoint(model=...)` does
+    not save them; each layer lists its own (`Layer._seed_generators`, what `Layer.variables`
+    reads), and they are tracked here explicitly.
+    """
+    return [generator.state.value
+            for layer in model._flatten_layers() for generator in layer._seed_generators]
+
+
+class TrainingCheckpoint:
+    """Saves and restores a training job: model, optimizer, memory, dropout seeds.
+
+    Args:
+      model, optimizer: built under the strategy.
+      memory: the trainer's `CheckpointedReplicaMemory`.
+      model_dir: checkpoints go to model_dir/checkpoints (the chief's).
+      worker_id: None on the chief; a MultiWorker worker's id otherwise (every worker saves, only
+        the chief's copy is kept: the others write under model_dir/tmp_worker_checkpoints/).
+    """
+
+    def __init__(self, model, optimizer, memory, model_dir, worker_id=None):
+        self.memory = memory
+        self.checkpoint = tf.train.Checkpoint(
+            model=model, optimizer=optimizer, memory=memory.checkpointed,
+            dropout_seeds=tf.train.Checkpoint(states=seed_generator_states(model)))
+        self.directory = os.path.join(model_dir, "checkpoints")
+        own = self.directory if worker_id is None else os.path.join(
+            model_dir, "tmp_worker_checkpoints", str(worker_id))
+        self.manager = tf.train.CheckpointManager(self.checkpoint, own, max_to_keep=3)
+
+    def restore(self, log=print):
+        """Restores the newest readable checkpoint; returns its path, None when there is none.
+        Damaged checkpoints are skipped with a message through `log`."""
+        latest = newest_readable_checkpoint(self.directory, log)
+        if latest:
+            try:
+                self.checkpoint.restore(latest).assert_existing_objects_matched()
+            except (tf.errors.OpError, AssertionError, ValueError) as err:
+                raise ValueError(f"checkpoint {latest} does not fit this model/run: "
+                                 f"{str(err).splitlines()[0]}") from None
+            self.memory.restore_from_checkpoint()
+        return latest
+
+    def save(self, step):
+        self.memory.save_to_checkpoint()
+        return self.manager.save(checkpoint_number=step)
+
+
+def restore_weights(model, model_dir, checkpoint_path=None, log=None):
+    """For evaluation: model weights only, from `checkpoint_path` (which must read cleanly) or
+    the model_dir's newest readable checkpoint; returns the path read."""
+    if checkpoint_path:
+        path = check_readable(checkpoint_path)
+    else:
+        path = newest_readable_checkpoint(os.path.join(model_dir, "checkpoints"), log)
+    if not path:
+        raise ValueError(f"no checkpoint in {model_dir}/checkpoints")
+    try:
+        tf.train.Checkpoint(model=model).restore(path).expect_partial(
+        ).assert_existing_objects_matched()
+    except (tf.errors.OpError, AssertionError, ValueError) as err:
+        raise ValueError(f"checkpoint {path} does not fit this model: "
+                         f"{str(err).splitlines()[0]}") from None
+    return path

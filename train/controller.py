@@ -1,0 +1,123 @@
+"""The cadence of a training run, in the manner of Orbit's Controller, and its log sinks.
+
+`Controller.train` runs the trainer in host loops of at most `steps_per_loop` steps, cut so that
+every `save_every`-th step is checkpointed (and the last), and every `eval_every`-th evaluated.
+After each loop every train action is called with the loop's outputs, after each evaluation every
+eval action with the step and the result; the log sinks are such actions (`TrainLog`,
+`TensorBoardScalars`, `ProgressBar`).
+"""
+
+import json
+import time
+
+import keras
+import tensorflow as tf
+
+from train.evaluator import metric_value
+
+
+class Controller:
+    """Args:
+      trainer: a `train.trainer.Trainer`. checkpoint: its `TrainingCheckpoint`.
+      train_steps: the step to train to. steps_per_loop: the longest host loop.
+      save_every, eval_every: cadence in steps (None or 0: at the end only / never).
+      evaluate: () -> result dict, called every eval_every steps.
+      train_actions: callables (outputs) after every loop; outputs has "first_step", "step",
+        "seconds" and the trainer's per-step arrays ("loss", "grad_norm", "learning_rate").
+      eval_actions: callables (step, result) after every evaluation.
+    """
+
+    def __init__(self, trainer, checkpoint, train_steps, steps_per_loop, save_every=None,
+                 eval_every=None, evaluate=None, train_actions=(), eval_actions=()):
+        self.trainer, self.checkpoint = trainer, checkpoint
+        self.train_steps, self.steps_per_loop = train_steps, steps_per_loop
+        self.save_every, self.eval_every, self.evaluate = save_every, eval_every, evaluate
+        self.train_actions, self.eval_actions = list(train_actions), list(eval_actions)
+
+    def _next_loop_steps(self, step):
+        n = min(self.steps_per_loop, self.train_steps - step)
+        for every in (self.save_every, self.eval_every):
+            if every:
+                n = min(n, every - step % every)
+        return n
+
+    def train(self):
+        """Trains to `train_steps`; returns the last loop's outputs (None if nothing ran)."""
+        step, outputs = self.trainer.step, None
+        while step < self.train_steps:
+            n = self._next_loop_steps(step)
+            started = time.perf_counter()
+            outputs = self.trainer.train(n)
+            outputs.update(first_step=step, step=step + n,
+                           seconds=time.perf_counter() - started)
+            step += n
+            for action in self.train_actions:
+                action(outputs)
+            if self.save_every and step % self.save_every == 0 or step == self.train_steps:
+                self.checkpoint.save(step)
+            if self.eval_every and step % self.eval_every == 0:
+                result = self.evaluate()
+                for action in self.eval_actions:
+                    action(step, result)
+        return outputs
+
+
+class TrainLog:
+    """Appends one JSON line per step to train_log.jsonl: step, loss, grad_norm, learning_rate."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __call__(self, outputs):
+        with tf.io.gfile.GFile(self.path, "a") as f:
+            f.write("".join(
+                json.dumps({"step": outputs["first_step"] + i + 1, "loss": float(loss),
+                            "grad_norm": float(norm), "learning_rate": float(lr)}) + "\n"
+                for i, (loss, norm, lr) in enumerate(zip(
+                    outputs["loss"], outputs["grad_norm"], outputs["learning_rate"]))))
+
+
+class TensorBoardScalars:
+    """TensorBoard scalars under `log_dir`: per step loss, the metric (bpc or ppl), learning_rate
+    and grad_norm; per loop tokens_per_second and steps_per_second; valid_<metric> per
+    evaluation (`eval_action`)."""
+
+    def __init__(self, log_dir, metric, tokens_per_step):
+        self.writer = tf.summary.create_file_writer(log_dir)
+        self.metric, self.tokens_per_step = metric, tokens_per_step
+
+    def __call__(self, outputs):
+        with self.writer.as_default():
+            for i, (loss, norm, lr) in enumerate(zip(
+                    outputs["loss"], outputs["grad_norm"], outputs["learning_rate"])):
+                step = outputs["first_step"] + i + 1
+                tf.summary.scalar("loss", loss, step=step)
+                tf.summary.scalar(self.metric, metric_value(self.metric, loss), step=step)
+                tf.summary.scalar("learning_rate", lr, step=step)
+                tf.summary.scalar("grad_norm", norm, step=step)
+            n, seconds = len(outputs["loss"]), outputs["seconds"]
+            tf.summary.scalar("tokens_per_second", n * self.tokens_per_step / seconds,
+                              step=outputs["step"])
+            tf.summary.scalar("steps_per_second", n / seconds, step=outputs["step"])
+
+    def eval_action(self, step, result):
+        with self.writer.as_default():
+            tf.summary.scalar(f"valid_{self.metric}", result[self.metric], step=step)
+
+    def close(self):
+        self.writer.close()
+
+
+class ProgressBar:
+    """keras' Progbar over the run: steps, rate, ETA, the last loss and metric."""
+
+    def __init__(self, train_steps, start_step, metric, verbose=1):
+        self.metric = metric
+        self.bar = keras.utils.Progbar(train_steps, stateful_metrics=["loss", metric],
+                                       verbose=verbose)
+        self.bar.update(start_step)
+
+    def __call__(self, outputs):
+        loss = float(outputs["loss"][-1])
+        self.bar.update(outputs["step"], [("loss", loss),
+                                          (self.metric, metric_value(self.metric, loss))])
