@@ -16,8 +16,9 @@ from tfxl.config import TransfoXLConfig
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.serving.loading import load_language_model
 from train import flags as train_flags
-from train.checkpointing import restore_weights
-from train.loop import Runner, build_model, check_or_store_config
+from tfxl.checkpoints import restore_weights
+from train.loop import Runner, build_model
+from train.model_dir import check_or_store_config
 from train.optimization import OptimizerParams
 
 T = 8          # segment length of the test data
@@ -160,7 +161,7 @@ def test_intact_checkpoint_of_another_model_keeps_its_message(data_dir, tmp_path
     train(data_dir, model_dir, 10)
     other = build_model(tiny_config(data_dir, d_model=32), tf.distribute.get_strategy())
     with pytest.raises(ValueError, match="does not fit this model") as raised:
-        restore_weights(other, str(model_dir))
+        restore_weights(other, directory=str(model_dir / "checkpoints"))
     assert "damaged" not in str(raised.value)
     config = json.loads((model_dir / "config.json").read_text())
     (model_dir / "config.json").write_text(json.dumps({**config, "d_model": 32}))

@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from tfxl.config import TransfoXLConfig
 from tfxl.data.prepare import PrepareConfig, prepare
-from train.loop import Runner, TrainingDiverged, check_or_store_config
+from train.loop import Runner, TrainingDiverged
+from train.model_dir import check_or_store_config
 from train.model_fn import OptimizerParams
 
 T = 8          # segment length of the test data
@@ -348,7 +349,7 @@ def test_resuming_on_data_with_another_vocabulary_is_refused(copy_data, tmp_path
     assert "Traceback" not in result.stderr
 
 
-# -- the step: one gradient all-reduce, one XLA computation, static shapes --------------------------
+# -- the step: one gradient all-reduce, one XLA computation, static shapes ---------------------
 
 def collective_elements(graph):
     """Elements each replica sends through collective all-reduces in `graph` (per op)."""
@@ -444,7 +445,7 @@ def test_train_and_eval_steps_compile_as_one_xla_computation(copy_data, tmp_path
     assert memory.gather()["valid"].numpy().any()
 
 
-# -- TensorBoard ------------------------------------------------------------------------------------
+# -- TensorBoard ------------------------------------------------------------------------------
 
 def scalars(log_dir):
     """{tag: {step: value}} of the scalar summaries in the event files of `log_dir`."""

@@ -10,7 +10,7 @@ import os
 
 import tensorflow as tf
 
-from tfxl.checkpoints import check_readable, newest_readable_checkpoint
+from tfxl.checkpoints import newest_readable_checkpoint
 
 
 def seed_generator_states(model):
@@ -61,21 +61,3 @@ class TrainingCheckpoint:
     def save(self, step):
         self.memory.save_to_checkpoint()
         return self.manager.save(checkpoint_number=step)
-
-
-def restore_weights(model, model_dir, checkpoint_path=None, log=None):
-    """For evaluation: model weights only, from `checkpoint_path` (which must read cleanly) or
-    the model_dir's newest readable checkpoint; returns the path read."""
-    if checkpoint_path:
-        path = check_readable(checkpoint_path)
-    else:
-        path = newest_readable_checkpoint(os.path.join(model_dir, "checkpoints"), log)
-    if not path:
-        raise ValueError(f"no checkpoint in {model_dir}/checkpoints")
-    try:
-        tf.train.Checkpoint(model=model).restore(path).expect_partial(
-        ).assert_existing_objects_matched()
-    except (tf.errors.OpError, AssertionError, ValueError) as err:
-        raise ValueError(f"checkpoint {path} does not fit this model: "
-                         f"{str(err).splitlines()[0]}") from None
-    return path

@@ -28,7 +28,8 @@ from tfxl.config import get_preset
 from tfxl.data.manifest import load_manifest
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.json_files import write_json_atomically
-from train.loop import Runner, check_or_store_config
+from train.loop import Runner
+from train.model_dir import check_or_store_config
 from train.optimization import OptimizerParams
 
 FLAGS = flags.FLAGS
@@ -46,7 +47,7 @@ def define_flags():
 def figure_class():
     """matplotlib's Figure (no pyplot: no global state, PNGs through Agg), imported only here."""
     try:
-        from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
+        from matplotlib.figure import Figure  # the plots extra: only the demo needs it
     except ImportError:
         raise ValueError("the demo's plots need matplotlib, which tfxl itself does not: "
                          "pip install 'tfxl[plots]' (make demo installs it)") from None

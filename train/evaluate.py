@@ -16,12 +16,12 @@ import sys
 from absl import flags
 
 from tfxl import cli
+from tfxl.checkpoints import restore_weights
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import load_manifest
 from tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from train import flags as train_flags
 from tfxl.json_files import write_json_atomically
-from train.checkpointing import restore_weights
 from train.loop import make_evaluator
 
 FLAGS = flags.FLAGS
@@ -69,7 +69,8 @@ def evaluate_from_flags():
     batch = streams if FLAGS.eval_batch_size is None else FLAGS.eval_batch_size
     evaluator = make_evaluator(config, strategy, FLAGS.data_dir, FLAGS.model_dir, batch,
                                FLAGS.mixed_precision, FLAGS.jit_compile)
-    used = restore_weights(evaluator.model, FLAGS.model_dir, FLAGS.checkpoint, log=warn)
+    used = restore_weights(evaluator.model, FLAGS.checkpoint,
+                           os.path.join(FLAGS.model_dir, "checkpoints"), log=warn)
     result = evaluator.evaluate(FLAGS.split, batch, max_batches=FLAGS.max_eval_batches,
                                 **settings)
     result["checkpoint"] = used

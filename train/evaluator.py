@@ -86,17 +86,13 @@ class Evaluator:
 
     def settings(self, batch_size=None, tgt_len=None, mem_len=None, clamp_len=None,
                  same_length=None):
-        """The evaluation settings, None meaning the training value; checked."""
-        c = self.model.config
+        """The evaluation settings: each one given, else the config's eval_*, else the training
+        value (TransfoXLConfig.eval_settings, the one rule); checked."""
         s = dict(batch_size=self.global_batch if batch_size is None else batch_size,
-                 tgt_len=self.data.tgt_len if tgt_len is None else tgt_len,
-                 mem_len=c.mem_len if mem_len is None else mem_len,
-                 clamp_len=c.clamp_len if clamp_len is None else clamp_len,
-                 same_length=bool(c.same_length if same_length is None else same_length))
-        for name, key, low in (("eval batch size", "batch_size", 1), ("tgt_len", "tgt_len", 1),
-                               ("mem_len", "mem_len", 0), ("clamp_len", "clamp_len", -1)):
-            if s[key] < low:
-                raise ValueError(f"evaluation {name} must be >= {low}, got {s[key]}")
+                 **self.model.config.eval_settings(tgt_len=tgt_len, mem_len=mem_len,
+                                                   clamp_len=clamp_len, same_length=same_length))
+        if s["batch_size"] < 1:
+            raise ValueError(f"eval batch size must be >= 1, got {s['batch_size']}")
         replicas = self.strategy.num_replicas_in_sync
         if s["batch_size"] % replicas:
             raise ValueError(f"eval batch size {s['batch_size']} is not divisible by {replicas} "
@@ -107,8 +103,9 @@ class Evaluator:
                  clamp_len=None, same_length=None, max_batches=None):
         """Token-weighted loss over `split` (every token once unless max_batches), with memory.
 
-        tgt_len/mem_len/clamp_len/same_length default to the training config; evaluation may use
-        the paper's longer memory with the same weights. Returns {"split", "loss", bpc or ppl,
+        tgt_len/mem_len/clamp_len/same_length default as `settings` says (the config's eval_*,
+        else the training values): evaluation may use the paper's longer memory with the same
+        weights. Returns {"split", "loss", bpc or ppl,
         "tokens", "tgt_len", "mem_len", "clamp_len", "same_length"}.
         """
         s = self.settings(batch_size, tgt_len, mem_len, clamp_len, same_length)

@@ -27,11 +27,9 @@ from train.checkpointing import TrainingCheckpoint
 from train.controller import Controller, ProgressBar, TensorBoardScalars, TrainLog
 from train.datasets import DistributedData
 from train.evaluator import EvalProgress, Evaluator
-from train.model_dir import check_or_store_config  # noqa: F401  (re-exported for the CLIs)
 from train.trainer import Trainer, TrainingDiverged
 
-__all__ = ["Runner", "TrainingDiverged", "build_model", "make_evaluator",
-           "check_or_store_config"]
+__all__ = ["Runner", "TrainingDiverged", "build_model", "make_evaluator"]
 
 
 def build_model(config: TransfoXLConfig, strategy):

@@ -12,7 +12,8 @@ from tfxl import cli
 from tfxl.data.manifest import load_manifest
 from tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from train import flags as train_flags
-from train.loop import Runner, TrainingDiverged, check_or_store_config
+from train.loop import Runner, TrainingDiverged
+from train.model_dir import check_or_store_config
 from train.optimization import OptimizerParams
 
 FLAGS = flags.FLAGS
