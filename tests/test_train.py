@@ -16,7 +16,7 @@ from tfxl.config import TransfoXLConfig
 from tfxl.data.prepare import PrepareConfig, prepare
 from train.loop import Runner, TrainingDiverged
 from train.model_dir import check_or_store_config
-from train.model_fn import OptimizerParams
+from train.optimization import OptimizerParams
 
 T = 8          # segment length of the test data
 STREAMS = 8    # streams per split
@@ -130,6 +130,21 @@ def test_memory_survives_host_loops_and_checkpoints(copy_data, tmp_path):
     after = runner.trainer.memory.gather()
     np.testing.assert_array_equal(after["valid"].numpy(), before["valid"].numpy())
     np.testing.assert_allclose(after["states"].numpy(), before["states"].numpy())
+
+
+def test_checkpoint_keys_of_the_dropout_seeds_are_those_earlier_checkpoints_have(copy_data,
+                                                                                  tmp_path):
+    """`rng/seed_<i>` in model.non_trainable_variables order: a run checkpointed by an earlier
+    version of the trainer resumes with the same dropout stream."""
+    _, runner, _ = train_losses(copy_data, tmp_path / "m", steps=4, dropout=0.1)
+    latest = runner.checkpoint.manager.latest_checkpoint
+    names = [name for name, _ in tf.train.list_variables(latest) if name.startswith("rng/")]
+    states = [v for v in runner.model.non_trainable_variables if "seed_generator_state" in v.path]
+    assert len(names) == len(states) > 0
+    reader = tf.train.load_checkpoint(latest)
+    for i, state in enumerate(states):
+        np.testing.assert_array_equal(
+            reader.get_tensor(f"rng/seed_{i}/.ATTRIBUTES/VARIABLE_VALUE"), state.numpy())
 
 
 def cli(*args, env=None):

@@ -14,14 +14,17 @@ from tfxl.checkpoints import newest_readable_checkpoint
 
 
 def seed_generator_states(model):
-    """The state variable of every Keras SeedGenerator of `model` (dropout), in layer order.
+    """The state variable of every Keras SeedGenerator of `model` (dropout), in the order of
+    `model.non_trainable_variables` (the order of the checkpoint keys `rng/seed_<i>`).
 
     Keras keeps SeedGenerators out of TensorFlow's object graph, so `Checkpoint(model=...)` does
     not save them; each layer lists its own (`Layer._seed_generators`, what `Layer.variables`
     reads), and they are tracked here explicitly.
     """
-    return [generator.state.value
-            for layer in model._flatten_layers() for generator in layer._seed_generators]
+    states = {id(generator.state)
+              for layer in model._flatten_layers() for generator in layer._seed_generators}
+    return [variable.value for variable in model.non_trainable_variables
+            if id(variable) in states]
 
 
 class TrainingCheckpoint:
@@ -39,7 +42,9 @@ class TrainingCheckpoint:
         self.memory = memory
         self.checkpoint = tf.train.Checkpoint(
             model=model, optimizer=optimizer, memory=memory.checkpointed,
-            dropout_seeds=tf.train.Checkpoint(states=seed_generator_states(model)))
+            # The keys the checkpoints of earlier versions used, so that they still resume.
+            rng=tf.train.Checkpoint(**{f"seed_{i}": state for i, state in
+                                       enumerate(seed_generator_states(model))}))
         self.directory = os.path.join(model_dir, "checkpoints")
         own = self.directory if worker_id is None else os.path.join(
             model_dir, "tmp_worker_checkpoints", str(worker_id))
