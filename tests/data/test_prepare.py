@@ -387,7 +387,8 @@ def test_manifest_errors_and_mismatches(tmp_path, write):
                     num_streams=4)
     check_manifest(m, tgt_len=8, num_streams=4, vocab_sha256=m["vocab_sha256"],
                    global_batch_size=2)
-    with pytest.raises(ValueError, match=r"tgt_len mismatch: training uses tgt_len=16 but the manifest has tgt_len=8"):
+    with pytest.raises(ValueError, match=r"tgt_len mismatch: training uses tgt_len=16 "
+                                         r"but the manifest has tgt_len=8"):
         check_manifest(m, tgt_len=16)
     with pytest.raises(ValueError, match="num_streams mismatch.*=8.*=4"):
         check_manifest(m, num_streams=8)

@@ -78,7 +78,8 @@ def _resolve(config: PrepareConfig) -> PrepareConfig:
 
     config = dataclasses.replace(config)
     if config.corpus is not None and config.corpus not in CORPORA:
-        raise DataError(f"--corpus: unknown corpus {config.corpus!r} (choose from {', '.join(CORPORA)})")
+        raise DataError(f"--corpus: unknown corpus {config.corpus!r} "
+                        f"(choose from {', '.join(CORPORA)})")
     if config.corpus and (config.train or config.valid or config.test):
         raise DataError("--corpus and --train/--valid/--test are mutually exclusive")
     corpus_format = get_format(config.format)

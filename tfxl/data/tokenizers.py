@@ -314,7 +314,8 @@ def _read_checked(path: str, expected_sha256: str | None) -> bytes:
         raise DataError(f"cannot read vocabulary file {path}: {e.strerror}") from None
     if expected_sha256 and sha256_bytes(data) != expected_sha256:
         raise DataError(f"vocabulary file {path} does not match the manifest "
-                        f"(sha256 {sha256_bytes(data)[:12]}..., manifest says {expected_sha256[:12]}...)")
+                        f"(sha256 {sha256_bytes(data)[:12]}..., "
+                        f"manifest says {expected_sha256[:12]}...)")
     return data
 
 
@@ -342,7 +343,8 @@ class CharsTokenizer(_VocabFileTokenizer):
 
     @classmethod
     def build(cls, counts: collections.Counter, min_freq: int = 1, max_size: int = 0):
-        return cls(list(cls.specials) + _frequency_order(counts, min_freq, max_size, len(cls.specials)))
+        learned = _frequency_order(counts, min_freq, max_size, len(cls.specials))
+        return cls(list(cls.specials) + learned)
 
     @classmethod
     def learn(cls, training_text, options):
@@ -563,7 +565,8 @@ class WordPieceTokenizer(_LineVocabFileTokenizer):
         from tensorflow_text.tools.wordpiece_vocab import \
             bert_vocab_from_dataset as bert_vocab  # pylint: disable=import-outside-toplevel
         lines = [line for line in lines if line.strip()]
-        dataset = tf.data.Dataset.from_tensor_slices(tf.constant(lines or [""], tf.string)).batch(1024)
+        dataset = tf.data.Dataset.from_tensor_slices(tf.constant(lines or [""], tf.string))
+        dataset = dataset.batch(1024)
         learned = bert_vocab.bert_vocab_from_dataset(
             dataset, vocab_size=vocab_size, reserved_tokens=list(cls.specials),
             bert_tokenizer_params={"lower_case": lower_case}, learn_params={})
@@ -602,7 +605,8 @@ class SentencePieceTokenizer(_EosLineFraming, Tokenizer):
             self._sp = tf_text.SentencepieceTokenizer(model=self.model, out_type=tf.int32)
             pieces = int(self._sp.vocab_size().numpy())
         except (tf.errors.InvalidArgumentError, tf.errors.InternalError) as e:
-            raise DataError(f"not a valid sentencepiece model: {e.message.splitlines()[0]}") from None
+            first_line = e.message.splitlines()[0]
+            raise DataError(f"not a valid sentencepiece model: {first_line}") from None
         self.pad_id, self.eod_id, self.eos_id = pieces, pieces + 1, pieces + 2
         self.vocab_size = pieces + 3
 
@@ -705,7 +709,8 @@ def tokenizer_from_spec(spec: dict, data_dir: str) -> Tokenizer:
     """
     kind = spec.get("type")
     if kind not in TOKENIZERS:
-        raise DataError(f"unknown tokenizer type {kind!r} (expected one of {', '.join(TOKENIZERS)})")
+        raise DataError(f"unknown tokenizer type {kind!r} "
+                        f"(expected one of {', '.join(TOKENIZERS)})")
     return TOKENIZERS[kind].load(spec, data_dir)
 
 

@@ -163,7 +163,8 @@ class TransfoXLCausalLM(CausalLM):
         # Start at the first index that has no prompt token in some row.
         index = ops.min(cache[PROMPT_LENGTH])
 
-        def next(prompt, cache, index):  # noqa: A001 (keras-hub's name)
+        # `next` (shadowing the builtin) is the name keras-hub's samplers call it by.
+        def next(prompt, cache, index):
             # The token before `index` is read; its log-probabilities choose the token at index.
             t = index - 1
             token = ops.slice(prompt, [0, t], [ops.shape(prompt)[0], 1])
