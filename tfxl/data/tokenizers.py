@@ -78,6 +78,10 @@ import tensorflow as tf
 from tfxl.data.errors import DataError
 from tfxl.data.manifest import load_manifest
 
+# tensorflow_text is imported by the tokenizers that use it (and the optional sentencepiece by the
+# one function that needs it): loading tensorflow_text loads its op library, which `import tfxl`
+# and the other tokenizers do without.
+
 PAD, EOD, UNK, EOS = "<pad>", "<eod>", "<unk>", "<eos>"
 # Specials of the vocabulary-file tokenizers, in id order.
 TEXT_SPECIALS = (PAD, EOD, UNK)
@@ -554,7 +558,7 @@ class WordPieceTokenizer(_LineVocabFileTokenizer):
 
     def __init__(self, vocab, name: str | None = None):
         super().__init__(vocab, name or "wordpiece_tokenizer")
-        import tensorflow_text as tf_text  # pylint: disable=import-outside-toplevel
+        import tensorflow_text as tf_text
         self._wordpiece = tf_text.FastWordpieceTokenizer(
             vocab=self.vocab, suffix_indicator="##", unknown_token=UNK,
             no_pretokenization=False, support_detokenization=True,
@@ -563,7 +567,7 @@ class WordPieceTokenizer(_LineVocabFileTokenizer):
     @classmethod
     def learn_from_lines(cls, lines: Iterable[str], vocab_size: int, lower_case: bool = False):
         from tensorflow_text.tools.wordpiece_vocab import \
-            bert_vocab_from_dataset as bert_vocab  # pylint: disable=import-outside-toplevel
+            bert_vocab_from_dataset as bert_vocab
         lines = [line for line in lines if line.strip()]
         dataset = tf.data.Dataset.from_tensor_slices(tf.constant(lines or [""], tf.string))
         dataset = dataset.batch(1024)
@@ -599,7 +603,7 @@ class SentencePieceTokenizer(_EosLineFraming, Tokenizer):
 
     def __init__(self, model: bytes, name: str | None = None):
         super().__init__(name=name or "sentencepiece_tokenizer")
-        import tensorflow_text as tf_text  # pylint: disable=import-outside-toplevel
+        import tensorflow_text as tf_text
         self.model = bytes(model)
         try:
             self._sp = tf_text.SentencepieceTokenizer(model=self.model, out_type=tf.int32)
@@ -619,7 +623,7 @@ class SentencePieceTokenizer(_EosLineFraming, Tokenizer):
             # clears the eager kernel cache, deleting it.  Rebuild it eagerly.
             if not tf.executing_eagerly():
                 raise
-            import tensorflow_text as tf_text  # pylint: disable=import-outside-toplevel
+            import tensorflow_text as tf_text
             self._sp = tf_text.SentencepieceTokenizer(model=self.model, out_type=tf.int32)
             return getattr(self._sp, method)(value)
 
@@ -668,7 +672,7 @@ def learn_sentencepiece_model(lines: Iterable[str], vocab_size: int) -> bytes:
     Its own ``<s>``/``</s>`` are left out: tfxl frames lines itself (``<eod>``, ``<eos>``).
     """
     try:
-        import sentencepiece  # pylint: disable=import-outside-toplevel
+        import sentencepiece
     except ImportError:
         raise DataError("--sentencepiece_vocab_size needs the sentencepiece package: "
                         "pip install 'tfxl[sentencepiece]'") from None

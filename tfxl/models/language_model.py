@@ -127,7 +127,7 @@ class TransfoXLLM(keras.Model):
             raise ValueError("TransfoXLLM.export: input_signature must be None; every signature "
                              "fixes its own inputs (see tfxl.serving.export)")
         # Imported here: tfxl.serving sits above the model and imports it, never the reverse.
-        from tfxl.serving.export import export_model  # pylint: disable=import-outside-toplevel
+        from tfxl.serving.export import export_model
         export_model(self, filepath, verbose, **kwargs)
 
     def decode_step(self, token_ids, memory_parts, memory_valid, key_distance, position_keys):
