@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
-from tfxl import TransfoXLConfig, TransfoXLLM
+from factories import tiny_config
+from tfxl import TransfoXLLM
 from tfxl.cli import TOOLS
 from tfxl.data import prepare as prepare_lib
 from tfxl.data.fingerprint import check_data_fingerprint
@@ -88,9 +89,8 @@ def trained(tmp_path_factory):
                          tmp_path)["vocab_size"] == manifest["vocab_size"]
     assert prepare_chars(dirs["other_size"], "abcdefgh\n" * 40,
                          tmp_path)["vocab_size"] != manifest["vocab_size"]
-    config = TransfoXLConfig(vocab_size=manifest["vocab_size"], n_layer=1, d_model=8, n_head=2,
-                             d_head=4, d_inner=8, tgt_len=4, mem_len=4, eval_mem_len=8,
-                             dropout=0.0)
+    config = tiny_config(vocab_size=manifest["vocab_size"], n_layer=1, d_model=8, d_head=4,
+                         d_inner=8, tgt_len=4, mem_len=4, eval_mem_len=8, init_std=0.02)
     model = TransfoXLLM(config)
     model.build((None, 4))
     (dirs["model"] / "checkpoints").mkdir(parents=True)

@@ -13,7 +13,8 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from tfxl import StatefulTransfoXLLM, TransfoXLConfig, TransfoXLLM
+from factories import tiny_lm
+from tfxl import StatefulTransfoXLLM
 from tfxl.data.tokenizers import BytesTokenizer
 from tfxl.layers.relative_position import RelativePositionEncoding
 from tfxl.models.generation import generate
@@ -28,12 +29,8 @@ KEYS_SHAPE, VALUES_SHAPE = (2, 2, 16, MEM), (2, 2, MEM, 16)  # [L, N, H, M], [L,
 
 @pytest.fixture(scope="module")
 def model():
-    config = TransfoXLConfig(vocab_size=258, n_layer=2, d_model=32, n_head=2, d_head=16,
-                             d_inner=64, dropout=0.0, tgt_len=T, mem_len=6, eval_mem_len=MEM,
-                             init_std=0.1)
-    lm = TransfoXLLM(config)
-    lm.build((None, T))
-    return lm
+    return tiny_lm(vocab_size=258, d_model=32, d_head=16, d_inner=64, tgt_len=T, mem_len=6,
+                   eval_mem_len=MEM, init_std=0.1)
 
 
 @pytest.fixture(scope="module")
