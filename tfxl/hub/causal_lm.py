@@ -66,10 +66,7 @@ class TransfoXLCausalLM(CausalLM):
             raise ValueError(f"mem_len must be >= 0, got {mem_len}")
 
     def _settings(self):
-        settings = self.backbone.config.eval_settings()
-        if self.mem_len is not None:
-            settings["mem_len"] = self.mem_len
-        return settings
+        return self.backbone.config.eval_settings(mem_len=self.mem_len)
 
     def _position_keys(self, sequence_length):
         """Every layer's position keys for the S distances 0..S-1 (computed once per generate)."""

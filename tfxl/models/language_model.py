@@ -90,8 +90,8 @@ class TransfoXLLM(keras.Model):
             bad = ids.min() if ids.min() < 0 else ids.max()
             raise ValueError(f"prompt_ids: token id {bad} is outside the vocabulary "
                              f"[0, {self.config.vocab_size})")
-        settings = self.config.eval_settings()
-        mem_len = settings["mem_len"] if mem_len is None else int(mem_len)
+        settings = self.config.eval_settings(mem_len=mem_len)
+        mem_len = settings["mem_len"]
         if not hasattr(self, "_generate_loops"):
             self._generate_loops = {}
         if mem_len not in self._generate_loops:
