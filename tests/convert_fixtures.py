@@ -256,9 +256,9 @@ def pytorch_reference(state, hp, segments, huggingface=False):
         C = len(cl) - 1
         # The original code reads cluster i at head[:, -i]; Hugging Face at cutoffs[0] + i - 1.
         if huggingface:
-            index = lambda i: hp["cutoffs"][0] + i - 1  # noqa: E731
+            index = lambda i: hp["cutoffs"][0] + i - 1
         else:
-            index = lambda i: hp["cutoffs"][0] + C - i  # == -i of a [S + C] head  # noqa: E731
+            index = lambda i: hp["cutoffs"][0] + C - i  # == -i of a [S + C] head
         lp = _adaptive_log_probs(core, hp, weight, bias, proj, s.get("crit.cluster_weight"),
                                  s.get("crit.cluster_bias"), index,
                                  proj_apply=lambda x, p: x @ p)  # F.linear(x, p.t())

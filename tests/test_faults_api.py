@@ -4,17 +4,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfxl import AdaptiveEmbedding, TransfoXLConfig, TransfoXLLM
+from factories import tiny_lm
+from tfxl import AdaptiveEmbedding
 
 T, M = 3, 4
 
 
 def small_lm(**kw):
-    config = dict(vocab_size=11, n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=16,
-                  dropout=0.0, dropatt=0.0, tgt_len=T, mem_len=M, init_std=0.3)
-    lm = TransfoXLLM(TransfoXLConfig(**{**config, **kw}))
-    lm.build((None, T))
-    return lm
+    return tiny_lm(vocab_size=11, d_model=8, d_head=4, d_inner=16, tgt_len=T, mem_len=M,
+                   init_std=0.3, **kw)
 
 
 def with_garbage_in_invalid_slots(memory, garbage):

@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
-from tfxl import TransfoXLConfig, TransfoXLLM
+from factories import tiny_config
+from tfxl import TransfoXLLM
 from tfxl.cli import TOOLS
 from tfxl.data import prepare as prepare_lib
 from tfxl.data.fingerprint import check_data_fingerprint
@@ -51,6 +52,7 @@ def assert_refused(result, *named):
 assert set(OWN_FLAG) == set(TOOLS.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", sorted(OWN_FLAG))
 def test_usage_errors_exit_2_and_help_lists_the_tools_own_flags(module):
     assert_refused(run_tool(module, "--no_such_flag=1"), "no_such_flag")
@@ -60,6 +62,7 @@ def test_usage_errors_exit_2_and_help_lists_the_tools_own_flags(module):
     assert f"{flag}:" in shown.stdout and help_text in " ".join(shown.stdout.split())
 
 
+@pytest.mark.slow
 def test_bad_flag_values_and_stray_arguments_exit_2():
     assert_refused(run_tool("tfxl.serving.generate_main", "--max_new_tokens=many"),
                    "max_new_tokens", "many")
@@ -86,9 +89,8 @@ def trained(tmp_path_factory):
                          tmp_path)["vocab_size"] == manifest["vocab_size"]
     assert prepare_chars(dirs["other_size"], "abcdefgh\n" * 40,
                          tmp_path)["vocab_size"] != manifest["vocab_size"]
-    config = TransfoXLConfig(vocab_size=manifest["vocab_size"], n_layer=1, d_model=8, n_head=2,
-                             d_head=4, d_inner=8, tgt_len=4, mem_len=4, eval_mem_len=8,
-                             dropout=0.0)
+    config = tiny_config(vocab_size=manifest["vocab_size"], n_layer=1, d_model=8, d_head=4,
+                         d_inner=8, tgt_len=4, mem_len=4, eval_mem_len=8, init_std=0.02)
     model = TransfoXLLM(config)
     model.build((None, 4))
     (dirs["model"] / "checkpoints").mkdir(parents=True)
@@ -100,6 +102,7 @@ def trained(tmp_path_factory):
 
 
 # --------------------------------------------------------------------------- point 4
+@pytest.mark.slow
 def test_export_and_generate_refuse_another_vocabulary(trained, tmp_path):
     exports = tmp_path / "exports"
     export = ("tfxl.serving.export_main", f"--model={trained['model']}",
@@ -117,6 +120,7 @@ def test_export_and_generate_refuse_another_vocabulary(trained, tmp_path):
                    str(trained["other_size"]), "vocabulary of")
 
 
+@pytest.mark.slow
 def test_generate_from_an_export_needs_no_data_dir(trained, tmp_path):
     exports = tmp_path / "exports"
     made = run_tool("tfxl.serving.export_main", f"--model={trained['model']}",
@@ -135,6 +139,7 @@ def test_generate_from_an_export_needs_no_data_dir(trained, tmp_path):
 
 
 # --------------------------------------------------------------------------- point 10
+@pytest.mark.slow
 def test_tools_are_quiet_unless_verbose(trained):
     model_dir = trained["model"]
     evaluate = ("train.evaluate", f"--data_dir={trained['data']}", f"--model_dir={model_dir}",
@@ -149,6 +154,7 @@ def test_tools_are_quiet_unless_verbose(trained):
     assert "I0000" in verbose.stderr and "oneDNN" in verbose.stderr
 
 
+@pytest.mark.slow
 def test_training_hides_the_savers_info_but_not_its_own_progress(trained, tmp_path):
     model_dir = tmp_path / "model"
     train = ("train.main", f"--data_dir={trained['data']}", f"--model_dir={model_dir}",
@@ -162,6 +168,7 @@ def test_training_hides_the_savers_info_but_not_its_own_progress(trained, tmp_pa
     assert "done: step 2" in quiet.stdout
 
 
+@pytest.mark.slow
 def test_a_bad_model_description_is_one_error_line_naming_its_source(trained, tmp_path):
     """tfxl-train and tfxl-convert describe the model by the same rule (tfxl.cli.resolve_config)
     and refuse a bad one the same way, before anything is written."""

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfxl import TransfoXLConfig, TransfoXLLM
+from factories import tiny_lm
 from tfxl.data.errors import DataError
 from tfxl.data.tokenizers import BytesTokenizer, WordsTokenizer
 from tfxl.hub import (TransfoXLCausalLM, TransfoXLTokenizer, causal_lm_from_model,
@@ -22,18 +22,12 @@ from tfxl.hub import (TransfoXLCausalLM, TransfoXLTokenizer, causal_lm_from_mode
 MEM = 5  # shorter than the longest prompt and than prompt + new tokens
 LENGTH = 20  # keras-hub's max_length: prompt + generated
 PROMPT_LENGTHS = (3, 9, 6)  # a batch of different lengths, one longer than MEM
-SMALL = dict(n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, dropout=0.0, tgt_len=4,
-             mem_len=4, init_std=0.3)
 
 
 def language_model(**changes):
     # init_std 0.3: log-probabilities far enough apart that greedy choices are not near-ties.
-    config = TransfoXLConfig(**{**SMALL, "vocab_size": 41, "eval_mem_len": MEM,
-                                "cutoffs": (20,), "div_val": 2, "untie_r": True,
-                                "pre_lnorm": True, **changes})
-    model = TransfoXLLM(config)
-    model.build((None, 4))
-    return model
+    return tiny_lm(**{**dict(vocab_size=41, d_head=8, d_inner=32, eval_mem_len=MEM, cutoffs=(20,),
+                             div_val=2, untie_r=True, pre_lnorm=True, init_std=0.3), **changes})
 
 
 def padded(prompts, length=LENGTH):
@@ -254,6 +248,7 @@ def test_converter_reads_a_keras_file_or_a_model_dir_with_its_data_dir(tmp_path)
         causal_lm_from_model_dir(other, data_dir)
 
 
+@pytest.mark.slow
 def test_tfxl_imports_without_keras_hub():
     blocked = ("import sys; sys.modules['keras_hub'] = None\n"
                "import tfxl, tfxl.models, tfxl.serving.export, tfxl.serving.generate_main\n"

@@ -13,7 +13,8 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from tfxl import StatefulTransfoXLLM, TransfoXLConfig, TransfoXLLM
+from factories import tiny_lm
+from tfxl import StatefulTransfoXLLM
 from tfxl.data.tokenizers import BytesTokenizer
 from tfxl.layers.relative_position import RelativePositionEncoding
 from tfxl.models.generation import generate
@@ -28,12 +29,8 @@ KEYS_SHAPE, VALUES_SHAPE = (2, 2, 16, MEM), (2, 2, MEM, 16)  # [L, N, H, M], [L,
 
 @pytest.fixture(scope="module")
 def model():
-    config = TransfoXLConfig(vocab_size=258, n_layer=2, d_model=32, n_head=2, d_head=16,
-                             d_inner=64, dropout=0.0, tgt_len=T, mem_len=6, eval_mem_len=MEM,
-                             init_std=0.1)
-    lm = TransfoXLLM(config)
-    lm.build((None, T))
-    return lm
+    return tiny_lm(vocab_size=258, d_model=32, d_head=16, d_inner=64, tgt_len=T, mem_len=6,
+                   eval_mem_len=MEM, init_std=0.1)
 
 
 @pytest.fixture(scope="module")
@@ -140,11 +137,13 @@ def assert_client_matches(model, out, inputs):
     assert out["decoded_text"] == "naïve".encode()
 
 
+@pytest.mark.slow
 def test_tensorflow_only_client_matches_the_python_model(model, exported, tmp_path):
     inputs = client_inputs(tmp_path)
     assert_client_matches(model, run_client(exported, tmp_path), inputs)
 
 
+@pytest.mark.slow
 def test_model_export_runs_every_signature_without_tfxl(model, tmp_path):
     """keras.Model.export's entry point writes tfxl-export's signatures (the inherited one fails
     on the (log-probs, memory dict) output of `call`)."""
@@ -225,6 +224,7 @@ def test_score_document_projects_positions_once_per_document(model, monkeypatch)
     assert len(calls) == 1
 
 
+@pytest.mark.slow
 def test_saved_model_cli_lists_every_signature(exported):
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
     shown = subprocess.run([cli, "show", "--dir", exported, "--all"], capture_output=True,
@@ -437,6 +437,7 @@ def run_cli(module, *args):
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_export_and_generate_command_lines(model, tmp_path):
     from tfxl.data.prepare import PrepareConfig, prepare
     text = tmp_path / "corpus.txt"

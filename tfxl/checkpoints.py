@@ -25,7 +25,7 @@ class DamagedCheckpoint(ValueError):
 
 
 def why_damaged(path):
-    """Why the checkpoint `path` (a prefix such as .../ckpt-20) cannot be read, or None if it can."""
+    """Why the checkpoint `path` (a prefix such as .../ckpt-20) cannot be read; None if it can."""
     try:
         reader = tf.train.load_checkpoint(path)
         for name in reader.get_variable_to_shape_map():

@@ -29,6 +29,9 @@ import typing
 # The model's description (no TensorFlow in it, unlike the rest of tfxl).
 from tfxl.config import EVAL_SETTINGS, PRESETS, TransfoXLConfig
 
+# TensorFlow and absl are imported inside the functions that use them: `import tfxl` runs this
+# module before anything else, and the quieting must be in place first (see above).
+
 # Tool name -> its module (what `python -m` runs).
 TOOLS = {"tfxl-prepare": "tfxl.data.prepare", "tfxl-train": "train.main",
          "tfxl-eval": "train.evaluate", "tfxl-export": "tfxl.serving.export_main",
@@ -87,7 +90,7 @@ def quiet_tensorflow(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
     # TF logs through absl too. (absl.logging first: it must create the "absl" logger itself.)
-    from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
+    from absl import logging as absl_logging
     absl_logging.get_absl_logger().addFilter(_hide_tensorflow_info)
     try:
         min_level = int(os.environ["TF_CPP_MIN_LOG_LEVEL"])
@@ -180,12 +183,12 @@ def fail(message):
 
 
 def _user_errors(extra):
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel  (loaded by now)
+    import tensorflow as tf  # the tool has loaded it by now: this only looks it up
     return (ValueError, OSError, tf.errors.OpError, *extra)
 
 
 def _print_help(doc):
-    from absl import flags  # pylint: disable=import-outside-toplevel
+    from absl import flags
     print((doc or f"{os.path.basename(sys.argv[0])} [flags]").strip() + "\n")
     print("flags:\n" + flags.FLAGS.module_help(sys.argv[0]))
     print("\nTry --helpfull to get a list of all flags (absl's and TensorFlow's too).")
@@ -199,7 +202,7 @@ def run(main, define_flags=None, errors=(), failures=None):
     failures: {exception type: exit status} for failures that are not (tfxl-train: a diverged
       run exits 3).
     """
-    from absl import app, flags  # pylint: disable=import-outside-toplevel
+    from absl import app, flags
     quiet_tensorflow()
     before = set(flags.FLAGS)
     if define_flags is not None:
@@ -227,14 +230,14 @@ def exit_status(main, argv, errors=(), failures=None):
     """Runs `main(argv)` once the flags are parsed: its exit status, or 2 with one `error:` line
     for a stray argument or an error the user caused (see `run`); `failures` maps other
     exception types to their own status (one `error:` line too)."""
-    from absl import app  # pylint: disable=import-outside-toplevel
+    from absl import app
     if len(argv) > 1:
         return fail(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
         return main(argv)
     except app.UsageError as err:
         return fail(err)
-    except Exception as err:  # pylint: disable=broad-except
+    except Exception as err:  # sorted below by type; anything else is re-raised
         for kind, status in (failures or {}).items():
             if isinstance(err, kind):
                 fail(err)
@@ -293,8 +296,8 @@ def config_fields(exclude=()):
 def define_config_flags(preset_default=None, exclude=(), config_help="", flag_values=None):
     """Defines --preset, --config and one override flag per TransfoXLConfig field (except
     `exclude`: the fields the tool sets itself), registered as the calling module's flags."""
-    from absl import flags  # pylint: disable=import-outside-toplevel
-    module = sys._getframe(1).f_globals["__name__"]  # pylint: disable=protected-access
+    from absl import flags
+    module = sys._getframe(1).f_globals["__name__"]
     where = dict(module_name=module, flag_values=flags.FLAGS if flag_values is None
                  else flag_values)
     flags.DEFINE_enum("preset", preset_default, sorted(PRESETS),
@@ -340,8 +343,8 @@ def resolve_config(flag_values=None, defaults=None, sources=(), fixed=None):
     A tie_projs not given by --config or --tie_projs is dropped when it does not fit the cutoffs
     (a preset's was written for the preset's cutoffs). Raises ValueError naming the sources.
     """
-    from absl import flags  # pylint: disable=import-outside-toplevel
-    from tfxl.json_files import read_json  # pylint: disable=import-outside-toplevel
+    from absl import flags
+    from tfxl.json_files import read_json
     fv = flags.FLAGS if flag_values is None else flag_values
     known = {f.name for f in dataclasses.fields(TransfoXLConfig)}
     fields, layers = {}, []
@@ -386,8 +389,8 @@ def resolve_config(flag_values=None, defaults=None, sources=(), fixed=None):
 def define_eval_flags(names=EVAL_SETTINGS, note="", flag_values=None):
     """Flags overriding the evaluation settings (TransfoXLConfig.eval_settings resolves them),
     registered as the calling module's flags."""
-    from absl import flags  # pylint: disable=import-outside-toplevel
-    module = sys._getframe(1).f_globals["__name__"]  # pylint: disable=protected-access
+    from absl import flags
+    module = sys._getframe(1).f_globals["__name__"]
     where = dict(module_name=module, flag_values=flags.FLAGS if flag_values is None
                  else flag_values)
     what = {"tgt_len": "Segment length T", "mem_len": "Memory length M",
@@ -401,6 +404,6 @@ def define_eval_flags(names=EVAL_SETTINGS, note="", flag_values=None):
 
 def eval_overrides(names=EVAL_SETTINGS, flag_values=None):
     """{setting: flag value} for TransfoXLConfig.eval_settings (None: the config's)."""
-    from absl import flags  # pylint: disable=import-outside-toplevel
+    from absl import flags
     fv = flags.FLAGS if flag_values is None else flag_values
     return {name: fv[name].value for name in names if name in fv}

@@ -32,10 +32,12 @@ class TransfoXLConfig:
       d_inner: feed-forward hidden size.
       d_embed: size of the first embedding cluster; defaults to d_model.
       div_val: adaptive embedding divisor: cluster i has d_embed // div_val**i dims.
-      cutoffs: adaptive softmax/embedding cluster boundaries (ascending, < vocab_size); [] = plain softmax.
+      cutoffs: adaptive softmax/embedding cluster boundaries (ascending, < vocab_size); [] means a
+        plain softmax.
       tie_weight: output cluster weights share the input embedding tables.
       tie_projs: per cluster, whether the output projection shares the input projection. None means
-        "share all but the first" when div_val > 1 (the wt103/lm1b scripts) and "share none" otherwise.
+        "share all but the first" when div_val > 1 (the wt103/lm1b scripts) and "share none"
+        otherwise.
       proj_same_dim: with div_val > 1, also project clusters whose size already equals d_model.
       dropout: dropout on embeddings, attention output, feed-forward and final hidden states.
       dropatt: dropout on attention probabilities.
@@ -171,8 +173,8 @@ class TransfoXLConfig:
         need(self.embed_dim // self.div_val ** len(cut) > 0,
              f"d_embed={self.embed_dim} with div_val={self.div_val} leaves a cluster with 0 dims")
         if self.tie_projs is not None:
-            need(len(self.tie_projs) == len(cut) + 1,
-                 f"tie_projs needs one flag per cluster ({len(cut) + 1}), got {len(self.tie_projs)}")
+            need(len(self.tie_projs) == len(cut) + 1, f"tie_projs needs one flag per cluster "
+                 f"({len(cut) + 1}), got {len(self.tie_projs)}")
 
     # -- (de)serialisation ----------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -201,7 +203,7 @@ class TransfoXLConfig:
         """The config in a JSON file (local or any tf.io.gfile path, e.g. gs://); one ValueError
         naming the file for any problem with it."""
         # tfxl.json_files loads TensorFlow: imported here so that this module never does.
-        from tfxl.json_files import read_json  # pylint: disable=import-outside-toplevel
+        from tfxl.json_files import read_json
         data = read_json(path, "model config")
         if not isinstance(data, dict):
             raise ValueError(f"model config {path}: expected a JSON object")
@@ -211,8 +213,9 @@ class TransfoXLConfig:
             raise ValueError(f"{path}: {err}") from None
 
 
-# The original scripts' settings (kimiyoung/transformer-xl tf/scripts/*.sh, pytorch/run_*.sh). Vocabulary sizes are the published corpora's;
-# the trainer overrides vocab_size (and suggested cutoffs) from the data manifest.
+# The original scripts' settings (kimiyoung/transformer-xl tf/scripts/*.sh, pytorch/run_*.sh).
+# Vocabulary sizes are the published corpora's; the trainer overrides vocab_size (and suggested
+# cutoffs) from the data manifest.
 PRESETS = {
     "tiny": dict(
         vocab_size=258, n_layer=2, d_model=64, n_head=2, d_head=32, d_inner=256, dropout=0.1,
@@ -240,9 +243,9 @@ PRESETS = {
     ),
     "wt103_base": dict(
         vocab_size=267735, n_layer=16, d_model=410, n_head=10, d_head=41, d_inner=2100,
-        cutoffs=(20000, 40000, 200000), div_val=1, untie_r=True, tie_projs=(False, True, True, True),
-        dropout=0.1, dropatt=0.0, tgt_len=150, mem_len=150, eval_tgt_len=64, eval_mem_len=640,
-        eval_clamp_len=400, eval_same_length=True,
+        cutoffs=(20000, 40000, 200000), div_val=1, untie_r=True,
+        tie_projs=(False, True, True, True), dropout=0.1, dropatt=0.0, tgt_len=150, mem_len=150,
+        eval_tgt_len=64, eval_mem_len=640, eval_clamp_len=400, eval_same_length=True,
     ),
     "wt103_large": dict(
         vocab_size=267735, n_layer=18, d_model=1024, n_head=16, d_head=64, d_inner=4096,

@@ -15,13 +15,13 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
 cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
-from tfxl.data.pipeline import InputParams, input_fn  # noqa: E402
+from tfxl.data.pipeline import InputParams, input_fn
 
 
 def main(data_dir, global_batch, out_path):

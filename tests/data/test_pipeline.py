@@ -10,7 +10,7 @@ import tensorflow as tf
 from data_helpers import run_prepare, sample_text
 from tfxl.data.errors import DataError
 from tfxl.data.manifest import load_manifest
-from tfxl.data.pipeline import InputParams, _pass_shift, eval_steps, input_fn, slot_streams  # noqa
+from tfxl.data.pipeline import InputParams, _pass_shift, eval_steps, input_fn, slot_streams
 
 T = 8
 
@@ -47,7 +47,8 @@ def stream_sequences(data_dir, split):
     for step in range(batches["stream"].shape[0]):
         s = int(batches["stream"][step, 0])
         n = int(batches["target_mask"][step, 0].sum())
-        seqs.setdefault(s, []).append((batches["inputs"][step, 0, :n], batches["targets"][step, 0, n - 1]))
+        seqs.setdefault(s, []).append(
+            (batches["inputs"][step, 0, :n], batches["targets"][step, 0, n - 1]))
     out = {}
     for s, segs in seqs.items():
         out[s] = np.concatenate([i for i, _ in segs] + [[segs[-1][1]]])
@@ -118,7 +119,8 @@ def test_training_slots_read_consecutive_segments_and_later_passes_shift(bytes_d
     for k in range(10):
         step = start + k
         assert batches["position"][step, 0] == k
-        np.testing.assert_array_equal(batches["inputs"][step, 0], seqs[0][shift + k * T: shift + k * T + T])
+        np.testing.assert_array_equal(batches["inputs"][step, 0],
+                                      seqs[0][shift + k * T: shift + k * T + T])
         np.testing.assert_array_equal(batches["targets"][step, 0],
                                       seqs[0][shift + k * T + 1: shift + k * T + T + 1])
         assert batches["target_mask"][step, 0].all()
@@ -130,8 +132,8 @@ def test_input_context_builds_only_its_replicas_slots(bytes_dir):
     # 3 replicas over 3 pipelines, global batch 6 = 3 x 2; pipeline 1 owns slots 2, 3.
     context = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=1,
                                          num_replicas_in_sync=3)
-    batches = collect(input_fn("valid", InputParams(data_dir=data_dir, batch_size=6, training=False),
-                               context))
+    params = InputParams(data_dir=data_dir, batch_size=6, training=False)
+    batches = collect(input_fn("valid", params, context))
     assert batches["inputs"].shape[1:] == (2, T)
     check_slots(batches, manifest, "valid", 6, first_slot=2, eval_padding=True)
     # One pipeline feeding 2 replicas yields replica 0's batch then replica 1's.
@@ -186,7 +188,7 @@ def test_corrupt_shard_and_out_of_vocabulary_ids_name_the_shard(bytes_dir, tmp_p
     # A record whose token ids exceed the vocabulary (e.g. records from another
     # prepare copied in): the in-graph check names the shard.
     with tf.io.TFRecordWriter(shard) as writer:
-        ints = lambda v: tf.train.Feature(int64_list=tf.train.Int64List(value=v))  # noqa: E731
+        ints = lambda v: tf.train.Feature(int64_list=tf.train.Int64List(value=v))
         writer.write(tf.train.Example(features=tf.train.Features(feature={
             "tokens": ints([1] * T + [9999]), "length": ints([T]), "reset": ints([1]),
             "stream": ints([2]), "position": ints([0])})).SerializeToString())
@@ -214,8 +216,9 @@ def test_documents_reset_inside_streams_and_are_not_shifted(tmp_path):
     # reset=1 exactly where a stream starts or a document begins.
     assert np.array_equal(batches["reset"] == 1, starts_doc | (batches["position"] == 0))
     # No shifting: pass 2 repeats pass 1 exactly.
-    np.testing.assert_array_equal(batches["inputs"][:streams[0]["segments"], 0],
-                                  batches["inputs"][streams[0]["segments"]:2 * streams[0]["segments"], 0])
+    segments = streams[0]["segments"]
+    np.testing.assert_array_equal(batches["inputs"][:segments, 0],
+                                  batches["inputs"][segments:2 * segments, 0])
 
 
 def test_rechunked_evaluation_still_counts_every_token_once(bytes_dir):
@@ -256,6 +259,6 @@ def test_rechunk_of_two_replicas_batches_in_turn_equals_rechunk_of_the_global_ba
 def test_input_params_refuse_a_misspelt_field(bytes_dir):
     data_dir, _ = bytes_dir
     with pytest.raises(TypeError, match="verify_shard"):
-        InputParams(data_dir=data_dir, batch_size=2, verify_shard=False)  # noqa
+        InputParams(data_dir=data_dir, batch_size=2, verify_shard=False)
     with pytest.raises(TypeError, match="params must be an InputParams, not dict"):
         input_fn("valid", {"data_dir": data_dir, "batch_size": 2})

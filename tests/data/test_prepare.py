@@ -387,7 +387,8 @@ def test_manifest_errors_and_mismatches(tmp_path, write):
                     num_streams=4)
     check_manifest(m, tgt_len=8, num_streams=4, vocab_sha256=m["vocab_sha256"],
                    global_batch_size=2)
-    with pytest.raises(ValueError, match=r"tgt_len mismatch: training uses tgt_len=16 but the manifest has tgt_len=8"):
+    with pytest.raises(ValueError, match=r"tgt_len mismatch: training uses tgt_len=16 "
+                                         r"but the manifest has tgt_len=8"):
         check_manifest(m, tgt_len=16)
     with pytest.raises(ValueError, match="num_streams mismatch.*=8.*=4"):
         check_manifest(m, num_streams=8)
@@ -416,6 +417,7 @@ def _env():
     return env
 
 
+@pytest.mark.slow
 def test_cli_subprocess_error_line_and_unknown_flag(tmp_path):
     cmd = [sys.executable, "-m", "tfxl.data.prepare"]
     bad = subprocess.run(cmd + [f"--train={tmp_path}/missing.txt", f"--output_dir={tmp_path}/o"],
@@ -429,6 +431,7 @@ def test_cli_subprocess_error_line_and_unknown_flag(tmp_path):
     assert unknown.returncode != 0 and "no_such_flag" in unknown.stderr
 
 
+@pytest.mark.slow
 def test_kill_during_prepare_leaves_no_manifest(tmp_path):
     src = tmp_path / "big.bin"
     src.write_bytes(np.random.default_rng(0).integers(0, 256, 6_000_000, dtype=np.uint8).tobytes())

@@ -131,7 +131,8 @@ def test_tokenizer_inside_saved_model(tokenizers, kind, tmp_path):
     module.tokenizer = tok
     module.encode = tf.function(lambda s: tok.tf_encode(s).to_tensor(tok.pad_id),
                                 input_signature=[tf.TensorSpec([None], tf.string)])
-    module.decode = tf.function(tok.tf_decode, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    module.decode = tf.function(tok.tf_decode,
+                                input_signature=[tf.TensorSpec([None, None], tf.int32)])
     tf.saved_model.save(module, str(tmp_path / "sm"))
     loaded = tf.saved_model.load(str(tmp_path / "sm"))
     ids = loaded.encode(tf.constant([TEXT])).numpy()[0]

@@ -22,6 +22,7 @@ import numpy as np
 from tfxl.convert.errors import ConversionError
 from tfxl.convert.mapping import FORMATS, make_plan
 from tfxl.convert.readers import TensorSource, open_checkpoint
+from tfxl.models import TransfoXLLM
 
 __all__ = [
     "ConversionError", "FORMATS", "TensorSource", "open_checkpoint", "check_checkpoint",
@@ -56,8 +57,6 @@ def convert_checkpoint(fmt, checkpoint, config):
       config: the `tfxl.TransfoXLConfig` the checkpoint was trained with (the PyTorch and TF1
         files carry no hyper-parameters).
     """
-    from tfxl.models import TransfoXLLM  # pylint: disable=import-outside-toplevel
-
     plan = check_checkpoint(fmt, checkpoint, config)
     model = TransfoXLLM(config)
     model.build((None, config.tgt_len))

@@ -25,6 +25,7 @@ import re
 import zipfile
 
 import numpy as np
+import tensorflow as tf
 
 from tfxl.convert.errors import ConversionError, one_line
 
@@ -271,12 +272,12 @@ def read_safetensors(path) -> TensorSource:
     """
     # Imported here: the library works without the optional package until a file needs it.
     try:
-        from safetensors import SafetensorError, safe_open  # pylint: disable=C0415
+        from safetensors import SafetensorError, safe_open
     except ImportError:
         raise ConversionError(f"{path}: {SAFETENSORS_MISSING}") from None
     # Registers numpy's bfloat16, which safetensors' numpy API needs for BF16 tensors (ml_dtypes
     # comes with TensorFlow).
-    import ml_dtypes  # pylint: disable=import-outside-toplevel
+    import ml_dtypes
 
     def opened():
         try:
@@ -310,7 +311,6 @@ def read_npz(path) -> TensorSource:
 
 
 def read_tf1(path) -> TensorSource:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     path = str(path)
     for suffix in (".index", ".meta"):
         if path.endswith(suffix):

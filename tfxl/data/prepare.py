@@ -30,15 +30,20 @@ import sys
 import time
 from typing import Iterator, List, Optional, Sequence
 
+import keras
 import numpy as np
+import tensorflow as tf
+from absl import flags
 
+from tfxl import cli
 from tfxl.data import manifest as manifest_lib
-from tfxl.data import records
+from tfxl.data import records, tokenizers
 from tfxl.data.errors import DataError
 from tfxl.data.formats import DOCUMENTS, FORMATS, get_format
 from tfxl.data.segments import TokenReader, iter_segments, shard_name, stream_bounds
 from tfxl.data.sources import CORPORA, capped, piece_size, split_pieces
 from tfxl.data.staging import StagingDirectory
+from tfxl.data.tokenizers import TOKENIZERS
 
 # python_stdlib demo corpus defaults (keep `make demo` quick on 2 CPU cores).
 STDLIB_TGT_LEN = 64
@@ -74,11 +79,11 @@ class PrepareConfig:
 
 
 def _resolve(config: PrepareConfig) -> PrepareConfig:
-    from tfxl.data.tokenizers import TOKENIZERS  # pylint: disable=import-outside-toplevel
 
     config = dataclasses.replace(config)
     if config.corpus is not None and config.corpus not in CORPORA:
-        raise DataError(f"--corpus: unknown corpus {config.corpus!r} (choose from {', '.join(CORPORA)})")
+        raise DataError(f"--corpus: unknown corpus {config.corpus!r} "
+                        f"(choose from {', '.join(CORPORA)})")
     if config.corpus and (config.train or config.valid or config.test):
         raise DataError("--corpus and --train/--valid/--test are mutually exclusive")
     corpus_format = get_format(config.format)
@@ -136,7 +141,6 @@ def prepare(config: PrepareConfig, log=print, progress: Optional[bool] = None) -
     progress: show progress bars (rate, ETA) on stdout; None: when stdout is a terminal.
     """
     config = _resolve(config)
-    from tfxl.data.tokenizers import TOKENIZERS  # pylint: disable=import-outside-toplevel
     text = TOKENIZERS[config.tokenizer].reads_text
     # Check inputs (existence, readability, flags) before touching the output.
     pieces = split_pieces(config.train, config.valid, config.test, FORMATS[config.format], text,
@@ -147,7 +151,6 @@ def prepare(config: PrepareConfig, log=print, progress: Optional[bool] = None) -
     staging = StagingDirectory(config.output_dir, config.overwrite)
     if progress is None:
         progress = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     try:
         staging.create()
         return _prepare_into(config, pieces, staging, log, progress)
@@ -170,7 +173,6 @@ class _Progress:
     """
 
     def __init__(self, label: str, total: int, unit: str, shown: bool, scale: int = 1):
-        import keras  # pylint: disable=import-outside-toplevel
         if shown:
             print(label, flush=True)
         self.scale, self.done = scale, 0
@@ -191,8 +193,6 @@ def _input_bytes(pieces) -> int:
 
 
 def _prepare_into(config, pieces, staging, log, progress) -> dict:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from tfxl.data import tokenizers  # pylint: disable=import-outside-toplevel
 
     tokenizer_class = tokenizers.TOKENIZERS[config.tokenizer]
     text = tokenizer_class.reads_text
@@ -345,8 +345,6 @@ def suggest_cutoffs(counts: np.ndarray, frequency_ordered: bool) -> List[int]:
 # ---------------------------------------------------------------------------
 def define_flags(flag_values=None) -> None:
     """Registers the tfxl-prepare flags (only when the CLI runs, never on import)."""
-    from absl import flags  # pylint: disable=import-outside-toplevel
-    from tfxl.data.tokenizers import TOKENIZERS  # pylint: disable=import-outside-toplevel
 
     fv = flag_values if flag_values is not None else flags.FLAGS
     flags.DEFINE_enum("corpus", None, list(CORPORA),
@@ -420,13 +418,11 @@ def main_with_flags(fv, argv=()) -> int:
 
 
 def main(argv):
-    from absl import flags  # pylint: disable=import-outside-toplevel
     return main_with_flags(flags.FLAGS, argv)
 
 
 def run():
     """Console-script entry point (`tfxl-prepare`)."""
-    from tfxl import cli  # pylint: disable=import-outside-toplevel
     cli.run(main, define_flags)
 
 

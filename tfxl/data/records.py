@@ -16,7 +16,7 @@ in the manifest with `manifest_entry`, and `input_fn` reads them with `parse`.
 from __future__ import annotations
 
 import numpy as np
-
+import tensorflow as tf
 # Feature name -> shape given T (tgt_len), in the order the manifest lists them.
 _SHAPES = {"tokens": lambda T: [T + 1], "length": lambda T: [], "reset": lambda T: [],
            "stream": lambda T: [], "position": lambda T: []}
@@ -31,7 +31,6 @@ def manifest_entry(tgt_len: int) -> dict:
 
 def feature_spec(tgt_len: int) -> dict:
     """`tf.io.parse_single_example`'s spec of one record."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     return {name: tf.io.FixedLenFeature(shape(tgt_len), tf.int64)
             for name, shape in _SHAPES.items()}
 
@@ -39,7 +38,6 @@ def feature_spec(tgt_len: int) -> dict:
 def encode(tokens: np.ndarray, tgt_len: int, pad_id: int, reset: int, stream: int,
            position: int) -> bytes:
     """One serialized record; `tokens` holds the segment's length+1 real tokens."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     padded = np.full(tgt_len + 1, pad_id, dtype=np.int64)
     padded[:tokens.size] = tokens
@@ -55,5 +53,4 @@ def encode(tokens: np.ndarray, tgt_len: int, pad_id: int, reset: int, stream: in
 
 def parse(record, tgt_len: int) -> dict:
     """A serialized record (scalar tf.string) -> dict of int64 tensors, as `encode` wrote it."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     return tf.io.parse_single_example(record, feature_spec(tgt_len))

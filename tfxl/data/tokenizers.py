@@ -78,6 +78,10 @@ import tensorflow as tf
 from tfxl.data.errors import DataError
 from tfxl.data.manifest import load_manifest
 
+# tensorflow_text is imported by the tokenizers that use it (and the optional sentencepiece by the
+# one function that needs it): loading tensorflow_text loads its op library, which `import tfxl`
+# and the other tokenizers do without.
+
 PAD, EOD, UNK, EOS = "<pad>", "<eod>", "<unk>", "<eos>"
 # Specials of the vocabulary-file tokenizers, in id order.
 TEXT_SPECIALS = (PAD, EOD, UNK)
@@ -314,7 +318,8 @@ def _read_checked(path: str, expected_sha256: str | None) -> bytes:
         raise DataError(f"cannot read vocabulary file {path}: {e.strerror}") from None
     if expected_sha256 and sha256_bytes(data) != expected_sha256:
         raise DataError(f"vocabulary file {path} does not match the manifest "
-                        f"(sha256 {sha256_bytes(data)[:12]}..., manifest says {expected_sha256[:12]}...)")
+                        f"(sha256 {sha256_bytes(data)[:12]}..., "
+                        f"manifest says {expected_sha256[:12]}...)")
     return data
 
 
@@ -342,7 +347,8 @@ class CharsTokenizer(_VocabFileTokenizer):
 
     @classmethod
     def build(cls, counts: collections.Counter, min_freq: int = 1, max_size: int = 0):
-        return cls(list(cls.specials) + _frequency_order(counts, min_freq, max_size, len(cls.specials)))
+        learned = _frequency_order(counts, min_freq, max_size, len(cls.specials))
+        return cls(list(cls.specials) + learned)
 
     @classmethod
     def learn(cls, training_text, options):
@@ -552,7 +558,7 @@ class WordPieceTokenizer(_LineVocabFileTokenizer):
 
     def __init__(self, vocab, name: str | None = None):
         super().__init__(vocab, name or "wordpiece_tokenizer")
-        import tensorflow_text as tf_text  # pylint: disable=import-outside-toplevel
+        import tensorflow_text as tf_text
         self._wordpiece = tf_text.FastWordpieceTokenizer(
             vocab=self.vocab, suffix_indicator="##", unknown_token=UNK,
             no_pretokenization=False, support_detokenization=True,
@@ -561,9 +567,10 @@ class WordPieceTokenizer(_LineVocabFileTokenizer):
     @classmethod
     def learn_from_lines(cls, lines: Iterable[str], vocab_size: int, lower_case: bool = False):
         from tensorflow_text.tools.wordpiece_vocab import \
-            bert_vocab_from_dataset as bert_vocab  # pylint: disable=import-outside-toplevel
+            bert_vocab_from_dataset as bert_vocab
         lines = [line for line in lines if line.strip()]
-        dataset = tf.data.Dataset.from_tensor_slices(tf.constant(lines or [""], tf.string)).batch(1024)
+        dataset = tf.data.Dataset.from_tensor_slices(tf.constant(lines or [""], tf.string))
+        dataset = dataset.batch(1024)
         learned = bert_vocab.bert_vocab_from_dataset(
             dataset, vocab_size=vocab_size, reserved_tokens=list(cls.specials),
             bert_tokenizer_params={"lower_case": lower_case}, learn_params={})
@@ -596,13 +603,14 @@ class SentencePieceTokenizer(_EosLineFraming, Tokenizer):
 
     def __init__(self, model: bytes, name: str | None = None):
         super().__init__(name=name or "sentencepiece_tokenizer")
-        import tensorflow_text as tf_text  # pylint: disable=import-outside-toplevel
+        import tensorflow_text as tf_text
         self.model = bytes(model)
         try:
             self._sp = tf_text.SentencepieceTokenizer(model=self.model, out_type=tf.int32)
             pieces = int(self._sp.vocab_size().numpy())
         except (tf.errors.InvalidArgumentError, tf.errors.InternalError) as e:
-            raise DataError(f"not a valid sentencepiece model: {e.message.splitlines()[0]}") from None
+            first_line = e.message.splitlines()[0]
+            raise DataError(f"not a valid sentencepiece model: {first_line}") from None
         self.pad_id, self.eod_id, self.eos_id = pieces, pieces + 1, pieces + 2
         self.vocab_size = pieces + 3
 
@@ -615,7 +623,7 @@ class SentencePieceTokenizer(_EosLineFraming, Tokenizer):
             # clears the eager kernel cache, deleting it.  Rebuild it eagerly.
             if not tf.executing_eagerly():
                 raise
-            import tensorflow_text as tf_text  # pylint: disable=import-outside-toplevel
+            import tensorflow_text as tf_text
             self._sp = tf_text.SentencepieceTokenizer(model=self.model, out_type=tf.int32)
             return getattr(self._sp, method)(value)
 
@@ -664,7 +672,7 @@ def learn_sentencepiece_model(lines: Iterable[str], vocab_size: int) -> bytes:
     Its own ``<s>``/``</s>`` are left out: tfxl frames lines itself (``<eod>``, ``<eos>``).
     """
     try:
-        import sentencepiece  # pylint: disable=import-outside-toplevel
+        import sentencepiece
     except ImportError:
         raise DataError("--sentencepiece_vocab_size needs the sentencepiece package: "
                         "pip install 'tfxl[sentencepiece]'") from None
@@ -705,7 +713,8 @@ def tokenizer_from_spec(spec: dict, data_dir: str) -> Tokenizer:
     """
     kind = spec.get("type")
     if kind not in TOKENIZERS:
-        raise DataError(f"unknown tokenizer type {kind!r} (expected one of {', '.join(TOKENIZERS)})")
+        raise DataError(f"unknown tokenizer type {kind!r} "
+                        f"(expected one of {', '.join(TOKENIZERS)})")
     return TOKENIZERS[kind].load(spec, data_dir)
 
 

@@ -11,7 +11,7 @@ The rest of tfxl never imports this package, so tfxl works without keras-hub ins
 """
 
 try:
-    import keras_hub  # noqa: F401
+    import keras_hub  # noqa: F401 (imported only to fail early with the install hint)
 except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError("tfxl.hub needs keras-hub: pip install 'tfxl[hub]'") from err
 

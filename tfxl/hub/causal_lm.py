@@ -66,10 +66,7 @@ class TransfoXLCausalLM(CausalLM):
             raise ValueError(f"mem_len must be >= 0, got {mem_len}")
 
     def _settings(self):
-        settings = self.backbone.config.eval_settings()
-        if self.mem_len is not None:
-            settings["mem_len"] = self.mem_len
-        return settings
+        return self.backbone.config.eval_settings(mem_len=self.mem_len)
 
     def _position_keys(self, sequence_length):
         """Every layer's position keys for the S distances 0..S-1 (computed once per generate)."""
@@ -145,7 +142,7 @@ class TransfoXLCausalLM(CausalLM):
                      ops.zeros((batch, config.n_head, 0, config.d_head), dtype))
         # The backbone's own call builds its mask from a memory; the prefill needs per-row prompt
         # lengths, so it runs the backbone's block loop with the mask above.
-        _, _, keys, values = backbone._blocks(  # pylint: disable=protected-access
+        _, _, keys, values = backbone._blocks(
             backbone.embedding(token_ids), [no_memory] * config.n_layer, position_keys, mask,
             False)
         return {KEYS: keys, VALUES: values, PROMPT_LENGTH: prompt_length}
@@ -163,7 +160,8 @@ class TransfoXLCausalLM(CausalLM):
         # Start at the first index that has no prompt token in some row.
         index = ops.min(cache[PROMPT_LENGTH])
 
-        def next(prompt, cache, index):  # noqa: A001 (keras-hub's name)
+        # `next` (shadowing the builtin) is the name keras-hub's samplers call it by.
+        def next(prompt, cache, index):
             # The token before `index` is read; its log-probabilities choose the token at index.
             t = index - 1
             token = ops.slice(prompt, [0, t], [ops.shape(prompt)[0], 1])

@@ -32,7 +32,7 @@ def init_memory(config, batch_size, mem_len=None, dtype="float32"):
 
 def init_key_value_memory(config, batch_size, mem_len=None, dtype="float32"):
     """An empty key/value memory for `config` (default mem_len: config.eval_settings())."""
-    mem_len = config.eval_settings()["mem_len"] if mem_len is None else mem_len
+    mem_len = config.eval_settings(mem_len=mem_len)["mem_len"]
     return empty_key_value_memory(batch_size, config.n_layer, mem_len, config.n_head,
                                   config.d_head, dtype)
 

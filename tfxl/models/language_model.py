@@ -90,8 +90,8 @@ class TransfoXLLM(keras.Model):
             bad = ids.min() if ids.min() < 0 else ids.max()
             raise ValueError(f"prompt_ids: token id {bad} is outside the vocabulary "
                              f"[0, {self.config.vocab_size})")
-        settings = self.config.eval_settings()
-        mem_len = settings["mem_len"] if mem_len is None else int(mem_len)
+        settings = self.config.eval_settings(mem_len=mem_len)
+        mem_len = settings["mem_len"]
         if not hasattr(self, "_generate_loops"):
             self._generate_loops = {}
         if mem_len not in self._generate_loops:
@@ -127,7 +127,7 @@ class TransfoXLLM(keras.Model):
             raise ValueError("TransfoXLLM.export: input_signature must be None; every signature "
                              "fixes its own inputs (see tfxl.serving.export)")
         # Imported here: tfxl.serving sits above the model and imports it, never the reverse.
-        from tfxl.serving.export import export_model  # pylint: disable=import-outside-toplevel
+        from tfxl.serving.export import export_model
         export_model(self, filepath, verbose, **kwargs)
 
     def decode_step(self, token_ids, memory_parts, memory_valid, key_distance, position_keys):

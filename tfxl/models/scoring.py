@@ -26,11 +26,10 @@ def score_document(model, token_ids, target_mask=None, tgt_len=None, mem_len=Non
     Returns:
       (nll float32 [B, S - 1], 0 where not counted; mask bool [B, S - 1], the counted targets).
     """
-    settings = model.config.eval_settings()
-    tgt_len = settings["tgt_len"] if tgt_len is None else int(tgt_len)
-    mem_len = settings["mem_len"] if mem_len is None else int(mem_len)
-    clamp_len = settings["clamp_len"] if clamp_len is None else int(clamp_len)
-    same_length = settings["same_length"] if same_length is None else bool(same_length)
+    settings = model.config.eval_settings(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len,
+                                          same_length=same_length)
+    tgt_len, mem_len = settings["tgt_len"], settings["mem_len"]
+    clamp_len, same_length = settings["clamp_len"], settings["same_length"]
     token_ids = tf.cast(token_ids, tf.int32)
     if token_ids.shape.rank != 2 or (token_ids.shape[1] is not None and token_ids.shape[1] < 2):
         raise ValueError(f"token_ids must be [B, S] with S >= 2 (S - 1 targets), got shape "

@@ -55,6 +55,10 @@ class StatefulTransfoXLLM(keras.Model):
     `evaluate`/`predict` (and fit's validation) carry their own key/value memory, cleared at their
     start; `test_on_batch`/`predict_on_batch` continue it. Segments of config.tgt_len tokens reuse
     position keys computed when those start; other lengths compute theirs in each step.
+    `evaluate`/`predict` run with the training settings (mem_len, clamp_len, same_length; the
+    batches' own segment length), not `config.eval_settings()`: in Keras' sense they are fit's
+    validation on the same streams, and the memory variable has config.mem_len slots. tfxl-eval,
+    export, scoring and generation use the evaluation settings.
     """
 
     def __init__(self, config, batch_size, **kwargs):

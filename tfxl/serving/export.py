@@ -107,13 +107,8 @@ class Signatures:
 
     def __init__(self, model, tokenizer=None, tgt_len=None, mem_len=None, clamp_len=None,
                  same_length=None, score_top_k=16):
-        given = dict(tgt_len=tgt_len, mem_len=mem_len, clamp_len=clamp_len,
-                     same_length=same_length)
-        self.settings = {k: (bool if k == "same_length" else int)(
-            model.config.eval_settings()[k] if v is None else v) for k, v in given.items()}
-        for name, low in (("tgt_len", 1), ("mem_len", 0), ("clamp_len", -1)):
-            if self.settings[name] < low:
-                raise ValueError(f"{name} must be >= {low}, got {self.settings[name]}")
+        self.settings = model.config.eval_settings(tgt_len=tgt_len, mem_len=mem_len,
+                                                   clamp_len=clamp_len, same_length=same_length)
         if tokenizer is not None and tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"tokenizer vocab_size {tokenizer.vocab_size} != model vocab_size "
                              f"{model.config.vocab_size}")
