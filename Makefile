@@ -25,7 +25,7 @@ lint: $(STAMP)     ## ruff, configured in pyproject.toml
 	$(PY) -m ruff check tfxl train tpu tests benchmarks
 
 demo: $(STAMP)     ## the main job on the embedded default corpus (its plots: the `plots` extra, in `test`)
-	$(PY) -m train.demo
+	$(PY) -m tfxl.train.demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

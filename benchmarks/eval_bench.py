@@ -182,8 +182,8 @@ def memory_paths(settings, batch=16, segments=8, jit=True, reps=3):
 
 def trainer_throughput(settings, jit=True, dtype="float32", batches=20, data_root=None):
     tf = common.setup()
-    from train.loop import Runner
-    from train.optimization import OptimizerParams
+    from tfxl.train.loop import Runner
+    from tfxl.train.optimization import OptimizerParams
 
     config = common.bench_config()
     results = []

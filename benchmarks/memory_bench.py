@@ -61,9 +61,9 @@ def child(mem_len, jit, steps):
     tf.constant(1.0).numpy()
     baseline = common.peak_rss_mib()
     import keras
-    from train.loop import build_model
-    from train.optimization import OptimizerParams
-    from train.trainer import Trainer
+    from tfxl.train.loop import build_model
+    from tfxl.train.optimization import OptimizerParams
+    from tfxl.train.trainer import Trainer
 
     keras.config.set_dtype_policy("float32")
     config = common.bench_config(mem_len=mem_len)

@@ -1,7 +1,7 @@
 """Benchmark: training tokens/s and model FLOP/s through the real trainer.
 
 Prepares a generated corpus with `tfxl-prepare` (bytes tokenizer) in a temp dir, builds
-`train.loop.Runner` (default strategy, Adam, clip 0.25) and runs its own host loop
+`tfxl.train.loop.Runner` (default strategy, Adam, clip 0.25) and runs its own host loop
 (`Trainer._loop`: `steps_per_loop` calls of `strategy.run(Trainer.train_step, ...)`
 inside one tf.function, exactly what `Runner.train` runs). The first loop (trace + compile) is not
 timed; then `--loops` loops of `--steps` steps are timed and the best is reported. FLOP/s use the
@@ -32,8 +32,8 @@ GLOBAL_BATCH = 16
 def run_one(config_name, dtype, jit, steps, loops, data_root, profile_dir=None):
     """In this process: tokens/s of the trainer on one config/dtype/jit combination."""
     tf = common.setup()
-    from train.loop import Runner
-    from train.optimization import OptimizerParams
+    from tfxl.train.loop import Runner
+    from tfxl.train.optimization import OptimizerParams
 
     config = common.CONFIGS[config_name]()
     data_dir = common.prepare_data(data_root, config.tgt_len)

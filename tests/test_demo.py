@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from train import demo
+from tfxl.train import demo
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 RESULTS = [{"split": "valid", "mem_len": m, "bpc": b, "tokens": 1000}

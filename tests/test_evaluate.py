@@ -12,8 +12,8 @@ from tfxl.data import pipeline
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.data.rechunk import rechunk
 from tfxl.layers.memory import stacked
-from train.evaluator import EvalProgress
-from train.loop import make_evaluator
+from tfxl.train.evaluator import EvalProgress
+from tfxl.train.loop import make_evaluator
 
 T = 8          # segment length of the data
 STREAMS = 4

@@ -21,12 +21,12 @@ from tfxl.data.manifest import load_manifest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One flag of each tool's own, which its --help must list with its help text.
 OWN_FLAG = {"tfxl.data.prepare": ("--num_streams", "Streams per split S."),
-            "train.main": ("--train_steps", "Total optimisation steps."),
-            "train.evaluate": ("--split", "Split to evaluate."),
+            "tfxl.train.main": ("--train_steps", "Total optimisation steps."),
+            "tfxl.train.evaluate": ("--split", "Split to evaluate."),
             "tfxl.serving.export_main": ("--score_top_k", "score returns the top-k"),
             "tfxl.serving.generate_main": ("--prompt_file", "Read the prompt from this file."),
             "tfxl.convert.main": ("--hf_config", "Hugging Face config.json"),
-            "train.demo": ("--eval_mem_lens", "Evaluation memory lengths to plot.")}
+            "tfxl.train.demo": ("--eval_mem_lens", "Evaluation memory lengths to plot.")}
 CHATTER = ("oneDNN", "cuda", "Sharding callback", "I0000", "E0000", "absl::InitializeLog")
 
 
@@ -66,7 +66,8 @@ def test_usage_errors_exit_2_and_help_lists_the_tools_own_flags(module):
 def test_bad_flag_values_and_stray_arguments_exit_2():
     assert_refused(run_tool("tfxl.serving.generate_main", "--max_new_tokens=many"),
                    "max_new_tokens", "many")
-    assert_refused(run_tool("train.main", "stray", "words"), "unexpected arguments: stray words")
+    assert_refused(run_tool("tfxl.train.main", "stray", "words"),
+                   "unexpected arguments: stray words")
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -142,7 +143,7 @@ def test_generate_from_an_export_needs_no_data_dir(trained, tmp_path):
 @pytest.mark.slow
 def test_tools_are_quiet_unless_verbose(trained):
     model_dir = trained["model"]
-    evaluate = ("train.evaluate", f"--data_dir={trained['data']}", f"--model_dir={model_dir}",
+    evaluate = ("tfxl.train.evaluate", f"--data_dir={trained['data']}", f"--model_dir={model_dir}",
                 "--max_eval_batches=1")
     quiet = run_tool(*evaluate)
     assert quiet.returncode == 0, quiet.stderr[-2000:]
@@ -157,7 +158,7 @@ def test_tools_are_quiet_unless_verbose(trained):
 @pytest.mark.slow
 def test_training_hides_the_savers_info_but_not_its_own_progress(trained, tmp_path):
     model_dir = tmp_path / "model"
-    train = ("train.main", f"--data_dir={trained['data']}", f"--model_dir={model_dir}",
+    train = ("tfxl.train.main", f"--data_dir={trained['data']}", f"--model_dir={model_dir}",
              "--n_layer=1", "--d_model=8", "--n_head=2", "--d_head=4", "--d_inner=8",
              "--tgt_len=4", "--mem_len=4", "--train_batch_size=1", "--train_steps=2",
              "--steps_per_loop=1", "--save_every=1")
@@ -175,7 +176,7 @@ def test_a_bad_model_description_is_one_error_line_naming_its_source(trained, tm
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"n_layer": 0}))
     model_dir = tmp_path / "model"
-    assert_refused(run_tool("train.main", f"--data_dir={trained['data']}",
+    assert_refused(run_tool("tfxl.train.main", f"--data_dir={trained['data']}",
                             f"--model_dir={model_dir}", f"--config={bad}"),
                    "n_layer must be > 0", f"--config={bad}")
     assert not model_dir.exists()

@@ -15,11 +15,11 @@ import tensorflow as tf
 from tfxl.config import TransfoXLConfig
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.serving.loading import load_language_model
-from train import flags as train_flags
+from tfxl.train import flags as train_flags
 from tfxl.checkpoints import restore_weights
-from train.loop import Runner, build_model
-from train.model_dir import check_or_store_config
-from train.optimization import OptimizerParams
+from tfxl.train.loop import Runner, build_model
+from tfxl.train.model_dir import check_or_store_config
+from tfxl.train.optimization import OptimizerParams
 
 T = 8          # segment length of the test data
 STREAMS = 4    # streams per split
@@ -130,11 +130,11 @@ def test_damaged_checkpoint_is_named_by_eval_and_export(data_dir, tmp_path):
     latest = str(model_dir / "checkpoints" / "ckpt-20")
     damage(latest, "truncated")
     eval_flags = [f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--max_eval_batches=1"]
-    result = run_cli("train.evaluate", *eval_flags)  # falls back, saying what it skipped
+    result = run_cli("tfxl.train.evaluate", *eval_flags)  # falls back, saying what it skipped
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout.splitlines()[-1])["checkpoint"].endswith("ckpt-10")
     assert f"skipping damaged checkpoint {latest}" in result.stderr
-    assert_one_error_line(run_cli("train.evaluate", *eval_flags, f"--checkpoint={latest}"),
+    assert_one_error_line(run_cli("tfxl.train.evaluate", *eval_flags, f"--checkpoint={latest}"),
                           latest, "is damaged")
     assert_one_error_line(run_cli("tfxl.serving.export_main", f"--model={model_dir}",
                                   f"--checkpoint={latest}", f"--output_dir={tmp_path / 'x'}"),
@@ -185,9 +185,10 @@ def cli_flags(data_dir, model_dir, steps):
                                         ("--train_batch_size=3", "global batch size 3")])
 def test_a_refused_first_run_leaves_no_config_behind(data_dir, tmp_path, bad, needle):
     model_dir = tmp_path / "m"
-    assert_one_error_line(run_cli("train.main", *cli_flags(data_dir, model_dir, 2), bad), needle)
+    assert_one_error_line(run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 2), bad),
+                          needle)
     assert not (model_dir / "config.json").exists() and not (model_dir / "data.json").exists()
-    corrected = run_cli("train.main", *cli_flags(data_dir, model_dir, 2))
+    corrected = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 2))
     assert corrected.returncode == 0, corrected.stderr[-2000:]
     assert (model_dir / "config.json").exists() and (model_dir / "data.json").exists()
 
@@ -215,7 +216,7 @@ def test_a_numeric_flag_out_of_range_is_named(flag, value):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module", ["train.main", "train.evaluate"])
+@pytest.mark.parametrize("module", ["tfxl.train.main", "tfxl.train.evaluate"])
 def test_every_numeric_flag_has_a_rule(module):
     listing = subprocess.run([sys.executable, "-c", (
         f"import {module} as m; from absl import flags; m.define_flags(); "
@@ -224,7 +225,7 @@ def test_every_numeric_flag_has_a_rule(module):
         "if f.flag_type() in ('int', 'float')))")], capture_output=True, text=True, env=ENV,
         timeout=120)  # the flags tfxl defines, not those of absl or TensorFlow
     numeric = set(listing.stdout.split())
-    assert "learning_rate" in numeric or module == "train.evaluate", listing.stderr[-2000:]
+    assert "learning_rate" in numeric or module == "tfxl.train.evaluate", listing.stderr[-2000:]
     assert numeric and numeric <= set(train_flags.FLAG_RULES), numeric - set(
         train_flags.FLAG_RULES)
 
@@ -232,10 +233,10 @@ def test_every_numeric_flag_has_a_rule(module):
 @pytest.mark.slow
 def test_cli_refuses_a_negative_learning_rate_before_writing(data_dir, tmp_path):
     model_dir = tmp_path / "m"
-    assert_one_error_line(run_cli("train.main", *cli_flags(data_dir, model_dir, 2),
+    assert_one_error_line(run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 2),
                                   "--learning_rate=-1"), "--learning_rate=-1")
     assert not model_dir.exists()
-    assert_one_error_line(run_cli("train.evaluate", f"--data_dir={data_dir}",
+    assert_one_error_line(run_cli("tfxl.train.evaluate", f"--data_dir={data_dir}",
                                   f"--model_dir={model_dir}", "--mem_len=-1"), "--mem_len=-1")
 
 
@@ -244,11 +245,11 @@ def test_cli_refuses_a_negative_learning_rate_before_writing(data_dir, tmp_path)
 @pytest.mark.slow
 def test_a_finished_run_keeps_its_metrics_and_says_it_had_nothing_to_do(data_dir, tmp_path):
     model_dir = tmp_path / "m"
-    first = run_cli("train.main", *cli_flags(data_dir, model_dir, 5))
+    first = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 5))
     assert first.returncode == 0, first.stderr[-2000:]
     kept = {name: (model_dir / name).read_bytes() for name in ("metrics.json", "train_log.jsonl")}
     assert json.loads(kept["metrics.json"])["train_loss"] is not None
-    again = run_cli("train.main", *cli_flags(data_dir, model_dir, 5))
+    again = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 5))
     assert again.returncode == 0, again.stderr[-2000:]
     assert {name: (model_dir / name).read_bytes() for name in kept} == kept
     assert "nothing to do" in again.stdout
@@ -260,11 +261,11 @@ def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path):
     shutil.copytree(data_dir, out / "data")  # reused by the demo: no corpus to prepare
     args = [f"--out={out}", "--train_steps=2", f"--batch_size={STREAMS}", f"--eval_tgt_len={T}",
             "--eval_mem_lens=0"]
-    first = run_cli("train.demo", *args)
+    first = run_cli("tfxl.train.demo", *args)
     assert first.returncode == 0, first.stderr[-2000:]
     trained = json.loads((out / "results.json").read_text())["train"]
     assert trained["train_loss"] is not None and trained["step"] == 2
-    again = run_cli("train.demo", *args)
+    again = run_cli("tfxl.train.demo", *args)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((out / "results.json").read_text())["train"] == trained
     assert "nothing to do" in again.stdout
@@ -276,13 +277,13 @@ def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path):
 def test_tfxl_train_stores_eval_settings_and_tfxl_eval_says_where_each_came_from(data_dir,
                                                                                  tmp_path):
     model_dir = tmp_path / "m"
-    trained = run_cli("train.main", *cli_flags(data_dir, model_dir, 2), "--eval_tgt_len=4",
+    trained = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 2), "--eval_tgt_len=4",
                       "--eval_mem_len=16", "--eval_same_length")
     assert trained.returncode == 0, trained.stderr[-2000:]
     config = json.loads((model_dir / "config.json").read_text())
     assert (config["eval_tgt_len"], config["eval_mem_len"], config["eval_same_length"]) == (
         4, 16, True)
-    evaluated = run_cli("train.evaluate", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+    evaluated = run_cli("tfxl.train.evaluate", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
                         "--mem_len=8", "--max_eval_batches=1")
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     result = json.loads(evaluated.stdout)  # stdout is the result's JSON line only
@@ -332,7 +333,7 @@ def hang(*args, **kwargs):  # inside the save of `checkpoint`: say so, then wait
 
 setattr(module, function_name, hang)
 sys.argv = ["tfxl-train"] + sys.argv[5:]
-from train.main import run
+from tfxl.train.main import run
 run()
 """
 
@@ -340,7 +341,7 @@ run()
 @pytest.fixture(scope="module")
 def straight_run(data_dir, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("straight") / "m"
-    result = run_cli("train.main", *cli_flags(data_dir, model_dir, 30))
+    result = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
     assert result.returncode == 0, result.stderr[-2000:]
     return logged_losses(model_dir)
 
@@ -364,7 +365,7 @@ def test_kill_9_during_a_save_resumes_exactly(data_dir, tmp_path, straight_run, 
     assert marker.exists(), "the save was never reached"
     proc.kill()  # SIGKILL
     proc.wait()
-    resumed = run_cli("train.main", *cli_flags(data_dir, model_dir, 30))
+    resumed = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from" in resumed.stderr and "Traceback" not in resumed.stderr
     losses = logged_losses(model_dir)

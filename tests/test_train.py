@@ -14,9 +14,9 @@ import tensorflow as tf
 
 from tfxl.config import TransfoXLConfig
 from tfxl.data.prepare import PrepareConfig, prepare
-from train.loop import Runner, TrainingDiverged
-from train.model_dir import check_or_store_config
-from train.optimization import OptimizerParams
+from tfxl.train.loop import Runner, TrainingDiverged
+from tfxl.train.model_dir import check_or_store_config
+from tfxl.train.optimization import OptimizerParams
 
 T = 8          # segment length of the test data
 STREAMS = 8    # streams per split
@@ -148,7 +148,7 @@ def test_checkpoint_keys_of_the_dropout_seeds_are_those_earlier_checkpoints_have
 
 
 def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "train.main", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tfxl.train.main", *args], capture_output=True,
                           text=True, env={**os.environ, **(env or {})}, timeout=300)
 
 
@@ -171,7 +171,7 @@ def test_kill_9_and_resume_continues_step_for_step(copy_data, tmp_path):
     reference = tmp_path / "reference"
     assert cli(*common_flags(copy_data, reference, steps)).returncode == 0
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "train.main",
+    proc = subprocess.Popen([sys.executable, "-m", "tfxl.train.main",
                              *common_flags(copy_data, killed, steps)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     index = killed / "checkpoints" / "ckpt-25.index"
@@ -270,7 +270,8 @@ def test_multi_worker_mirrored_two_local_workers_equal_one_device(copy_data, tmp
         tf_config = json.dumps({"cluster": {"worker": workers},
                                 "task": {"type": "worker", "index": index}})
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "train.main", *multi_flags, "--strategy=multi_worker_mirrored"],
+            [sys.executable, "-m", "tfxl.train.main", *multi_flags,
+             "--strategy=multi_worker_mirrored"],
             env={**os.environ, "TF_CONFIG": tf_config, "CUDA_VISIBLE_DEVICES": ""},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = [p.communicate(timeout=300) for p in procs]
@@ -314,7 +315,7 @@ def test_tfxl_eval_counts_every_token_with_its_own_settings(copy_data, tmp_path)
     for mem_len in (0, 4 * T):
         out = tmp_path / f"eval{mem_len}.json"
         result = subprocess.run(
-            [sys.executable, "-m", "train.evaluate", f"--data_dir={copy_data}",
+            [sys.executable, "-m", "tfxl.train.evaluate", f"--data_dir={copy_data}",
              f"--model_dir={model_dir}", "--split=valid", f"--tgt_len={T // 2}",
              f"--mem_len={mem_len}", "--same_length", f"--output={out}"],
             capture_output=True, text=True, timeout=300)
@@ -324,7 +325,7 @@ def test_tfxl_eval_counts_every_token_with_its_own_settings(copy_data, tmp_path)
         assert r["tokens"] == tokens and r["tgt_len"] == T // 2 and r["same_length"]
         assert r["bpc"] == pytest.approx(r["loss"] / np.log(2))
     assert results[0]["loss"] != results[4 * T]["loss"]
-    bad = subprocess.run([sys.executable, "-m", "train.evaluate", f"--data_dir={copy_data}",
+    bad = subprocess.run([sys.executable, "-m", "tfxl.train.evaluate", f"--data_dir={copy_data}",
                           f"--model_dir={tmp_path / 'nothing'}"], capture_output=True, text=True)
     assert bad.returncode == 2 and "config.json" in bad.stderr
 
@@ -336,8 +337,8 @@ def test_bad_files_and_values_fail_with_a_message(copy_data, tmp_path):
     bad_config = tmp_path / "bad_config.json"
     bad_config.write_text('{"cutoffs": 5}')
     cases = [
-        (["-m", "train.main", *common_flags(copy_data, a_file, 5)], "is a file"),
-        (["-m", "train.main", *common_flags(copy_data, tmp_path / "m1", 5),
+        (["-m", "tfxl.train.main", *common_flags(copy_data, a_file, 5)], "is a file"),
+        (["-m", "tfxl.train.main", *common_flags(copy_data, tmp_path / "m1", 5),
           f"--config={bad_config}"], "bad_config.json"),
     ]
     model_dir = tmp_path / "corrupt"
@@ -345,8 +346,8 @@ def test_bad_files_and_values_fail_with_a_message(copy_data, tmp_path):
     (model_dir / "config.json").write_text("{not json")
     eval_flags = [f"--data_dir={copy_data}", f"--model_dir={model_dir}"]
     cases += [
-        (["-m", "train.evaluate", *eval_flags], "config.json is not valid JSON"),
-        (["-m", "train.evaluate", *eval_flags, f"--output={tmp_path / 'no' / 'x.json'}"],
+        (["-m", "tfxl.train.evaluate", *eval_flags], "config.json is not valid JSON"),
+        (["-m", "tfxl.train.evaluate", *eval_flags, f"--output={tmp_path / 'no' / 'x.json'}"],
          "does not exist"),
     ]
     for args, needle in cases:

@@ -1,5 +1,5 @@
 """The one runner of every command-line tool: tfxl-prepare, -train, -eval, -export, -generate,
--convert and `python -m train.demo`.
+-convert and `python -m tfxl.train.demo`.
 
 * A usage error (unknown flag, bad flag value, stray argument) prints one `error: ...` line and
   exits 2, as does every error a user can cause (ValueError, OSError, TensorFlow's OpError, and
@@ -33,10 +33,10 @@ from tfxl.config import EVAL_SETTINGS, PRESETS, TransfoXLConfig
 # module before anything else, and the quieting must be in place first (see above).
 
 # Tool name -> its module (what `python -m` runs).
-TOOLS = {"tfxl-prepare": "tfxl.data.prepare", "tfxl-train": "train.main",
-         "tfxl-eval": "train.evaluate", "tfxl-export": "tfxl.serving.export_main",
+TOOLS = {"tfxl-prepare": "tfxl.data.prepare", "tfxl-train": "tfxl.train.main",
+         "tfxl-eval": "tfxl.train.evaluate", "tfxl-export": "tfxl.serving.export_main",
          "tfxl-generate": "tfxl.serving.generate_main", "tfxl-convert": "tfxl.convert.main",
-         "python -m train.demo": "train.demo"}
+         "python -m tfxl.train.demo": "tfxl.train.demo"}
 HELP_FLAGS = ("--help", "-help", "-h", "-?", "--helpshort", "-helpshort")
 
 # absl's C++ log line as TensorFlow writes it (no InitializeLog: the time is printed as 0000

@@ -1,6 +1,6 @@
 """Resolving the tf.distribute strategy a job runs under (TPU, Mirrored, MultiWorkerMirrored)."""
 
-from tpu.strategy import (STRATEGIES, StrategyError, define_flags, resolve_strategy,
+from tfxl.tpu.strategy import (STRATEGIES, StrategyError, define_flags, resolve_strategy,
                           strategy_from_flags)
 
 __all__ = ["STRATEGIES", "StrategyError", "define_flags", "resolve_strategy", "strategy_from_flags"]

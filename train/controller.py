@@ -13,12 +13,12 @@ import time
 import keras
 import tensorflow as tf
 
-from train.evaluator import metric_value
+from tfxl.train.evaluator import metric_value
 
 
 class Controller:
     """Args:
-      trainer: a `train.trainer.Trainer`. checkpoint: its `TrainingCheckpoint`.
+      trainer: a `tfxl.train.trainer.Trainer`. checkpoint: its `TrainingCheckpoint`.
       train_steps: the step to train to. steps_per_loop: the longest host loop.
       save_every, eval_every: cadence in steps (None or 0: at the end only / never).
       evaluate: () -> result dict, called every eval_every steps.

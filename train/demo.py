@@ -9,7 +9,7 @@
    against evaluation memory length on a log2 axis) and demo_out/training_loss.png (the loss
    curve of model/train_log.jsonl).
 
-    python -m train.demo [--train_steps=2000] [--out=demo_out]
+    python -m tfxl.train.demo [--train_steps=2000] [--out=demo_out]
 
 The plots need matplotlib, an extra (`pip install 'tfxl[plots]'`; `make demo` installs it) that
 tfxl itself never imports.
@@ -28,9 +28,9 @@ from tfxl.config import get_preset
 from tfxl.data.manifest import load_manifest
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.json_files import write_json_atomically
-from train.loop import Runner
-from train.model_dir import check_or_store_config
-from train.optimization import OptimizerParams
+from tfxl.train.loop import Runner
+from tfxl.train.model_dir import check_or_store_config
+from tfxl.train.optimization import OptimizerParams
 
 FLAGS = flags.FLAGS
 

@@ -19,10 +19,10 @@ from tfxl import cli
 from tfxl.checkpoints import restore_weights
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import load_manifest
-from tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
-from train import flags as train_flags
+from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
+from tfxl.train import flags as train_flags
 from tfxl.json_files import write_json_atomically
-from train.loop import make_evaluator
+from tfxl.train.loop import make_evaluator
 
 FLAGS = flags.FLAGS
 

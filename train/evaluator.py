@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfxl.layers.memory import per_layer
-from train.memory_state import ReplicaMemory, ReplicaPositionKeys
+from tfxl.train.memory_state import ReplicaMemory, ReplicaPositionKeys
 
 LOG2 = math.log(2.0)
 
@@ -65,7 +65,7 @@ class Evaluator:
 
     Args:
       model: a built `TransfoXLLM`. strategy: its strategy.
-      data: a `train.datasets.DistributedData`.
+      data: a `tfxl.train.datasets.DistributedData`.
       global_batch: the default batch (B, divisible by the replicas).
       steps_per_loop: steps per `tf.function` call.
       jit_compile: XLA-compile each replica's forward pass (one trace per M, T, same_length).

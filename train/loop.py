@@ -22,12 +22,12 @@ from tfxl.data.fingerprint import check_data_fingerprint
 from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.json_files import read_json, write_json_atomically
 from tfxl.models import TransfoXLLM
-from train import model_dir as model_dirs
-from train.checkpointing import TrainingCheckpoint
-from train.controller import Controller, ProgressBar, TensorBoardScalars, TrainLog
-from train.datasets import DistributedData
-from train.evaluator import EvalProgress, Evaluator
-from train.trainer import Trainer, TrainingDiverged
+from tfxl.train import model_dir as model_dirs
+from tfxl.train.checkpointing import TrainingCheckpoint
+from tfxl.train.controller import Controller, ProgressBar, TensorBoardScalars, TrainLog
+from tfxl.train.datasets import DistributedData
+from tfxl.train.evaluator import EvalProgress, Evaluator
+from tfxl.train.trainer import Trainer, TrainingDiverged
 
 __all__ = ["Runner", "TrainingDiverged", "build_model", "make_evaluator"]
 

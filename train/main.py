@@ -10,11 +10,11 @@ from absl import flags, logging
 
 from tfxl import cli
 from tfxl.data.manifest import load_manifest
-from tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
-from train import flags as train_flags
-from train.loop import Runner, TrainingDiverged
-from train.model_dir import check_or_store_config
-from train.optimization import OptimizerParams
+from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
+from tfxl.train import flags as train_flags
+from tfxl.train.loop import Runner, TrainingDiverged
+from tfxl.train.model_dir import check_or_store_config
+from tfxl.train.optimization import OptimizerParams
 
 FLAGS = flags.FLAGS
 

@@ -11,8 +11,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from train.memory_state import CheckpointedReplicaMemory
-from train.optimization import OptimizerParams, make_optimizer
+from tfxl.train.memory_state import CheckpointedReplicaMemory
+from tfxl.train.optimization import OptimizerParams, make_optimizer
 
 
 class TrainingDiverged(RuntimeError):
@@ -24,7 +24,7 @@ class Trainer:
 
     Args:
       model: a built `TransfoXLLM`. strategy: its strategy.
-      data: a `train.datasets.DistributedData`.
+      data: a `tfxl.train.datasets.DistributedData`.
       global_batch: B, divisible by the number of replicas.
       opt: the optimizer and schedule. mixed_precision: the Keras dtype policy name.
       jit_compile: XLA-compile each replica's forward and backward pass.

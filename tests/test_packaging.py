@@ -1,0 +1,45 @@
+"""What `pip install tfxl` puts into site-packages: the top-level folders train/ and tpu/ install
+as tfxl.train and tfxl.tpu, never as bare `train`/`tpu` names (BUILD.md, "Installed names")."""
+
+import configparser
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def setup_options():
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    options = config["options"]
+    packages = options["packages"].split()
+    package_dir = dict(line.split(" = ") for line in options["package_dir"].strip().splitlines())
+    return packages, package_dir
+
+
+def test_every_package_of_the_tree_is_installed_under_tfxl():
+    packages, package_dir = setup_options()
+    assert package_dir == {"tfxl.train": "train", "tfxl.tpu": "tpu"}
+    folder_of = {name: package_dir.get(name, name.replace(".", "/")) for name in packages}
+    in_tree = {str(path.parent.relative_to(ROOT)) for top in ("tfxl", "train", "tpu")
+               for path in (ROOT / top).rglob("__init__.py")}
+    assert sorted(folder_of.values()) == sorted(in_tree)
+    assert all(name == "tfxl" or name.startswith("tfxl.") for name in packages)
+
+
+@pytest.mark.slow
+def test_installed_names_are_tfxl_train_and_tfxl_tpu_only(tmp_path):
+    """From outside the repository (no source folder on sys.path), as an installed user sees it."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = ("import importlib.util as u, json; print(json.dumps({n: u.find_spec(n) is not None "
+             "for n in ('train', 'tpu', 'tfxl.train', 'tfxl.tpu', 'tfxl.train.trainer', "
+             "'tfxl.tpu.strategy')}))")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, check=True)
+    found = result.stdout.strip().splitlines()[-1]
+    assert found == ('{"train": false, "tpu": false, "tfxl.train": true, "tfxl.tpu": true, '
+                     '"tfxl.train.trainer": true, "tfxl.tpu.strategy": true}')
