@@ -344,7 +344,7 @@ def resolve_config(flag_values=None, defaults=None, sources=(), fixed=None):
     (a preset's was written for the preset's cutoffs). Raises ValueError naming the sources.
     """
     from absl import flags
-    from tfxl.json_files import read_json
+    from tfxl.files import read_json
     fv = flags.FLAGS if flag_values is None else flag_values
     known = {f.name for f in dataclasses.fields(TransfoXLConfig)}
     fields, layers = {}, []

@@ -202,8 +202,8 @@ class TransfoXLConfig:
     def from_file(cls, path: str) -> "TransfoXLConfig":
         """The config in a JSON file (local or any tf.io.gfile path, e.g. gs://); one ValueError
         naming the file for any problem with it."""
-        # tfxl.json_files loads TensorFlow: imported here so that this module never does.
-        from tfxl.json_files import read_json
+        # tfxl.files loads TensorFlow: imported here so that this module never does.
+        from tfxl.files import read_json
         data = read_json(path, "model config")
         if not isinstance(data, dict):
             raise ValueError(f"model config {path}: expected a JSON object")

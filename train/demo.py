@@ -27,7 +27,7 @@ from tfxl import cli
 from tfxl.config import get_preset
 from tfxl.data.manifest import load_manifest
 from tfxl.data.prepare import PrepareConfig, prepare
-from tfxl.json_files import write_json_atomically
+from tfxl.files import write_json_atomically
 from tfxl.train.loop import Runner
 from tfxl.train.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams

@@ -21,7 +21,7 @@ from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import load_manifest
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags
-from tfxl.json_files import write_json_atomically
+from tfxl.files import write_json_atomically
 from tfxl.train.loop import make_evaluator
 
 FLAGS = flags.FLAGS

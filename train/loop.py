@@ -20,7 +20,7 @@ import tensorflow as tf
 from tfxl.config import TransfoXLConfig
 from tfxl.data.fingerprint import check_data_fingerprint
 from tfxl.data.manifest import check_manifest, load_manifest
-from tfxl.json_files import read_json, write_json_atomically
+from tfxl.files import read_json, write_json_atomically
 from tfxl.models import TransfoXLLM
 from tfxl.train import model_dir as model_dirs
 from tfxl.train.checkpointing import TrainingCheckpoint

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from tfxl.config import TransfoXLConfig
 from tfxl.data.fingerprint import check_data_fingerprint
-from tfxl.json_files import write_json_atomically
+from tfxl.files import write_json_atomically, write_text_atomically
 
 TRAIN_LOG = "train_log.jsonl"
 METRICS = "metrics.json"
@@ -53,7 +53,4 @@ def truncate_log(path, last_step):
         return
     with tf.io.gfile.GFile(path) as f:
         kept = [line for line in f if line.strip() and json.loads(line)["step"] <= last_step]
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write("".join(kept))
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    write_text_atomically(path, "".join(kept))

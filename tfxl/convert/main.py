@@ -20,7 +20,7 @@ from absl import flags
 from tfxl import cli
 from tfxl.convert import (config_overrides_from_hf, config_path_for, convert_checkpoint,
                           describe, save_converted)
-from tfxl.json_files import read_json
+from tfxl.files import read_json
 
 FLAGS = flags.FLAGS
 TF1_LAYER_NORM_EPSILON = 1e-12  # tf.contrib.layers.layer_norm's variance epsilon

@@ -11,7 +11,7 @@ import os
 
 import tensorflow as tf
 
-from tfxl.json_files import read_json, write_json_atomically
+from tfxl.files import read_json, write_json_atomically
 
 DATA_JSON = "data.json"
 EXPORT_DATA_JSON = os.path.join("assets.extra", "tfxl_data.json")

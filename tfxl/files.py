@@ -1,8 +1,9 @@
-"""JSON files the tools read and write (configs, manifests' companions, metrics, fingerprints).
+"""The files the tools read and write (configs, metrics, fingerprints, logs).
 
 One place for the two rules every tool follows: a file that cannot be read or parsed is one
 ValueError naming it, and a file is written to a temporary name and renamed over the old one, so
-a killed run never leaves half a file (tf.io.gfile: local paths and GCS alike).
+a killed run never leaves half a file (tf.io.gfile: local paths and GCS alike). Directories of
+several files are staged as a whole instead (tfxl/data/staging.py, tfxl-convert's output).
 """
 
 import json
@@ -22,9 +23,14 @@ def read_json(path, what):
         raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
 
 
-def write_json_atomically(path, payload):
-    """Writes `payload` as indented JSON to a temporary file, then renames it over `path`."""
+def write_text_atomically(path, text):
+    """Writes `text` to a temporary file, then renames it over `path`."""
     tmp = f"{path}.tmp-{os.getpid()}"
     with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+        f.write(text)
     tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def write_json_atomically(path, payload):
+    """Writes `payload` as indented JSON, atomically (write_text_atomically)."""
+    write_text_atomically(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
