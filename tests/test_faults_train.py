@@ -221,7 +221,7 @@ def test_every_numeric_flag_has_a_rule(module):
     listing = subprocess.run([sys.executable, "-c", (
         f"import {module} as m; from absl import flags; m.define_flags(); "
         "print(' '.join(f.name for module, defined in flags.FLAGS.flags_by_module_dict().items() "
-        "if module.split('.')[0] in ('train', 'tpu') for f in defined "
+        "if module.startswith(('tfxl.train.', 'tfxl.tpu.')) for f in defined "
         "if f.flag_type() in ('int', 'float')))")], capture_output=True, text=True, env=ENV,
         timeout=120)  # the flags tfxl defines, not those of absl or TensorFlow
     numeric = set(listing.stdout.split())
