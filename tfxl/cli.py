@@ -7,7 +7,8 @@
 * `--help` (-h, -?, --helpshort) prints the tool's docstring and its own flags with their help.
   absl's lists only the flags of `__main__`, which for a console script is the generated wrapper.
 * Quiet by default: TensorFlow's C++ log lines (start-up "oneDNN"/"cuda" notices, "E0000 ..."
-  kernel notes) and its Python INFO logs (the saver's "Sharding callback") are hidden.
+  kernel notes), its Python INFO logs (the saver's "Sharding callback") and its tf.function
+  retracing hint (the tools trace one step per evaluation setting on purpose) are hidden.
   `--verbosity=1` shows them all again; an explicit TF_CPP_MIN_LOG_LEVEL is honoured.
 
 TensorFlow prints its start-up lines while it loads, through C++ logging that ignores
@@ -89,9 +90,10 @@ def quiet_tensorflow(argv=None):
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    logging.getLogger("tensorflow").addFilter(_hide_tensorflow_chatter)
     # TF logs through absl too. (absl.logging first: it must create the "absl" logger itself.)
     from absl import logging as absl_logging
-    absl_logging.get_absl_logger().addFilter(_hide_tensorflow_info)
+    absl_logging.get_absl_logger().addFilter(_hide_tensorflow_chatter)
     try:
         min_level = int(os.environ["TF_CPP_MIN_LOG_LEVEL"])
     except ValueError:
@@ -101,10 +103,15 @@ def quiet_tensorflow(argv=None):
         _filter_native_logs(min_level)
 
 
-def _hide_tensorflow_info(record):
+def _hide_tensorflow_chatter(record):
     """False for INFO records logged by TensorFlow's own modules (the saver's "Sharding
-    callback" at every checkpoint); the tool's own INFO logs (training progress) stay."""
-    return record.levelno >= logging.WARNING or _TENSORFLOW_DIR not in record.pathname
+    callback" at every checkpoint) and for its tf.function retracing hint: the tools trace one
+    step per evaluation setting on purpose (tfxl-eval, the demo's memory lengths), which is what
+    the hint counts. The tool's own logs (training progress) stay."""
+    if _TENSORFLOW_DIR not in record.pathname:
+        return True
+    return (record.levelno >= logging.WARNING
+            and "triggered tf.function retracing" not in record.getMessage())
 
 
 _TENSORFLOW_DIR = f"{os.sep}tensorflow{os.sep}"
