@@ -13,6 +13,7 @@ from absl import flags
 
 from factories import tiny_config
 from tfxl import TransfoXLLM
+from tfxl import cli
 from tfxl.cli import TOOLS
 from tfxl.data import prepare as prepare_lib
 from tfxl.data.fingerprint import check_data_fingerprint
@@ -192,7 +193,7 @@ def prepare_cli(argv, capsys):
     values = flags.FlagValues()
     prepare_lib.define_flags(values)
     values(["tfxl-prepare", *map(str, argv)])
-    code = prepare_lib.main_with_flags(values, ["tfxl-prepare"])
+    code = cli.exit_status(lambda argv: prepare_lib.main(argv, values), ["tfxl-prepare"])
     return code, capsys.readouterr().err
 
 

@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from tfxl import cli
 from tfxl.data import prepare as prepare_lib
 from tfxl.data import records
 
@@ -39,7 +40,7 @@ def run_cli(argv, capsys):
     values = flags.FlagValues()
     prepare_lib.define_flags(values)
     values(["tfxl-prepare"] + list(argv))
-    code = prepare_lib.main_with_flags(values, ["tfxl-prepare"])
+    code = cli.exit_status(lambda argv: prepare_lib.main(argv, values), ["tfxl-prepare"])
     return code, capsys.readouterr().err
 
 

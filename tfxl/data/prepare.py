@@ -343,10 +343,9 @@ def suggest_cutoffs(counts: np.ndarray, frequency_ordered: bool) -> List[int]:
 # ---------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------
-def define_flags(flag_values=None) -> None:
+def define_flags(flag_values=flags.FLAGS) -> None:
     """Registers the tfxl-prepare flags (only when the CLI runs, never on import)."""
-
-    fv = flag_values if flag_values is not None else flags.FLAGS
+    fv = flag_values
     flags.DEFINE_enum("corpus", None, list(CORPORA),
                       "Embedded corpus instead of --train/--valid/--test.", flag_values=fv)
     flags.DEFINE_list("train", [], "Training files or globs (comma-separated).", flag_values=fv)
@@ -404,21 +403,12 @@ def config_from_flags(fv) -> PrepareConfig:
         overwrite=fv.overwrite, errors=fv.errors, seed=fv.seed)
 
 
-def main_with_flags(fv, argv=()) -> int:
-    """Runs prepare from parsed flags; returns the exit code (2 on bad input)."""
-    if len(argv) > 1:
-        print(f"error: unexpected arguments: {' '.join(argv[1:])}", file=sys.stderr)
-        return 2
-    try:
-        prepare(config_from_flags(fv), log=lambda msg: print(msg, file=sys.stderr))
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+def main(argv, flag_values=flags.FLAGS):
+    """tfxl-prepare on parsed flags (`flag_values`: another FlagValues in in-process tests); a
+    DataError is the user's: tfxl/cli.py prints its one `error:` line and exits 2."""
+    del argv  # stray arguments are refused by tfxl/cli.py
+    prepare(config_from_flags(flag_values), log=lambda msg: print(msg, file=sys.stderr))
     return 0
-
-
-def main(argv):
-    return main_with_flags(flags.FLAGS, argv)
 
 
 def run():
