@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfxl.config import TransfoXLConfig
+import factories
 from tfxl.data import pipeline
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.data.rechunk import rechunk
@@ -38,9 +38,8 @@ def data_dir(tmp_path_factory):
 def make_test_evaluator(data_dir, model_dir, strategy, jit_compile):
     vocab_size = pipeline.load_manifest(data_dir)["vocab_size"]
     # A large init_std: predictions far from uniform, so the mean loss moves with every key.
-    config = TransfoXLConfig(vocab_size=vocab_size, n_layer=2, d_model=32, n_head=2, d_head=16,
-                             d_inner=64, dropout=0.0, dropatt=0.0, tgt_len=T, mem_len=T,
-                             init_std=0.3)
+    config = factories.tiny_config(vocab_size=vocab_size, d_model=32, d_head=16, d_inner=64,
+                                   tgt_len=T, mem_len=T, init_std=0.3)
     return make_evaluator(config, strategy, data_dir, str(model_dir), STREAMS,
                           jit_compile=jit_compile, steps_per_loop=3)
 

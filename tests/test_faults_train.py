@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfxl.config import TransfoXLConfig
+import factories
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.serving.loading import load_language_model
 from tfxl.train import flags as train_flags
@@ -46,9 +46,9 @@ def vocab_size(data_dir):
 
 
 def tiny_config(data_dir, **changes):
-    return TransfoXLConfig(**{**dict(
-        vocab_size=vocab_size(data_dir), n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32,
-        dropout=0.1, dropatt=0.0, tgt_len=T, mem_len=T), **changes})
+    return factories.tiny_config(**{**dict(
+        vocab_size=vocab_size(data_dir), n_layer=1, d_head=8, d_inner=32, dropout=0.1,
+        tgt_len=T, mem_len=T, init_std=0.02), **changes})
 
 
 def train(data_dir, model_dir, steps, save_every=10, eval_every=None, **config):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfxl.config import TransfoXLConfig
+import factories
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.train.loop import Runner, TrainingDiverged
 from tfxl.train.model_dir import check_or_store_config
@@ -49,9 +49,9 @@ def copy_data(tmp_path_factory):
 
 
 def tiny_config(vocab_size, **kw):
-    base = dict(vocab_size=vocab_size, n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64,
-                dropout=0.0, dropatt=0.0, tgt_len=T, mem_len=T, init_std=0.05)
-    return TransfoXLConfig(**{**base, **kw})
+    return factories.tiny_config(**{**dict(vocab_size=vocab_size, d_model=32, d_head=16,
+                                            d_inner=64, tgt_len=T, mem_len=T, init_std=0.05),
+                                     **kw})
 
 
 def vocab(data_dir):
