@@ -142,7 +142,7 @@ class TransfoXLCausalLM(CausalLM):
                      ops.zeros((batch, config.n_head, 0, config.d_head), dtype))
         # The backbone's own call builds its mask from a memory; the prefill needs per-row prompt
         # lengths, so it runs the backbone's block loop with the mask above.
-        _, _, keys, values = backbone._blocks(
+        _, _, keys, values = backbone.run_blocks(
             backbone.embedding(token_ids), [no_memory] * config.n_layer, position_keys, mask,
             False)
         return {KEYS: keys, VALUES: values, PROMPT_LENGTH: prompt_length}

@@ -150,7 +150,7 @@ class TransfoXLBackbone(keras.layers.Layer):
         hidden = self.embedding_dropout(self.embedding(token_ids), training=training)
         layer_memories = [layer_keys_values(memory, i) if key_value else memory[STATES][:, i]
                           for i in range(c.n_layer)]
-        hidden, layer_inputs, segment_keys, segment_values = self._blocks(
+        hidden, layer_inputs, segment_keys, segment_values = self.run_blocks(
             hidden, layer_memories, position_keys, mask, training)
         hidden = self.output_dropout(hidden, training=training)
         if key_value:
@@ -170,12 +170,14 @@ class TransfoXLBackbone(keras.layers.Layer):
         the memory so that a step copies no cached rows.
         """
         mask = attention_mask(memory_valid, 1)
-        hidden, _, keys, values = self._blocks(self.embedding(token_ids), memory_parts,
+        hidden, _, keys, values = self.run_blocks(self.embedding(token_ids), memory_parts,
                                                position_keys, mask, False, key_distance)
         return hidden, keys, values
 
-    def _blocks(self, hidden, layer_memories, position_keys, mask, training, key_distance=None):
-        """Every block in turn; returns (hidden, each layer's input, keys and values)."""
+    def run_blocks(self, hidden, layer_memories, position_keys, mask, training, key_distance=None):
+        """Every block in turn on embedded `hidden` [B, T, D] with the caller's attention `mask`;
+        returns (hidden, each layer's input, keys and values). `call` and `decode_step` build
+        the mask from the memory; tfxl.hub's prefill passes its own per-row mask."""
         c = self.config
         layer_inputs, segment_keys, segment_values = [], [], []
         for i, block in enumerate(self.blocks):
