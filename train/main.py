@@ -27,7 +27,8 @@ def define_flags():
     flags.DEFINE_integer("train_steps", 1000, "Total optimisation steps.")
     flags.DEFINE_integer("steps_per_loop", 100, "Steps per tf.function call (host loop).")
     flags.DEFINE_integer("save_every", 500, "Checkpoint every this many steps (and at the end).")
-    flags.DEFINE_integer("eval_every", 0, "Evaluate on valid every this many steps (0: never).")
+    flags.DEFINE_integer("eval_every", 0, "Evaluate on valid every this many steps (0: never), "
+                         "with the evaluation settings (--eval_tgt_len etc., else the preset's).")
     flags.DEFINE_float("learning_rate", 2.5e-4, "Peak learning rate.")
     flags.DEFINE_integer("warmup_steps", 0, "Linear warm-up steps.")
     flags.DEFINE_float("min_lr_ratio", 0.004, "Cosine decay ends at learning_rate * this.")
