@@ -133,3 +133,19 @@ def test_the_evaluation_progress_bar_shows_on_a_terminal_only(data_dir, tmp_path
         assert f"{BATCHES}/{BATCHES}" in out.getvalue() and "/step" in out.getvalue()
     else:
         assert out.getvalue() == ""
+
+
+def test_settings_follow_the_one_rule_given_else_eval_fields_else_training(data_dir, tmp_path):
+    """Evaluator.settings (what `tfxl-train --eval_every` evaluates with) resolves as
+    TransfoXLConfig.eval_settings: the given value, else eval_*, else the training value."""
+    vocab_size = pipeline.load_manifest(data_dir)["vocab_size"]
+    config = factories.tiny_config(vocab_size=vocab_size, tgt_len=T, mem_len=T, eval_mem_len=12,
+                                   eval_same_length=True)
+    evaluator = make_evaluator(config, tf.distribute.get_strategy(), data_dir,
+                               str(tmp_path / "m"), STREAMS, steps_per_loop=3)
+    assert evaluator.settings() == dict(batch_size=STREAMS, tgt_len=T, mem_len=12, clamp_len=-1,
+                                        same_length=True)
+    assert evaluator.settings(mem_len=3, tgt_len=4) == dict(
+        batch_size=STREAMS, tgt_len=4, mem_len=3, clamp_len=-1, same_length=True)
+    result = evaluator.evaluate("valid", max_batches=2)
+    assert (result["mem_len"], result["same_length"]) == (12, True)
