@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # No TF_CPP_MIN_LOG_LEVEL here: the tools are quiet by themselves (tfxl/cli.py) and an exported
 # level would replace their default of 3; tests/conftest.py sets its own.
 
-.PHONY: test lint demo install bench clean
+.PHONY: test lint demo install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
