@@ -362,8 +362,6 @@ def resolve_config(flag_values=None, defaults=None, sources=(), fixed=None):
     pinned = set()  # fields given by --config or a flag
     if fv.config:
         data = read_json(fv.config, "--config")
-        if not isinstance(data, dict):
-            raise ValueError(f"--config {fv.config}: expected a JSON object")
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"--config {fv.config}: unknown TransfoXLConfig field(s) {unknown}")

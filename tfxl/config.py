@@ -205,8 +205,6 @@ class TransfoXLConfig:
         # tfxl.files loads TensorFlow: imported here so that this module never does.
         from tfxl.files import read_json
         data = read_json(path, "model config")
-        if not isinstance(data, dict):
-            raise ValueError(f"model config {path}: expected a JSON object")
         try:
             return cls.from_dict(data)
         except ValueError as err:

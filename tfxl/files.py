@@ -13,14 +13,18 @@ import tensorflow as tf
 
 
 def read_json(path, what):
-    """A JSON file's object; ValueError naming the file when it cannot be read or parsed."""
+    """A JSON file's object; ValueError naming the file when it cannot be read or parsed, or
+    holds something other than an object."""
     try:
         with tf.io.gfile.GFile(path) as f:
-            return json.load(f)
+            data = json.load(f)
     except (OSError, tf.errors.OpError) as err:
         raise ValueError(f"{what} {path}: cannot read ({err})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} {path}: expected a JSON object")
+    return data
 
 
 def write_text_atomically(path, text):

@@ -1,4 +1,5 @@
-"""What a training checkpoint holds, where it goes, and the weights-only restore of evaluation.
+"""What a training checkpoint holds and where it goes (the weights-only restore of evaluation,
+export and generation is tfxl.checkpoints.restore_weights).
 
 A training checkpoint tracks the model, the optimizer (with its step), the per-replica training
 memory and the state of every dropout seed generator, so a resumed run draws the same masks and

@@ -20,13 +20,16 @@ class DistributedData:
     def __init__(self, strategy, data_dir, manifest, seed=0):
         self.strategy, self.data_dir, self.manifest, self.seed = strategy, data_dir, manifest, seed
         self.tgt_len = manifest["tgt_len"]
+        self._checked = set()  # splits whose every record check_splits has read once
 
     def dataset(self, split, batch, training, tgt_len=None, skip_batches=0):
         """`split` as a distributed dataset of global batch `batch`, re-cut to `tgt_len` tokens
         per segment; `skip_batches` global steps already consumed (the resume position)."""
         tgt_len = tgt_len or self.tgt_len
+        # A split check_splits has read in full is not read again at every evaluation pass.
         params = pipeline.InputParams(data_dir=self.data_dir, batch_size=batch,
-                                      training=training, seed=self.seed)
+                                      training=training, seed=self.seed,
+                                      verify_shards=split not in self._checked)
 
         def dataset_fn(input_context):
             dataset = pipeline.input_fn(split, params, input_context)
@@ -55,3 +58,5 @@ class DistributedData:
         for split in splits:
             pipeline.verify_shards(self.data_dir, split_info(self.manifest, split)["streams"],
                                    crc=split != "train")
+            if split != "train":
+                self._checked.add(split)

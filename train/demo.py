@@ -29,6 +29,7 @@ from tfxl.data.manifest import load_manifest
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.files import write_json_atomically
 from tfxl.train.loop import Runner
+from tfxl.train import model_dir as model_dirs
 from tfxl.train.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
 
@@ -124,7 +125,7 @@ def main(argv):
     print(f"[2/3] training `tiny` ({runner.model.count_params():,} parameters) for "
           f"{FLAGS.train_steps} steps of {FLAGS.batch_size} x {config.tgt_len} bytes, "
           f"memory {config.mem_len}")
-    runner.check_splits("valid")  # evaluated after training: a bad shard stops the demo now
+    runner.data.check_splits("valid")  # evaluated after training: a bad shard stops the demo now
     start = time.perf_counter()
     metrics = runner.train(save_every=500)
     if metrics.pop("nothing_to_do", False):  # results.json keeps the training run's metrics
@@ -151,7 +152,7 @@ def main(argv):
     for name, r in table:
         print(f"| {name:<34} | {r['bpc']:.4f} | {r['tokens']:,} |")
     plots = write_plots(FLAGS.out, results, config.mem_len,
-                        os.path.join(model_dir, "train_log.jsonl"))
+                        os.path.join(model_dir, model_dirs.TRAIN_LOG))
     write_json_atomically(os.path.join(FLAGS.out, "results.json"),
                           {"train": metrics, "eval": results})
     print(f"\nplots: {', '.join(plots)}\nresults: {os.path.join(FLAGS.out, 'results.json')}")

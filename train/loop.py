@@ -69,7 +69,6 @@ class Runner:
                  is_chief=True):
         self.config, self.strategy, self.model_dir = config, strategy, model_dir
         self.data = _data(config, strategy, data_dir, model_dir, mixed_precision, seed)
-        self.manifest = self.data.manifest
         self.global_batch, self.steps_per_loop = global_batch, steps_per_loop
         self.train_steps, self.is_chief = opt_params.train_steps, is_chief
         self.model = build_model(config, strategy)
@@ -78,13 +77,9 @@ class Runner:
         # Evaluations inside a run are quiet: the run's own progress bar is on screen.
         self.evaluator = Evaluator(self.model, strategy, self.data, global_batch,
                                    steps_per_loop, jit_compile)
-        self.metric = self.evaluator.metric
         self.checkpoint = TrainingCheckpoint(
             self.model, self.trainer.optimizer, self.trainer.memory, model_dir,
             worker_id=None if is_chief else strategy.cluster_resolver.task_id)
-
-    def check_splits(self, *splits):
-        self.data.check_splits(*splits)
 
     def restore(self, log=print):
         """Restores the newest readable checkpoint (see TrainingCheckpoint); the input then
@@ -104,13 +99,14 @@ class Runner:
         the run that did the work) is kept and returned with "nothing_to_do": True added.
         """
         # Training slots own whole streams: the global batch must divide the stream count.
-        check_manifest(self.manifest, global_batch_size=self.global_batch)
+        check_manifest(self.data.manifest, global_batch_size=self.global_batch)
         # A corrupt valid shard must not surface only at the first evaluation, hours in.
-        self.check_splits("train", *(["valid"] if eval_every else []))
+        self.data.check_splits("train", *(["valid"] if eval_every else []))
         if self.is_chief:  # every check has passed: only now is the model_dir claimed
-            model_dirs.claim(self.model_dir, self.config, self.manifest, self.data.data_dir)
+            model_dirs.claim(self.model_dir, self.config, self.data.manifest, self.data.data_dir)
         restored = self.restore(log)
         step = self.trainer.step
+        metric = self.evaluator.metric
         log_path = os.path.join(self.model_dir, model_dirs.TRAIN_LOG)
         metrics_path = os.path.join(self.model_dir, model_dirs.METRICS)
         if step >= self.train_steps:
@@ -125,17 +121,17 @@ class Runner:
         metrics = {"start_step": step}
 
         def record_and_log(at_step, result):
-            log(f"step {at_step}: valid {self.metric} {result[self.metric]:.4f}")
+            log(f"step {at_step}: valid {metric} {result[metric]:.4f}")
             metrics["valid"] = result
 
         tokens_per_step = self.global_batch * self.config.tgt_len
         train_actions, eval_actions, tensorboard = [], [record_and_log], None
         if self.is_chief:
-            tensorboard = TensorBoardScalars(os.path.join(self.model_dir, "train"), self.metric,
+            tensorboard = TensorBoardScalars(os.path.join(self.model_dir, "train"), metric,
                                              tokens_per_step)
             train_actions += [tensorboard, TrainLog(log_path)]
             eval_actions.insert(0, tensorboard.eval_action)
-        train_actions.append(ProgressBar(self.train_steps, step, self.metric,
+        train_actions.append(ProgressBar(self.train_steps, step, metric,
                                          verbose=1 if self.is_chief else 0))
         controller = Controller(
             self.trainer, self.checkpoint, self.train_steps, self.steps_per_loop, save_every,

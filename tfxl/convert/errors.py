@@ -7,7 +7,3 @@ can print it as one ``error: ...`` line.
 
 class ConversionError(ValueError):
     """A checkpoint that cannot be read or does not match the model configuration."""
-
-
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())

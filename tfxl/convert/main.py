@@ -67,8 +67,6 @@ def config_from_flags(hf_config_path=None):
     sources = []
     if hf_config_path:
         hf = read_json(hf_config_path, "--hf_config")
-        if not isinstance(hf, dict):
-            raise ValueError(f"--hf_config {hf_config_path}: expected a JSON object")
         sources.append((f"--hf_config={hf_config_path}", config_overrides_from_hf(hf)))
     defaults = {"layer_norm_epsilon": TF1_LAYER_NORM_EPSILON} if FLAGS.format == "tf1" else {}
     return cli.resolve_config(defaults=defaults, sources=sources)

@@ -27,7 +27,8 @@ import zipfile
 import numpy as np
 import tensorflow as tf
 
-from tfxl.convert.errors import ConversionError, one_line
+from tfxl.cli import one_line
+from tfxl.convert.errors import ConversionError
 
 
 class TensorSource:

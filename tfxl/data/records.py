@@ -20,7 +20,6 @@ import tensorflow as tf
 # Feature name -> shape given T (tgt_len), in the order the manifest lists them.
 _SHAPES = {"tokens": lambda T: [T + 1], "length": lambda T: [], "reset": lambda T: [],
            "stream": lambda T: [], "position": lambda T: []}
-FEATURES = tuple(_SHAPES)
 
 
 def manifest_entry(tgt_len: int) -> dict:

@@ -275,7 +275,6 @@ class _VocabFileTokenizer(Tokenizer):
         self.pad_id = self.vocab.index(PAD)
         self.eod_id = self.vocab.index(EOD)
         self.unk_id = self.vocab.index(UNK)
-        self._index = {t: i for i, t in enumerate(self.vocab)}
         self._table = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
                 tf.constant(self.vocab), tf.range(self.vocab_size, dtype=tf.int32)),

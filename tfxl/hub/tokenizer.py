@@ -48,7 +48,7 @@ class TransfoXLTokenizer(Tokenizer):
 
     @classmethod
     def from_tfxl(cls, tokenizer, **kwargs):
-        """The keras-hub tokenizer of a loaded tfxl tokenizer (e.g. `tfxl.data.pipeline.
+        """The keras-hub tokenizer of a loaded tfxl tokenizer (e.g. `tfxl.data.tokenizers.
         load_tokenizer(data_dir)`)."""
         return cls(tokenizer.spec(), tokenizer=tokenizer, **kwargs)
 

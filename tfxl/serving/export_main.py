@@ -36,9 +36,9 @@ def main(argv):
     tokenizer = None
     if FLAGS.data_dir:
         tokenizer = load_checked_tokenizer(FLAGS.data_dir, FLAGS.model, model.config.vocab_size)
-    settings = model.config.eval_settings(**cli.eval_overrides())  # checked before the export
-    path = export_saved_model(
-        model, FLAGS.output_dir, FLAGS.version, **settings, score_top_k=FLAGS.score_top_k,
+    path = export_saved_model(  # checks the settings before it writes anything
+        model, FLAGS.output_dir, FLAGS.version, **cli.eval_overrides(),
+        score_top_k=FLAGS.score_top_k,
         tokenizer=tokenizer, data_dir=FLAGS.data_dir)
     print(path)
     return 0
