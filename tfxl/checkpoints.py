@@ -95,10 +95,17 @@ def restore_weights(model, checkpoint=None, directory=None, fits="this model", l
     path = check_readable(checkpoint) if checkpoint else newest_readable_checkpoint(directory, log)
     if not path:
         raise ValueError(f"no checkpoint in {directory}")
+    restore_fitting(tf.train.Checkpoint(model=model), path, fits, partial=True)
+    return path
+
+
+def restore_fitting(checkpoint, path, fits, partial=False):
+    """`checkpoint.restore(path)` (`partial`: read only what `checkpoint` tracks, e.g. the
+    model's weights out of a training checkpoint), every object it tracks matched; ValueError
+    "checkpoint … does not fit `fits`: <first line of the reason>" otherwise."""
     try:
-        tf.train.Checkpoint(model=model).read(path).expect_partial(
-        ).assert_existing_objects_matched()
+        status = checkpoint.read(path).expect_partial() if partial else checkpoint.restore(path)
+        status.assert_existing_objects_matched()
     except (tf.errors.OpError, AssertionError, ValueError) as err:
         raise ValueError(f"checkpoint {path} does not fit {fits}: "
                          f"{str(err).splitlines()[0]}") from None
-    return path

@@ -11,7 +11,7 @@ import os
 
 import tensorflow as tf
 
-from tfxl.checkpoints import newest_readable_checkpoint
+from tfxl.checkpoints import newest_readable_checkpoint, restore_fitting
 
 
 def seed_generator_states(model):
@@ -56,11 +56,7 @@ class TrainingCheckpoint:
         Damaged checkpoints are skipped with a message through `log`."""
         latest = newest_readable_checkpoint(self.directory, log)
         if latest:
-            try:
-                self.checkpoint.restore(latest).assert_existing_objects_matched()
-            except (tf.errors.OpError, AssertionError, ValueError) as err:
-                raise ValueError(f"checkpoint {latest} does not fit this model/run: "
-                                 f"{str(err).splitlines()[0]}") from None
+            restore_fitting(self.checkpoint, latest, "this model/run")
             self.memory.restore_from_checkpoint()
         return latest
 

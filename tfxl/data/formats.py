@@ -18,7 +18,7 @@ from typing import Iterator, List
 import numpy as np
 
 from tfxl.data.errors import DataError
-from tfxl.data.sources import CHUNK_BYTES, FilePiece, decode, raw_chunks
+from tfxl.data.sources import CHUNK_BYTES, FilePiece, decode, open_piece, raw_chunks
 
 # What --documents=auto means: keep the format's documents (a reset between them) or not.
 DOCUMENTS = ("auto", "none", "file")
@@ -149,12 +149,7 @@ class JsonLinesFormat(CorpusFormat):
 
     def texts(self, piece: FilePiece, errors: str) -> Iterator[str]:
         """The documents' texts of a piece (a byte range of whole lines)."""
-        try:
-            handle = piece.open()
-        except (OSError, zipfile.BadZipFile, KeyError) as e:
-            raise DataError(f"cannot read {piece.label}: {getattr(e, 'strerror', None) or e}"
-                            ) from None
-        with handle:
+        with open_piece(piece) as handle:
             offset = piece.start
             # Line numbers count from the piece's start: its own (1-based) lines.
             for number in itertools.count(1):

@@ -41,7 +41,7 @@ from tfxl.data import records, tokenizers
 from tfxl.data.errors import DataError
 from tfxl.data.formats import DOCUMENTS, FORMATS, get_format
 from tfxl.data.segments import TokenReader, iter_segments, shard_name, stream_bounds
-from tfxl.data.sources import CORPORA, capped, piece_size, split_pieces
+from tfxl.data.sources import CORPORA, capped, piece_bytes, split_pieces
 from tfxl.data.staging import StagingDirectory
 from tfxl.data.tokenizers import TOKENIZERS
 
@@ -189,7 +189,7 @@ class _Progress:
 
 
 def _input_bytes(pieces) -> int:
-    return sum(((p.end if p.end is not None else piece_size(p)) - p.start) for p in pieces)
+    return sum(piece_bytes(p) for p in pieces)
 
 
 def _prepare_into(config, pieces, staging, log, progress) -> dict:
@@ -295,7 +295,7 @@ def _prepare_into(config, pieces, staging, log, progress) -> dict:
         log(f"{split}: {num_targets} tokens, {splits[split]['segments']} segments in {S} streams")
 
     spec = tokenizer.save(staging.path)
-    files += [spec[k] for k in ("vocab_file", "model_file") if spec.get(k)]
+    files += tokenizers.spec_files(spec)
     manifest = {
         "format_version": manifest_lib.FORMAT_VERSION,
         "created_by": "tfxl-prepare",

@@ -87,6 +87,19 @@ def piece_size(piece: FilePiece) -> int:
     return os.path.getsize(piece.path)
 
 
+def piece_bytes(piece: FilePiece) -> int:
+    """The number of bytes in `piece`."""
+    return (piece.end if piece.end is not None else piece_size(piece)) - piece.start
+
+
+def open_piece(piece: FilePiece):
+    """`piece.open()`, a DataError naming the file when it cannot be opened."""
+    try:
+        return piece.open()
+    except (OSError, zipfile.BadZipFile, KeyError) as e:
+        raise DataError(f"cannot read {piece.label}: {getattr(e, 'strerror', None) or e}") from None
+
+
 def _next_line_start(piece: FilePiece, pos: int, size: int) -> int:
     """A split point near `pos` that cuts neither a line nor a UTF-8 character.
 
@@ -132,7 +145,7 @@ def capped(pieces: List[FilePiece], cap: int) -> List[FilePiece]:
         return pieces
     out, total = [], 0
     for piece in pieces:
-        size = (piece.end if piece.end is not None else piece_size(piece)) - piece.start
+        size = piece_bytes(piece)
         if total + size >= cap:
             out.append(dataclasses.replace(piece, end=piece.start + (cap - total)))
             break
@@ -204,11 +217,7 @@ def _chunk_cut(block: bytes) -> int:
 
 def raw_chunks(piece: FilePiece, whole_lines: bool) -> Iterator[tuple]:
     """Yields (bytes, byte offset in the file) of about CHUNK_BYTES each."""
-    try:
-        handle = piece.open()
-    except (OSError, zipfile.BadZipFile, KeyError) as e:
-        raise DataError(f"cannot read {piece.label}: {getattr(e, 'strerror', None) or e}") from None
-    with handle:
+    with open_piece(piece) as handle:
         remaining = None if piece.end is None else piece.end - piece.start
         offset, carry = piece.start, b""
         while True:

@@ -16,6 +16,7 @@ from typing import List, Optional
 
 from tfxl.data import manifest as manifest_lib
 from tfxl.data.errors import DataError
+from tfxl.data.tokenizers import spec_files
 
 TMP_PREFIX = ".tmp-prepare-"
 
@@ -97,5 +98,5 @@ def _manifest_files(manifest: dict) -> List[str]:
     names = [s["file"] for split in manifest.get("splits", {}).values()
              for s in split.get("streams", [])]
     spec = manifest.get("tokenizer", {})
-    names += [spec[k] for k in ("vocab_file", "model_file") if spec.get(k)]
+    names += spec_files(spec)
     return [n for n in names if n and os.path.basename(n) == n]

@@ -70,7 +70,7 @@ import hashlib
 import io
 import json
 import os
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -702,6 +702,12 @@ def _sample_lines(training_text: TrainingText, sample_bytes: int) -> list:
 # The one registry of tokenizers: kind (``--tokenizer``, the manifest's ``type``) -> class.
 TOKENIZERS = {cls.kind: cls for cls in (BytesTokenizer, CharsTokenizer, WordsTokenizer,
                                         WordPieceTokenizer, SentencePieceTokenizer)}
+
+
+def spec_files(spec: dict) -> List[str]:
+    """The files a tokenizer spec names (words/chars/wordpiece vocabulary, SentencePiece model),
+    relative to its data directory."""
+    return [spec[key] for key in ("vocab_file", "model_file") if spec.get(key)]
 
 
 def tokenizer_from_spec(spec: dict, data_dir: str) -> Tokenizer:

@@ -18,10 +18,7 @@ from keras_hub.src.utils.tensor_utils import (canonicalize_python_string_inputs,
                                               convert_to_ragged_batch, preprocessing_function,
                                               restore_outer_shape)
 
-from tfxl.data.tokenizers import tokenizer_from_spec
-
-# The spec keys that name a vocabulary file (words/chars/wordpiece, sentencepiece).
-_ASSET_KEYS = ("vocab_file", "model_file")
+from tfxl.data.tokenizers import spec_files, tokenizer_from_spec
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -39,7 +36,7 @@ class TransfoXLTokenizer(Tokenizer):
         kwargs.setdefault("dtype", "int32")
         super().__init__(**kwargs)
         self.spec = dict(spec)
-        self.file_assets = [self.spec[k] for k in _ASSET_KEYS if self.spec.get(k)]
+        self.file_assets = spec_files(self.spec)
         self.tfxl_tokenizer = None
         if tokenizer is not None:
             self._set_tokenizer(tokenizer)
