@@ -1,29 +1,18 @@
 """How tokenizers learn their vocabulary from the training split (`Tokenizer.learn`): the
-options, frequency-ordered vocabularies, the training sample, and the SentencePiece and WordPiece
+options (`VocabularyOptions`, derived from tfxl-prepare's `PrepareConfig` in `tfxl.data.options`),
+frequency-ordered vocabularies, the training sample, and the SentencePiece and WordPiece
 learners."""
 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import io
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import tensorflow as tf
 
 from tfxl.data.errors import DataError
-
-
-@dataclasses.dataclass(frozen=True)
-class VocabularyOptions:
-    """How `Tokenizer.learn` builds a vocabulary (tfxl-prepare's flags of the same names)."""
-
-    min_freq: int = 1                   # chars/words: minimum training count
-    max_size: int = 0                   # chars/words: whole vocabulary incl. specials; 0 = any
-    wordpiece_vocab_size: int = 8000
-    sample_bytes: int = 32 << 20        # wordpiece/sentencepiece learn from this many bytes
-    sentencepiece_model: Optional[str] = None       # a ready .model file, or
-    sentencepiece_vocab_size: Optional[int] = None  # learn one of this size
+from tfxl.data.options import VocabularyOptions  # noqa: F401 (declared with PrepareConfig)
 
 
 # The training split as chunks: str for text tokenizers, bytes for `bytes`. Called once per pass.

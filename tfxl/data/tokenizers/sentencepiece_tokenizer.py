@@ -85,4 +85,5 @@ class SentencePieceTokenizer(EosLineFraming, Tokenizer):
         if options.sentencepiece_model:
             return cls.from_file(options.sentencepiece_model)
         return cls(learn_sentencepiece_model(
-            sample_lines(training_text, options.sample_bytes), options.sentencepiece_vocab_size))
+            sample_lines(training_text, options.wordpiece_sample_bytes),
+            options.sentencepiece_vocab_size))

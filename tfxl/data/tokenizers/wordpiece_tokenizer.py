@@ -40,7 +40,7 @@ class WordPieceTokenizer(LineVocabFileTokenizer):
 
     @classmethod
     def learn(cls, training_text, options):
-        return cls.learn_from_lines(sample_lines(training_text, options.sample_bytes),
+        return cls.learn_from_lines(sample_lines(training_text, options.wordpiece_sample_bytes),
                                     options.wordpiece_vocab_size)
 
     def _tf_encode_lines(self, lines):
