@@ -9,14 +9,19 @@ lm1b file while it is shuffled, and the vocabulary counters):
    embedded ``--corpus=python_stdlib``.
 2. Tokenizer (`tfxl.data.tokenizers`): learned from the training split
    (chars/words/wordpiece, sentencepiece with --sentencepiece_vocab_size), or fixed.
-3. Tokenise each split into a flat temporary token file; ``<eod>`` is written
-   before every document (before the whole split when documents are not kept).
+3. Tokenise each split into a flat temporary token file on a local disk (next to the
+   staged output, or in TMPDIR when the output is on an object store); ``<eod>`` is
+   written before every document (before the whole split when documents are not kept).
 4. Cut the token sequence into S contiguous streams and each stream into
    segments of T targets (`tfxl.data.segments`); write one TFRecord file per
    stream, one record per segment (`tfxl.data.records`).
-5. Write vocabulary and manifest; move everything into place, manifest last
-   (`tfxl.data.staging`: a killed prepare never leaves a manifest pointing at
-   partial shards).
+5. Write vocabulary and manifest, the manifest last (`tfxl.data.staging`: on a local
+   disk everything is renamed into place; on an object store such as GCS the files go to
+   a fresh ``gen-<id>/`` directory and the manifest naming them is written after them;
+   either way a killed prepare never leaves a manifest pointing at partial shards).
+
+Every path a user gives (inputs, --output_dir, --sentencepiece_model) goes through
+`tf.io.gfile` (`tfxl.data.storage`): ``gs://`` works wherever a local path does.
 
 On a terminal, each pass shows a Keras progress bar with rate and ETA (on stdout; the
 log lines go to stderr); nothing of it when stdout is not a terminal.
@@ -37,7 +42,7 @@ from absl import flags
 
 from tfxl import cli
 from tfxl.data import manifest as manifest_lib
-from tfxl.data import records, tokenizers
+from tfxl.data import records, storage, tokenizers
 from tfxl.data.errors import DataError
 from tfxl.data.formats import DOCUMENTS, FORMATS, get_format
 from tfxl.data.options import (DEFAULT_TGT_LEN, ERRORS, STDLIB_MAX_EVAL_BYTES,
@@ -45,7 +50,7 @@ from tfxl.data.options import (DEFAULT_TGT_LEN, ERRORS, STDLIB_MAX_EVAL_BYTES,
                                VocabularyOptions, define_flags_of, from_flags)
 from tfxl.data.segments import TokenReader, iter_segments, shard_name, stream_bounds
 from tfxl.data.sources import CORPORA, capped, piece_bytes, split_pieces
-from tfxl.data.staging import StagingDirectory
+from tfxl.data.staging import open_output_dir
 from tfxl.data.tokenizers import TOKENIZERS
 
 def _resolve(config: PrepareConfig) -> PrepareConfig:
@@ -118,15 +123,23 @@ def prepare(config: PrepareConfig, log=print, progress: Optional[bool] = None) -
     caps = {"train": config.max_train_bytes, "valid": config.max_eval_bytes,
             "test": config.max_eval_bytes}
     pieces = {name: capped(p, caps[name]) for name, p in pieces.items()}
-    staging = StagingDirectory(config.output_dir, config.overwrite)
+    staging = open_output_dir(config.output_dir, config.overwrite)
     if progress is None:
         progress = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
     try:
         staging.create()
         return _prepare_into(config, pieces, staging, log, progress)
     except BaseException as err:
+        scratch = staging.scratch
         staging.discard()
         # Inputs were checked above: what fails here is writing (read-only, full disk, quota).
+        if (isinstance(err, OSError) and scratch and scratch != staging.path
+                and str(err.filename or "").startswith(storage.local_path(scratch))):
+            # The token scratch files of an object-store prepare are on the local disk.
+            raise DataError(f"cannot write the scratch token file {err.filename} of "
+                            f"--output_dir {config.output_dir}: {err.strerror or err} (set "
+                            "TMPDIR to a local disk with room for the largest split's tokens, "
+                            "2 or 4 bytes each)") from None
         if isinstance(err, OSError):
             raise DataError(f"cannot write into --output_dir {config.output_dir}: "
                             f"{err.strerror or err} ({err.filename or staging.path})") from None
@@ -178,11 +191,12 @@ def _prepare_into(config, pieces, staging, log, progress) -> dict:
     files, splits = [], {}
     train_counts = np.zeros(tokenizer.vocab_size, np.int64)
     for split, inputs in pieces.items():
-        tokens = _tokenize_split(split, inputs, documents(split), tokenizer, dtype, staging.path,
-                                 progress, train_counts if split == "train" else None)
+        tokens = _tokenize_split(split, inputs, documents(split), tokenizer, dtype,
+                                 staging.scratch, progress,
+                                 train_counts if split == "train" else None)
         _check_split_size(split, inputs, tokens.num_targets, config)
-        streams = _write_shards(split, tokens, tokenizer, config, staging.path, progress)
-        os.remove(tokens.path)
+        streams = _write_shards(split, tokens, tokenizer, config, staging, progress)
+        tf.io.gfile.remove(tokens.path)
         files += [stream["file"] for stream in streams]
         splits[split] = _split_entry(inputs, tokens, streams, config)
         log(f"{split}: {tokens.num_targets} tokens, {splits[split]['segments']} segments in "
@@ -233,13 +247,15 @@ class _TokenFile:
         return self.total - len(self.doc_starts)  # every position but the <eod>s is a target
 
 
-def _tokenize_split(split, inputs, documents, tokenizer, dtype, directory, progress,
+def _tokenize_split(split, inputs, documents, tokenizer, dtype, scratch, progress,
                     counts=None) -> _TokenFile:
-    """Step 3: a split's documents -> a flat token file in `directory`, ``<eod>`` before each
-    document; `counts` (train) adds up every id's count, for the suggested cutoffs."""
+    """Step 3: a split's documents -> a flat token file in the local directory `scratch`,
+    ``<eod>`` before each document; `counts` (train) adds up every id's count, for the suggested
+    cutoffs. (Plain file calls: scratch is prepare's own, always on a local disk.)"""
     text = tokenizer.reads_text
     bar = _Progress(f"{split}: tokenizing", _input_bytes(inputs), "kB", progress, scale=1000)
-    tokens = _TokenFile(os.path.join(directory, f"{split}.tokens.bin"), dtype, [], 0, 0)
+    path = os.path.join(storage.local_path(scratch), f"{split}.tokens.bin")
+    tokens = _TokenFile(path, dtype, [], 0, 0)
     with open(tokens.path, "wb") as out:
         for document in documents:
             tokens.doc_starts.append(tokens.total)
@@ -272,9 +288,9 @@ def _check_split_size(split, inputs, num_targets, config) -> None:
                         "lower --num_streams or --tgt_len, or give more data")
 
 
-def _write_shards(split, tokens, tokenizer, config, directory, progress) -> List[dict]:
+def _write_shards(split, tokens, tokenizer, config, staging, progress) -> List[dict]:
     """Step 4: the token file cut into S streams of segments, one TFRecord shard per stream
-    in `directory`; returns the manifest's `streams` entries."""
+    in `staging.path` (any file system); returns the manifest's `streams` entries."""
     T, S = config.tgt_len, config.num_streams
     bar = _Progress(f"{split}: writing {S} shards", tokens.num_targets, "token", progress)
     reader = TokenReader(tokens.path, tokens.dtype)
@@ -283,7 +299,7 @@ def _write_shards(split, tokens, tokenizer, config, directory, progress) -> List
     streams = []
     for s in range(S):
         name = shard_name(split, s, S)
-        path = os.path.join(directory, name)
+        path = os.path.join(staging.path, name)
         segments = targets = 0
         with tf.io.TFRecordWriter(path) as writer:
             for ids, reset in iter_segments(reader, bounds[s], bounds[s + 1], starts, T):
@@ -294,9 +310,8 @@ def _write_shards(split, tokens, tokenizer, config, directory, progress) -> List
         if segments == 0:
             raise DataError(f"split {split!r}: stream {s} has no tokens (too many empty "
                             "documents for --num_streams); lower --num_streams")
-        with open(path, "rb") as f:
-            os.fsync(f.fileno())
-        streams.append({"file": name, "bytes": os.path.getsize(path),
+        storage.fsync_local(path)
+        streams.append({"file": staging.listed(name), "bytes": tf.io.gfile.stat(path).length,
                         "segments": segments, "tokens": targets})
     bar.finish()
     assert sum(stream["tokens"] for stream in streams) == tokens.num_targets
@@ -316,9 +331,10 @@ def _split_entry(inputs, tokens, streams, config) -> dict:
 
 def _write_vocabulary_and_manifest(config, tokenizer, train_counts, splits, files,
                                    staging) -> dict:
-    """Step 5: the vocabulary file(s) and the manifest; `staging.commit` puts every file in
-    place, the manifest last."""
-    spec = tokenizer.save(staging.path)
+    """Step 5: the vocabulary file(s) and the manifest; `staging.commit` publishes them, the
+    manifest last (`tfxl.data.staging`: renamed into place on a local disk, written after every
+    file it names on an object store)."""
+    spec = tokenizers.with_spec_files(tokenizer.save(staging.path), staging.listed)
     manifest = {
         "format_version": manifest_lib.FORMAT_VERSION,
         "created_by": "tfxl-prepare",

@@ -76,7 +76,7 @@ from tfxl.data.tokenizers.learners import (TrainingText, VocabularyOptions,
                                            learn_sentencepiece_model)
 from tfxl.data.tokenizers.line_framing import EosLineFraming, LineVocabFileTokenizer
 from tfxl.data.tokenizers.registry import (TOKENIZERS, load_tokenizer, spec_files,
-                                           tokenizer_from_spec)
+                                           tokenizer_from_spec, with_spec_files)
 from tfxl.data.tokenizers.sentencepiece_tokenizer import SentencePieceTokenizer
 from tfxl.data.tokenizers.vocab_file import VocabFileTokenizer
 from tfxl.data.tokenizers.wordpiece_tokenizer import WordPieceTokenizer
@@ -87,5 +87,5 @@ __all__ = [
     "BytesTokenizer", "CharsTokenizer", "WordsTokenizer", "WordPieceTokenizer",
     "SentencePieceTokenizer", "VocabFileTokenizer", "EosLineFraming", "LineVocabFileTokenizer",
     "TrainingText", "VocabularyOptions", "learn_sentencepiece_model",
-    "TOKENIZERS", "load_tokenizer", "spec_files", "tokenizer_from_spec",
+    "TOKENIZERS", "load_tokenizer", "spec_files", "tokenizer_from_spec", "with_spec_files",
 ]

@@ -9,6 +9,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.data.tokenizers.learners import TrainingText, VocabularyOptions
 
@@ -106,11 +107,12 @@ class Tokenizer(tf.Module):
 
 
 def read_checked(path: str, expected_sha256: str | None) -> bytes:
+    """A vocabulary file's bytes (any TensorFlow file system), checked against its sha256."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise DataError(f"cannot read vocabulary file {path}: {e.strerror}") from None
+        data = storage.read_bytes(path)
+    except (OSError, tf.errors.OpError) as e:
+        raise DataError(f"cannot read vocabulary file {path}: {storage.reason(e, path)}"
+                        ) from None
     if expected_sha256 and sha256_bytes(data) != expected_sha256:
         raise DataError(f"vocabulary file {path} does not match the manifest "
                         f"(sha256 {sha256_bytes(data)[:12]}..., "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from tfxl.data.errors import DataError
 from tfxl.data.manifest import load_manifest
@@ -19,10 +19,20 @@ TOKENIZERS = {cls.kind: cls for cls in (BytesTokenizer, CharsTokenizer, WordsTok
                                         WordPieceTokenizer, SentencePieceTokenizer)}
 
 
+# The keys of a tokenizer spec that name a file (relative to the data directory).
+SPEC_FILE_KEYS = ("vocab_file", "model_file")
+
+
 def spec_files(spec: dict) -> List[str]:
     """The files a tokenizer spec names (words/chars/wordpiece vocabulary, SentencePiece model),
     relative to its data directory."""
-    return [spec[key] for key in ("vocab_file", "model_file") if spec.get(key)]
+    return [spec[key] for key in SPEC_FILE_KEYS if spec.get(key)]
+
+
+def with_spec_files(spec: dict, rename: Callable[[str], str]) -> dict:
+    """`spec` with each file it names renamed by `rename` (tfxl-prepare on an object store lists
+    the vocabulary of a run in its own directory: ``gen-<id>/vocab.words.txt``)."""
+    return {**spec, **{key: rename(spec[key]) for key in SPEC_FILE_KEYS if spec.get(key)}}
 
 
 def tokenizer_from_spec(spec: dict, data_dir: str) -> Tokenizer:

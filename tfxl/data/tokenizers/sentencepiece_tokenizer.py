@@ -6,6 +6,7 @@ import os
 
 import tensorflow as tf
 
+from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.data.tokenizers.base import Tokenizer, read_checked, sha256_bytes
 from tfxl.data.tokenizers.learners import learn_sentencepiece_model, sample_lines
@@ -61,19 +62,20 @@ class SentencePieceTokenizer(EosLineFraming, Tokenizer):
                 "model_file": self.model_filename, "vocab_sha256": sha256_bytes(self.model)}
 
     def save(self, data_dir: str) -> dict:
-        with open(os.path.join(data_dir, self.model_filename), "wb") as f:
-            f.write(self.model)
+        storage.write_bytes(os.path.join(data_dir, self.model_filename), self.model)
         return self.spec()
 
     @classmethod
     def from_file(cls, path: str):
-        if not os.path.isfile(path):
-            raise DataError(f"--sentencepiece_model: file not found: {path}")
+        """A ready model file, on any TensorFlow file system."""
         try:
-            with open(path, "rb") as f:
-                return cls(f.read())
-        except OSError as e:
-            raise DataError(f"--sentencepiece_model: cannot read {path}: {e.strerror}") from None
+            if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
+                raise DataError(f"--sentencepiece_model: file not found: {path}")
+            model = storage.read_bytes(path)
+        except (OSError, tf.errors.OpError) as e:
+            raise DataError(f"--sentencepiece_model: cannot read {path}: "
+                            f"{storage.reason(e, path)}") from None
+        return cls(model)
 
     @classmethod
     def load(cls, spec: dict, data_dir: str):

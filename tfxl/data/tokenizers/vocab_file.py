@@ -8,6 +8,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.data.tokenizers.base import (EOD, PAD, TEXT_SPECIALS, UNK, Tokenizer, read_checked,
                                        sha256_bytes)
@@ -51,8 +52,7 @@ class VocabFileTokenizer(Tokenizer):
                 "vocab_sha256": sha256_bytes(self._vocab_bytes())}
 
     def save(self, data_dir: str) -> dict:
-        with open(os.path.join(data_dir, self.vocab_filename), "wb") as f:
-            f.write(self._vocab_bytes())
+        storage.write_bytes(os.path.join(data_dir, self.vocab_filename), self._vocab_bytes())
         return self.spec()
 
     @classmethod
