@@ -164,7 +164,9 @@ def emulator(bucket=BUCKET, first_host=10):
 
         proxy = _bind_proxy(first_host, certificate, key, ("127.0.0.1", backend_port))
         stack.callback(proxy.server_close)
-        threading.Thread(target=proxy.serve_forever, name="gcs-proxy", daemon=True).start()
+        # shutdown() waits up to one poll_interval (0.5 s by default) for the loop to notice.
+        threading.Thread(target=proxy.serve_forever, kwargs={"poll_interval": 0.05},
+                         name="gcs-proxy", daemon=True).start()
         stack.callback(proxy.shutdown)
 
         address = proxy.server_address[0]
