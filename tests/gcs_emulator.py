@@ -1,7 +1,9 @@
 """A real Google Cloud Storage API for the tests: the `gcs` fixture.
 
-TensorFlow's `ram://` filesystem is no stand-in for a bucket: it reports every prefix as a
-directory, where GCS has only objects and a "directory" is a prefix some object name starts with.
+TensorFlow's `ram://` filesystem is no stand-in for a bucket: it takes any prefix of a file's name
+("a/on" of "a/one.txt") for an existing directory and does not list the directories its files are
+in, where GCS has only objects and a "directory" is a prefix that some object name continues with
+"/".
 So tests of what tfxl does with `gs://` paths run TensorFlow's own GCS client (tf.io.gfile,
 CheckpointManager, TFRecord, SavedModel) against a GCS emulator. The pieces, and why each exists:
 
