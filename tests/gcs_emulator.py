@@ -104,6 +104,13 @@ class Gcs:
         return subprocess.run([*IN_NAMESPACE, self.hosts, *map(str, argv)],
                               env={**self.env, **(env or {})}, timeout=timeout, **kwargs)
 
+    def popen(self, argv, *, env=None, **kwargs):
+        """`subprocess.Popen(argv)` inside the namespace (a process a test signals or kills),
+        text output piped unless `kwargs` say otherwise."""
+        kwargs = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, **kwargs}
+        return subprocess.Popen([*IN_NAMESPACE, self.hosts, *map(str, argv)],
+                                env={**self.env, **(env or {})}, **kwargs)
+
     def python(self, code, **kwargs):
         """`python -c code` with this interpreter, run as `run` runs commands."""
         return self.run([sys.executable, "-c", code], **kwargs)
@@ -123,6 +130,16 @@ class Gcs:
         """The bytes of object `name`."""
         return self._get(f"/storage/v1/b/{self.bucket}/o/{urllib.parse.quote(name, safe='')}"
                          "?alt=media")
+
+    def write(self, name, data):
+        """Uploads `data` (str or bytes) as object `name`, from this process."""
+        request = urllib.request.Request(
+            f"{self.api}/upload/storage/v1/b/{self.bucket}/o?"
+            + urllib.parse.urlencode({"uploadType": "media", "name": name}),
+            data=data.encode() if isinstance(data, str) else data, method="POST")
+        request.add_header("Content-Type", "application/octet-stream")
+        with _LOCAL.open(request, timeout=30) as response:
+            response.read()
 
     def _get(self, path, json_body=None):
         """GET `path` of the JSON API, or POST `json_body` to it."""
