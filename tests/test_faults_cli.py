@@ -16,7 +16,7 @@ from tfxl import TransfoXLLM
 from tfxl import cli
 from tfxl.cli import TOOLS
 from tfxl.data import prepare as prepare_lib
-from tfxl.data.fingerprint import check_data_fingerprint
+from tfxl.model_dir import check_data_fingerprint
 from tfxl.data.manifest import load_manifest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

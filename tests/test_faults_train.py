@@ -18,7 +18,7 @@ from tfxl.serving.loading import load_language_model
 from tfxl.train import flags as train_flags
 from tfxl.checkpoints import restore_weights
 from tfxl.train.loop import Runner, build_model
-from tfxl.train.model_dir import check_or_store_config
+from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
 
 T = 8          # segment length of the test data

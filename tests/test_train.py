@@ -15,7 +15,7 @@ import tensorflow as tf
 import factories
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.train.loop import Runner, TrainingDiverged
-from tfxl.train.model_dir import check_or_store_config
+from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
 
 T = 8          # segment length of the test data

@@ -7,11 +7,11 @@ continues step for step. The input position is the step (train/trainer.py). Whic
 read, skipping damaged ones, is tfxl/checkpoints.py's.
 """
 
-import os
 
 import tensorflow as tf
 
 from tfxl.checkpoints import newest_readable_checkpoint, restore_fitting
+from tfxl.model_dir import ModelDir
 
 
 def seed_generator_states(model):
@@ -46,9 +46,9 @@ class TrainingCheckpoint:
             # The keys the checkpoints of earlier versions used, so that they still resume.
             rng=tf.train.Checkpoint(**{f"seed_{i}": state for i, state in
                                        enumerate(seed_generator_states(model))}))
-        self.directory = os.path.join(model_dir, "checkpoints")
-        own = self.directory if worker_id is None else os.path.join(
-            model_dir, "tmp_worker_checkpoints", str(worker_id))
+        layout = ModelDir(model_dir)
+        self.directory = layout.checkpoints
+        own = self.directory if worker_id is None else layout.worker_checkpoints(worker_id)
         self.manager = tf.train.CheckpointManager(self.checkpoint, own, max_to_keep=3)
 
     def restore(self, log=print):

@@ -13,6 +13,7 @@ import time
 import keras
 import tensorflow as tf
 
+from tfxl.files import write_text_atomically
 from tfxl.train.evaluator import metric_value
 
 
@@ -67,6 +68,15 @@ class TrainLog:
 
     def __init__(self, path):
         self.path = path
+
+    @staticmethod
+    def truncate(path, last_step):
+        """Drops log lines after `last_step` (steps a killed run did after its last checkpoint)."""
+        if not tf.io.gfile.exists(path):
+            return
+        with tf.io.gfile.GFile(path) as f:
+            kept = [line for line in f if line.strip() and json.loads(line)["step"] <= last_step]
+        write_text_atomically(path, "".join(kept))
 
     def __call__(self, outputs):
         with tf.io.gfile.GFile(self.path, "a") as f:

@@ -29,8 +29,7 @@ from tfxl.data.manifest import load_manifest
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.files import write_json_atomically
 from tfxl.train.loop import Runner
-from tfxl.train import model_dir as model_dirs
-from tfxl.train.model_dir import check_or_store_config
+from tfxl.model_dir import ModelDir, check_or_store_config
 from tfxl.train.optimization import OptimizerParams
 
 FLAGS = flags.FLAGS
@@ -152,7 +151,7 @@ def main(argv):
     for name, r in table:
         print(f"| {name:<34} | {r['bpc']:.4f} | {r['tokens']:,} |")
     plots = write_plots(FLAGS.out, results, config.mem_len,
-                        os.path.join(model_dir, model_dirs.TRAIN_LOG))
+                        ModelDir(model_dir).train_log)
     write_json_atomically(os.path.join(FLAGS.out, "results.json"),
                           {"train": metrics, "eval": results})
     print(f"\nplots: {', '.join(plots)}\nresults: {os.path.join(FLAGS.out, 'results.json')}")

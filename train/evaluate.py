@@ -19,6 +19,7 @@ from tfxl import cli
 from tfxl.checkpoints import restore_weights
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import load_manifest
+from tfxl.model_dir import ModelDir
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags
 from tfxl.files import write_json_atomically
@@ -60,7 +61,7 @@ def evaluate_from_flags():
         parent = os.path.dirname(os.path.abspath(FLAGS.output))
         if not os.path.isdir(parent):
             raise ValueError(f"--output={FLAGS.output}: directory {parent} does not exist")
-    config = TransfoXLConfig.from_file(os.path.join(FLAGS.model_dir, "config.json"))
+    config = TransfoXLConfig.from_file(ModelDir(FLAGS.model_dir).config)
     settings, sources = evaluation_settings(config)
     warn("evaluating with " + ", ".join(f"{key}={value} ({sources[key]})"
                                         for key, value in settings.items()))
@@ -70,7 +71,7 @@ def evaluate_from_flags():
     evaluator = make_evaluator(config, strategy, FLAGS.data_dir, FLAGS.model_dir, batch,
                                FLAGS.mixed_precision, FLAGS.jit_compile)
     used = restore_weights(evaluator.model, FLAGS.checkpoint,
-                           os.path.join(FLAGS.model_dir, "checkpoints"), log=warn)
+                           ModelDir(FLAGS.model_dir).checkpoints, log=warn)
     result = evaluator.evaluate(FLAGS.split, batch, max_batches=FLAGS.max_eval_batches,
                                 **settings)
     result["checkpoint"] = used

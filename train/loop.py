@@ -2,7 +2,7 @@
 
 `Runner` (tfxl-train, make demo) composes the input (train/datasets.py), the model, the trainer
 (train/trainer.py: optimizer, training memory, train step), the evaluator (train/evaluator.py),
-the training checkpoint (train/checkpointing.py), the model_dir guards (train/model_dir.py) and
+the training checkpoint (train/checkpointing.py), the model_dir's records (tfxl/model_dir.py) and
 the controller with its log sinks (train/controller.py). `make_evaluator` (tfxl-eval) builds only
 the model and the evaluator: no optimizer, no training memory.
 
@@ -11,18 +11,16 @@ model, optimizer, step and dropout seeds, so a resumed run continues exactly whe
 checkpoint stopped.
 """
 
-import os
 import time
 
 import keras
 import tensorflow as tf
 
 from tfxl.config import TransfoXLConfig
-from tfxl.data.fingerprint import check_data_fingerprint
 from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.files import read_json, write_json_atomically
+from tfxl.model_dir import ModelDir, check_data_fingerprint, claim
 from tfxl.models import TransfoXLLM
-from tfxl.train import model_dir as model_dirs
 from tfxl.train.checkpointing import TrainingCheckpoint
 from tfxl.train.controller import Controller, ProgressBar, TensorBoardScalars, TrainLog
 from tfxl.train.datasets import DistributedData
@@ -103,12 +101,12 @@ class Runner:
         # A corrupt valid shard must not surface only at the first evaluation, hours in.
         self.data.check_splits("train", *(["valid"] if eval_every else []))
         if self.is_chief:  # every check has passed: only now is the model_dir claimed
-            model_dirs.claim(self.model_dir, self.config, self.data.manifest, self.data.data_dir)
+            claim(self.model_dir, self.config, self.data.manifest, self.data.data_dir)
         restored = self.restore(log)
         step = self.trainer.step
         metric = self.evaluator.metric
-        log_path = os.path.join(self.model_dir, model_dirs.TRAIN_LOG)
-        metrics_path = os.path.join(self.model_dir, model_dirs.METRICS)
+        layout = ModelDir(self.model_dir)
+        log_path, metrics_path = layout.train_log, layout.metrics
         if step >= self.train_steps:
             done = (read_json(metrics_path, "metrics") if tf.io.gfile.exists(metrics_path)
                     else {"step": step})
@@ -116,7 +114,7 @@ class Runner:
         if restored:
             log(f"resumed from {restored} at step {step}")
             if self.is_chief:
-                model_dirs.truncate_log(log_path, step)
+                TrainLog.truncate(log_path, step)
 
         metrics = {"start_step": step}
 
@@ -127,7 +125,7 @@ class Runner:
         tokens_per_step = self.global_batch * self.config.tgt_len
         train_actions, eval_actions, tensorboard = [], [record_and_log], None
         if self.is_chief:
-            tensorboard = TensorBoardScalars(os.path.join(self.model_dir, "train"), metric,
+            tensorboard = TensorBoardScalars(layout.tensorboard, metric,
                                              tokens_per_step)
             train_actions += [tensorboard, TrainLog(log_path)]
             eval_actions.insert(0, tensorboard.eval_action)

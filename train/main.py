@@ -13,7 +13,7 @@ from tfxl.data.manifest import load_manifest
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags
 from tfxl.train.loop import Runner, TrainingDiverged
-from tfxl.train.model_dir import check_or_store_config
+from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
 
 FLAGS = flags.FLAGS

@@ -55,7 +55,7 @@ import os
 import keras
 import tensorflow as tf
 
-from tfxl.data.fingerprint import write_export_fingerprint
+from tfxl.model_dir import write_export_record
 from tfxl.layers.memory import KEYS, VALID, VALUES
 from tfxl.models.generation import generate
 from tfxl.models.sampling import sampling_rules
@@ -273,7 +273,7 @@ class Signatures:
 
 def write_signatures(signatures, path, data_dir=None, verbose=False):
     """Writes the SavedModel of `signatures` at `path`: a Keras ExportArchive tracking the model
-    (and the tokenizer's tables), then the vocabulary record (`tfxl.data.fingerprint`)."""
+    (and the tokenizer's tables), then the vocabulary record (`tfxl.model_dir`)."""
     archive = keras.export.ExportArchive()
     archive.track(signatures.model)
     tokenizer = signatures.tokenizer
@@ -282,7 +282,7 @@ def write_signatures(signatures, path, data_dir=None, verbose=False):
     for name, function in signatures.functions.items():
         archive.add_endpoint(name, function)
     archive.write_out(path, verbose=verbose)
-    write_export_fingerprint(path, signatures.model.config.vocab_size,
+    write_export_record(path, signatures.model.config.vocab_size,
                              tokenizer.vocab_sha256 if tokenizer is not None else None, data_dir)
 
 
@@ -294,7 +294,7 @@ def export_saved_model(model, output_dir, version=None, tgt_len=None, mem_len=No
     tgt_len/mem_len/clamp_len/same_length default to the config's evaluation settings;
     score_top_k is the size K of `score`'s top-k output (0: full log-probs). An existing version
     directory is never overwritten. data_dir: where `tokenizer` came from, recorded with its
-    vocabulary hash in assets.extra/tfxl_data.json (`tfxl.data.fingerprint`).
+    vocabulary hash in assets.extra/tfxl_data.json (`tfxl.model_dir`).
     """
     signatures = Signatures(model, tokenizer, tgt_len, mem_len, clamp_len, same_length,
                             score_top_k)

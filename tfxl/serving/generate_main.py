@@ -111,7 +111,7 @@ def main(argv):
             raise ValueError(f"--prompt_file={FLAGS.prompt_file}: {err}") from None
     else:
         prompt = FLAGS.prompt
-    from tfxl.data.fingerprint import export_vocab_size
+    from tfxl.model_dir import export_vocab_size
     from tfxl.serving.loading import load_checked_tokenizer, load_language_model
     if os.path.isfile(os.path.join(FLAGS.model, "saved_model.pb")):
         if FLAGS.data_dir:  # checked before the (slow) load

@@ -6,9 +6,9 @@ import keras
 
 from tfxl.checkpoints import restore_weights
 from tfxl.config import TransfoXLConfig
-from tfxl.data.fingerprint import check_data_fingerprint, check_vocab_size
 from tfxl.data.manifest import load_manifest
 from tfxl.data.tokenizers import load_tokenizer
+from tfxl.model_dir import ModelDir, check_data_fingerprint, check_vocab_size
 from tfxl.models import TransfoXLLM
 
 
@@ -41,13 +41,14 @@ def load_language_model(source, checkpoint=None, log=None):
         if not isinstance(model, TransfoXLLM):
             raise ValueError(f"{source} holds a {type(model).__name__}, not a TransfoXLLM")
         return model
-    config_path = os.path.join(source, "config.json")
+    layout = ModelDir(source)
+    config_path = layout.config
     if not os.path.isfile(config_path):
         raise ValueError(f"{config_path} not found; pass a .keras file or a model_dir written by "
                          "tfxl-train")
     config = TransfoXLConfig.from_file(config_path)
     model = TransfoXLLM(config)
     model.build((None, config.tgt_len))
-    restore_weights(model, checkpoint, os.path.join(source, "checkpoints"), fits=config_path,
+    restore_weights(model, checkpoint, layout.checkpoints, fits=config_path,
                     log=log)
     return model

@@ -1,0 +1,144 @@
+"""The layout of a tfxl-train model_dir and of an export's tfxl record: every name in one place.
+
+    model_dir/
+      config.json              the model (TransfoXLConfig), written by the first run
+      data.json                the vocabulary it was trained on (sha256, size, tgt_len, data_dir)
+      train_log.jsonl          one JSON line per step (train/controller.py)
+      metrics.json             the results of the run that trained it
+      checkpoints/ckpt-N       training checkpoints (train/checkpointing.py)
+      tmp_worker_checkpoints/  MultiWorkerMirrored workers' own copies (not the chief's)
+      train/                   TensorBoard scalars
+    <export version>/assets.extra/tfxl_data.json    vocabulary size and hash of an export
+
+Every path may be a bucket (`gs://...`): everything here goes through tf.io.gfile. The trainer
+(tfxl.train), serving (tfxl.serving), the keras-hub converter and the demo read and write a
+model_dir through this module only; it imports no trainer, serving or data code.
+"""
+
+import os
+
+import tensorflow as tf
+
+from tfxl.config import TransfoXLConfig
+from tfxl.files import read_json, write_json_atomically
+
+CONFIG = "config.json"
+DATA = "data.json"
+TRAIN_LOG = "train_log.jsonl"
+METRICS = "metrics.json"
+CHECKPOINTS = "checkpoints"
+WORKER_CHECKPOINTS = "tmp_worker_checkpoints"
+TENSORBOARD = "train"
+# TF Serving ignores assets.extra: the export's tfxl record lives there.
+EXPORT_RECORD = os.path.join("assets.extra", "tfxl_data.json")
+
+
+class ModelDir:
+    """The paths of one model_dir (a local directory or a bucket prefix)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def _join(self, *names):
+        return os.path.join(self.path, *names)
+
+    config = property(lambda self: self._join(CONFIG))
+    data = property(lambda self: self._join(DATA))
+    train_log = property(lambda self: self._join(TRAIN_LOG))
+    metrics = property(lambda self: self._join(METRICS))
+    checkpoints = property(lambda self: self._join(CHECKPOINTS))
+    tensorboard = property(lambda self: self._join(TENSORBOARD))
+
+    def worker_checkpoints(self, worker_id):
+        """Where a MultiWorkerMirrored worker other than the chief saves (only the chief's
+        checkpoints are kept; every worker must save for the collective save to complete)."""
+        return self._join(WORKER_CHECKPOINTS, str(worker_id))
+
+    def is_model_dir(self):
+        """Whether a training run has claimed it (config.json written)."""
+        return tf.io.gfile.exists(self.config)
+
+
+def check_or_store_config(model_dir, config, store=True):
+    """Refuses a model_dir trained with another model; `store` writes config.json into a new one.
+
+    The trainer checks early (store=False) and stores only once every other check has passed
+    (`claim`).
+    """
+    path = ModelDir(model_dir).config
+    if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
+        raise ValueError(f"--model_dir={model_dir} is a file, not a directory")
+    if tf.io.gfile.exists(path):
+        stored = TransfoXLConfig.from_file(path).to_dict()
+        wanted = config.to_dict()
+        diff = {k: (stored.get(k), wanted.get(k)) for k in sorted(set(stored) | set(wanted))
+                if stored.get(k) != wanted.get(k)}
+        if diff:
+            listing = ", ".join(f"{k}: model_dir has {a!r}, flags give {b!r}"
+                                for k, (a, b) in diff.items())
+            raise ValueError(f"--model_dir={model_dir} holds a different model ({listing}); "
+                             "use a new --model_dir or the same model flags")
+    elif store:
+        tf.io.gfile.makedirs(model_dir)
+        write_json_atomically(path, config.to_dict())
+
+
+def claim(model_dir, config, manifest, data_dir):
+    """Writes config.json and data.json (or checks them): every other check has passed.
+
+    A model_dir is claimed only once every check of a first run has passed, so a run refused for
+    a bad flag leaves nothing that would refuse the corrected command.
+    """
+    check_or_store_config(model_dir, config)
+    check_data_fingerprint(model_dir, manifest, data_dir, store=True)
+
+
+# Which vocabulary a model belongs to: the one check shared by every tool that pairs a model with
+# a data directory (tfxl-train, tfxl-eval, tfxl-export, tfxl-generate, tfxl.hub). The first
+# training run stores the manifest's vocabulary hash in data.json; an export made with a
+# tokenizer stores it in its EXPORT_RECORD. Another vocabulary of the same size would silently
+# give wrong text, so it is refused, as is another size.
+
+def check_data_fingerprint(model_dir, manifest, data_dir, store=False):
+    """Refuses data whose vocabulary differs from the one `model_dir` was trained (or exported)
+    with; `store=True` records the manifest's when nothing is recorded yet (first training run).
+
+    model_dir: a tfxl-train model_dir (data.json) or an export version directory.
+    """
+    path = ModelDir(model_dir).data
+    if not tf.io.gfile.exists(path):
+        path = os.path.join(model_dir, EXPORT_RECORD)
+    if tf.io.gfile.exists(path):
+        stored = read_json(path, "data fingerprint")
+        recorded = stored.get("vocab_sha256")  # None: an export made without a tokenizer
+        if recorded is not None and recorded != manifest["vocab_sha256"]:
+            raise ValueError(
+                f"--data_dir={data_dir} has another vocabulary (sha256 "
+                f"{manifest['vocab_sha256'][:12]}...) than the one {model_dir} was trained on "
+                f"({recorded[:12]}..., from {stored.get('data_dir')})")
+    elif store:
+        write_json_atomically(ModelDir(model_dir).data, {
+            "vocab_sha256": manifest["vocab_sha256"], "vocab_size": manifest["vocab_size"],
+            "tgt_len": manifest["tgt_len"], "data_dir": data_dir})
+
+
+def check_vocab_size(manifest, data_dir, vocab_size, model):
+    """A model over V ids cannot use a vocabulary of another size (vocab_size None: unknown)."""
+    if vocab_size is not None and manifest["vocab_size"] != vocab_size:
+        raise ValueError(f"--data_dir={data_dir} has a vocabulary of {manifest['vocab_size']} "
+                         f"tokens but {model} was built for {vocab_size}")
+
+
+def write_export_record(export_dir, vocab_size, vocab_sha256=None, data_dir=None):
+    """Records inside an export its vocabulary size and, when it embeds a tokenizer, the
+    tokenizer's hash."""
+    path = os.path.join(export_dir, EXPORT_RECORD)
+    tf.io.gfile.makedirs(os.path.dirname(path))
+    write_json_atomically(path, {"vocab_sha256": vocab_sha256, "vocab_size": vocab_size,
+                                 "data_dir": data_dir})
+
+
+def export_vocab_size(export_dir):
+    """The vocabulary size an export recorded, or None (exports of older tfxl versions)."""
+    path = os.path.join(export_dir, EXPORT_RECORD)
+    return read_json(path, "export record").get("vocab_size") if tf.io.gfile.exists(path) else None
