@@ -36,12 +36,16 @@ def local_path(path: str) -> str:
 
 def reason(err: BaseException, path: str | None = None) -> str:
     """Why an OSError or a TensorFlow OpError happened, as one short phrase: its strerror, or the
-    OpError's first line without the ``"<path>; "`` TensorFlow's local file system puts first."""
+    OpError's first line without the ``"<file>; "`` TensorFlow's local file system puts first
+    when that file is `path` or a directory on the way to it (the error message names `path`
+    already)."""
     if isinstance(err, tf.errors.OpError):
         lines = (err.message or "").strip().splitlines()
         message = lines[0] if lines else type(err).__name__
-        if path is not None and message.startswith(f"{path}; "):
-            return message[len(path) + 2:]
+        where, separator, why = message.partition("; ")
+        if path is not None and separator and (
+                where == path or path.startswith(where.rstrip("/") + "/")):
+            return why
         return message
     return getattr(err, "strerror", None) or str(err)
 
