@@ -520,3 +520,130 @@ def test_top_p_at_or_below_zero_is_greedy_not_uniform():
     for p in (0.0, -1.0, 1e-6):
         picked = sample_next(log_probs, 1.0, 0, p, tf.constant([1, 2])).numpy()
         assert set(picked) == {1}, p
+
+
+# ------------------------------------------------------------------- publishing an export whole
+def as_object_store(monkeypatch, tmp_path):
+    """Makes tfxl treat every path as an object store (no atomic directory rename), staging in
+    tmp_path/staging; returns the list of every tf.io.gfile.copy destination, in order."""
+    import tempfile
+    import tfxl.files
+    monkeypatch.setattr(tfxl.files, "is_local", lambda path: False)
+    (tmp_path / "staging").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "staging"))
+    copied, copy = [], tf.io.gfile.copy
+
+    def recording_copy(source, target, overwrite=False):
+        copy(source, target, overwrite)
+        copied.append(os.fspath(target))
+    monkeypatch.setattr(tf.io.gfile, "copy", recording_copy)
+    return copied
+
+
+def test_object_store_export_copies_saved_model_pb_last(model, tmp_path, monkeypatch):
+    copied = as_object_store(monkeypatch, tmp_path)
+    renamed, rename = [], tf.io.gfile.rename
+    monkeypatch.setattr(tf.io.gfile, "rename",
+                        lambda *a, **k: renamed.append(a[1]) or rename(*a, **k))
+    base = tmp_path / "exports"
+    path = export_saved_model(model, str(base), score_top_k=0)
+    assert path == str(base / "1")
+    assert not [r for r in renamed if r.startswith(str(base))]  # no rename into the base
+    assert copied[-1] == os.path.join(path, "saved_model.pb")
+    assert os.path.join(path, "variables", "variables.index") in copied
+    assert os.path.join(path, "assets.extra", "tfxl_data.json") in copied
+    assert sorted(os.listdir(base)) == ["1"]  # staged elsewhere: nothing else in the base
+    assert os.listdir(tmp_path / "staging") == []  # and removed there
+    ids = np.array([[3, 4, 5]], np.int32)
+    memory = model.init_key_value_memory(1, mem_len=MEM)
+    got = tf.saved_model.load(path).signatures["score"](token_ids=tf.constant(ids), **memory)
+    np.testing.assert_allclose(got["log_probs"].numpy(), model(ids, memory)[0].numpy(),
+                               atol=1e-5)
+
+
+def test_object_store_export_failing_midway_leaves_no_version(model, tmp_path, monkeypatch):
+    copied = as_object_store(monkeypatch, tmp_path)
+    copy = tf.io.gfile.copy
+
+    def failing_copy(source, target, overwrite=False):
+        if len(copied) == 2:
+            raise tf.errors.UnavailableError(None, None, "connection reset")
+        copy(source, target, overwrite)
+    monkeypatch.setattr(tf.io.gfile, "copy", failing_copy)
+    base = tmp_path / "exports"
+    with pytest.raises(tf.errors.UnavailableError):
+        export_saved_model(model, str(base), score_top_k=0)
+    assert len(copied) == 2 and not any(c.endswith("saved_model.pb") for c in copied)
+    assert not (base / "1").exists() and os.listdir(base) == []  # the partial version is gone
+    assert os.listdir(tmp_path / "staging") == []
+    assert next_version(str(base)) == 1
+    monkeypatch.setattr(tf.io.gfile, "copy", copy)
+    assert export_saved_model(model, str(base)) == str(base / "1")
+    assert tf.io.gfile.exists(str(base / "1" / "saved_model.pb"))
+
+
+def test_local_export_is_built_aside_and_renamed_into_place(model, tmp_path, monkeypatch):
+    import tfxl.serving.export as export_lib
+    base = tmp_path / "exports"
+    seen, write = [], export_lib.write_signatures
+
+    def watching_write(signatures, path, *args, **kwargs):
+        seen.append((os.path.basename(path), os.path.dirname(path), (base / "1").exists()))
+        write(signatures, path, *args, **kwargs)
+        raise OSError("disk full")
+    monkeypatch.setattr(export_lib, "write_signatures", watching_write)
+    with pytest.raises(OSError, match="disk full"):
+        export_saved_model(model, str(base))
+    name, parent, published = seen[0]
+    assert name.startswith(".tmp-export-1-") and parent == str(base)  # beside the version,
+    assert not published                                                 # which is not there
+    assert os.listdir(base) == []  # the temporary directory is removed on failure
+    monkeypatch.setattr(export_lib, "write_signatures", write)
+    renamed, rename = [], tf.io.gfile.rename
+    monkeypatch.setattr(tf.io.gfile, "rename",
+                        lambda *a, **k: renamed.append(a[1]) or rename(*a, **k))
+    (base / ".tmp-export-7-0a1b2c3d").mkdir()  # another export's temporary: not a version
+    assert next_version(str(base)) == 1
+    path = export_saved_model(model, str(base))
+    assert path == str(base / "1") and renamed[-1] == path  # one rename publishes it
+    assert [r for r in renamed if ".tmp-export" not in r] == [path]
+    assert sorted(os.listdir(base)) == [".tmp-export-7-0a1b2c3d", "1"]
+
+
+def test_versions_are_positive_integers_and_never_overwritten(model, tmp_path):
+    base = tmp_path / "exports"
+    for version in (0, -1, True, 1.5, "2"):
+        with pytest.raises(ValueError, match="--version must be a positive integer"):
+            export_saved_model(model, str(base), version=version)
+    assert not base.exists()
+    (base / "3" / "variables").mkdir(parents=True)  # an object-store publish killed midway
+    with pytest.raises(ValueError, match="without saved_model.pb .* delete it to reuse"):
+        export_saved_model(model, str(base), version=3)
+    assert next_version(str(base)) == 4  # TF Serving may have seen 3: never reused
+
+
+def test_export_to_a_remote_file_system_goes_through_gfile(model, tmp_path, monkeypatch):
+    """ram:// (TensorFlow's in-memory file system) stands for a bucket: the export is uploaded
+    there and loads from there, and no local folder named like it appears."""
+    monkeypatch.chdir(tmp_path)
+    path = export_saved_model(model, "ram://serving-test/exports", score_top_k=0,
+                              tokenizer=BytesTokenizer())
+    assert path == "ram://serving-test/exports/1"
+    signatures = tf.saved_model.load(path).signatures
+    assert "generate_text" in signatures
+    from tfxl.model_dir import export_vocab_size
+    assert export_vocab_size(path) == 258
+    model.export("ram://serving-test/model_export", verbose=False)
+    assert "score" in tf.saved_model.load("ram://serving-test/model_export").signatures
+    assert os.listdir(tmp_path) == []
+
+
+def test_model_export_is_published_whole(model, tmp_path, monkeypatch):
+    copied = as_object_store(monkeypatch, tmp_path)
+    target = tmp_path / "empty"
+    target.mkdir()  # an empty directory may be exported into (as before)
+    model.export(str(target), verbose=False)
+    assert copied[-1] == str(target / "saved_model.pb")
+    assert sorted(os.listdir(tmp_path)) == ["empty", "staging"]
+    with pytest.raises(ValueError, match="never overwritten"):
+        model.export(str(target), verbose=False)
