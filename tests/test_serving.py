@@ -470,6 +470,10 @@ def test_export_and_generate_command_lines(model, tmp_path):
     missing = run_cli("tfxl.serving.export_main", f"--model={tmp_path / 'nope'}",
                       f"--output_dir={exports}")
     assert missing.returncode == 2 and "config.json" in missing.stderr
+    negative = run_cli("tfxl.serving.export_main", f"--model={model_dir}",
+                       f"--output_dir={exports}", "--version=-1")
+    assert negative.returncode == 2 and "--version must be a positive integer" in negative.stderr
+    assert sorted(os.listdir(exports)) == ["1"]
 
     flags = [f"--data_dir={data_dir}", "--prompt=def f(", "--max_new_tokens=12",
              "--temperature=0.9", "--top_k=50", "--seed=7"]
@@ -482,6 +486,9 @@ def test_export_and_generate_command_lines(model, tmp_path):
     bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags,
                   "--prompt_file=x")
     assert bad.returncode == 2 and "exactly one" in bad.stderr
+    bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", flags[0],
+                  f"--prompt_file={tmp_path / 'none.txt'}")
+    assert bad.returncode == 2 and "--prompt_file" in bad.stderr and "none.txt" in bad.stderr
     bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags, "--top_p=0")
     assert bad.returncode == 2 and "top_p must be in (0, 1]" in bad.stderr
 
@@ -647,3 +654,59 @@ def test_model_export_is_published_whole(model, tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["empty", "staging"]
     with pytest.raises(ValueError, match="never overwritten"):
         model.export(str(target), verbose=False)
+
+
+def test_models_prompts_and_records_in_a_bucket_are_read_through_gfile(model, tmp_path,
+                                                                       monkeypatch):
+    """--model as a .keras file, a model_dir or an export in a bucket (ram:// stands for one),
+    --prompt_file there, and the vocabulary check of such a model_dir; no local folder named
+    like the bucket appears."""
+    from tfxl.data.prepare import PrepareConfig, prepare
+    from tfxl.serving.generate_main import read_prompt
+    from tfxl.serving.loading import (EXPORT, KERAS, MODEL_DIR, load_checked_tokenizer,
+                                      load_language_model, model_kind)
+    monkeypatch.chdir(tmp_path)
+    bucket = "ram://serving-load"
+
+    def same_weights(loaded):
+        for mine, theirs in zip(loaded.get_weights(), model.get_weights()):
+            np.testing.assert_array_equal(mine, theirs)
+
+    model.save(f"{bucket}/lm.keras")
+    assert model_kind(f"{bucket}/lm.keras") == KERAS
+    same_weights(load_language_model(f"{bucket}/lm.keras"))
+    with pytest.raises(ValueError, match="no such .keras file"):
+        load_language_model(f"{bucket}/other.keras")
+
+    run = f"{bucket}/run"
+    with tf.io.gfile.GFile(f"{run}/config.json", "w") as f:
+        f.write(json.dumps(model.config.to_dict()))
+    # (Its checkpoints are not restored from ram://: that file system calls every prefix of a
+    # name a directory, so tf.train.load_checkpoint takes ckpt-1 for a directory; GCS does not.)
+    assert model_kind(run) == MODEL_DIR
+
+    exported = export_saved_model(model, f"{bucket}/exports")
+    assert model_kind(exported) == EXPORT
+    with pytest.raises(ValueError, match="exported SavedModel"):
+        load_language_model(exported)
+    (tmp_path / "half" / "variables").mkdir(parents=True)  # an upload that was interrupted
+    with pytest.raises(ValueError, match="without saved_model.pb"):
+        model_kind(str(tmp_path / "half"))
+
+    with tf.io.gfile.GFile(f"{bucket}/prompt.txt", "wb") as f:
+        f.write("naïve prompt\n".encode())
+    assert read_prompt(f"{bucket}/prompt.txt") == "naïve prompt\n"
+    with pytest.raises(ValueError, match=f"--prompt_file={bucket}/none.txt: cannot read"):
+        read_prompt(f"{bucket}/none.txt")
+
+    (tmp_path / "corpus.txt").write_text("def f(x):\n    return x\n" * 50)
+    data_dir = str(tmp_path / "data")
+    corpus = [str(tmp_path / "corpus.txt")]
+    prepare(PrepareConfig(output_dir=data_dir, train=corpus, valid=corpus, test=corpus,
+                          tokenizer="bytes", tgt_len=6, num_streams=1), log=lambda *a: None)
+    assert load_checked_tokenizer(data_dir, run, 258).vocab_size == 258  # nothing recorded
+    with tf.io.gfile.GFile(f"{run}/data.json", "w") as f:
+        f.write(json.dumps({"vocab_sha256": "0" * 64, "vocab_size": 258, "data_dir": "other"}))
+    with pytest.raises(ValueError, match="has another vocabulary"):
+        load_checked_tokenizer(data_dir, run, 258)
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "data", "half"]
