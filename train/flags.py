@@ -1,8 +1,8 @@
 """absl flags of `tfxl-train` and `tfxl-eval`, and the model config they describe."""
 
 import math
-import os
 
+import tensorflow as tf
 from absl import flags
 
 from tfxl import cli
@@ -85,5 +85,5 @@ def require_dir_flags(*names, flag_values=FLAGS):
     for name in names:
         if not flag_values[name].value:
             raise ValueError(f"--{name} is required")
-    if "data_dir" in names and not os.path.isdir(flag_values.data_dir):
+    if "data_dir" in names and not tf.io.gfile.isdir(flag_values.data_dir):
         raise ValueError(f"--data_dir={flag_values.data_dir} does not exist; run tfxl-prepare")
