@@ -28,7 +28,7 @@ T = 8          # segment length of the test data
 STREAMS = 8    # streams per split (the global batch)
 STEPS = 120    # steps of every run here
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
-STOPPED = re.compile(r"^stopped by (SIGTERM|SIGINT)( to worker \d)? at step (\d+): checkpoint "
+STOPPED = re.compile(r"^stopped by (SIGTERM|SIGINT)(?: to (worker \d))? at step (\d+): checkpoint "
                      r"saved in (\S+); run the same command to resume$")
 
 
@@ -102,7 +102,7 @@ def the_stop_line(out, err):
     lines = [STOPPED.match(line.strip()) for line in out.splitlines() if "stopped by" in line]
     assert len(lines) == 1 and lines[0], out[-2000:]
     name, worker, step, checkpoint = lines[0].groups()
-    return name, worker and worker.strip(), int(step), checkpoint
+    return name, worker, int(step), checkpoint
 
 
 def assert_resumes_exactly(model_dir, reference, stopped_at):
