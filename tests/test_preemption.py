@@ -337,3 +337,51 @@ def test_the_controller_saves_at_the_loop_end_skips_the_evaluation_and_stops(dat
     assert stopped.value.step == 4 and stopped.value.exit_status == 143
     assert str(stopped.value) == (f"stopped by SIGTERM at step 4: checkpoint saved in "
                                   f"{tmp_path}/checkpoints/ckpt-4; run the same command to resume")
+
+
+# -- why not tf.distribute.experimental.PreemptionCheckpointHandler (BUILD.md, "Preemption") ------
+
+def test_tensorflows_preemption_handler_does_nothing_on_gcp_cpu_and_tpu_vms_and_adds_a_key(
+        tmp_path, monkeypatch):
+    """The two findings that rule it out, pinned so that a TensorFlow that changes them is
+    noticed: on a Google Cloud CPU or TPU VM (detected through the metadata server, faked here)
+    it never saves, though its watcher reports a termination at once; elsewhere it adds a
+    `checkpointed_runs` variable to the checkpoint it is given, which the checkpoints of earlier
+    tfxl versions lack (restore_fitting refuses them then)."""
+    import http.server
+    from tensorflow.python.distribute.failure_handling import failure_handling_util
+
+    class Metadata(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"a-vm")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Metadata)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    done = []
+    config = tf.distribute.experimental.TerminationConfig(
+        termination_watcher_fn=lambda: True, exit_fn=lambda: done.append("exit"),
+        save_fn=lambda: done.append("save"))
+    try:
+        monkeypatch.setenv("GCE_METADATA_IP", f"127.0.0.1:{server.server_port}")
+        assert failure_handling_util.detect_platform().name == "GCE_CPU"
+        handler = tf.distribute.experimental.PreemptionCheckpointHandler(
+            None, tf.train.Checkpoint(v=tf.Variable(0.0)), str(tmp_path / "gcp"), config)
+        time.sleep(1.5)  # its watcher, were there one, polls every second
+        for _ in range(3):
+            handler.run(lambda: None)
+            handler.save_checkpoint_if_preempted()
+        assert done == []
+    finally:
+        server.shutdown()
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:1")  # nothing listens: not on GCP
+    checkpoint = tf.train.Checkpoint(v=tf.Variable(0.0))
+    tf.distribute.experimental.PreemptionCheckpointHandler(
+        None, checkpoint, str(tmp_path / "elsewhere"),
+        tf.distribute.experimental.TerminationConfig(termination_watcher_fn=lambda: False))
+    assert "checkpointed_runs" in {name.split("/")[0] for name, _ in tf.train.list_variables(
+        checkpoint.write(str(tmp_path / "written")))}
