@@ -85,9 +85,9 @@ class StopOnSignals:
 
     Handlers can only be installed in the main thread: elsewhere (a notebook's worker thread, a
     test runner's) it does nothing and signals keep their effect. Handlers installed by Python are
-    restored on exit; one installed outside Python (TensorFlow's coordination service installs a
-    C++ SIGTERM handler under MultiWorkerMirroredStrategy that only records the signal, so a
-    SIGTERM used to be ignored there) is invisible to `signal.getsignal` and cannot be put back:
+    restored on exit; one installed outside Python cannot be: under MultiWorkerMirroredStrategy
+    TensorFlow's C++ `SigtermNotifier` (started with the coordination service; it only records
+    the signal, so a SIGTERM used to be ignored there) is invisible to `signal.getsignal`, and
     after training SIGTERM has its default effect there.
     """
 
