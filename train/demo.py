@@ -28,7 +28,7 @@ from tfxl.config import get_preset
 from tfxl.data.manifest import load_manifest
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.files import write_json_atomically
-from tfxl.train.loop import Runner
+from tfxl.train.loop import Runner, TrainingStopped
 from tfxl.model_dir import ModelDir, check_or_store_config
 from tfxl.train.optimization import OptimizerParams
 
@@ -126,7 +126,11 @@ def main(argv):
           f"memory {config.mem_len}")
     runner.data.check_splits("valid")  # evaluated after training: a bad shard stops the demo now
     start = time.perf_counter()
-    metrics = runner.train(save_every=500)
+    try:
+        metrics = runner.train(save_every=500)
+    except TrainingStopped as stopped:  # SIGTERM/SIGINT: saved; the same command resumes
+        print(stopped)
+        return stopped.exit_status
     if metrics.pop("nothing_to_do", False):  # results.json keeps the training run's metrics
         print(f"      nothing to do: {model_dir} is already trained to step {metrics['step']} "
               f"(delete it to train again)")

@@ -25,9 +25,10 @@ from tfxl.train.checkpointing import TrainingCheckpoint
 from tfxl.train.controller import Controller, ProgressBar, TensorBoardScalars, TrainLog
 from tfxl.train.datasets import DistributedData
 from tfxl.train.evaluator import EvalProgress, Evaluator
+from tfxl.train.preemption import StopRequests, TrainingStopped
 from tfxl.train.trainer import Trainer, TrainingDiverged
 
-__all__ = ["Runner", "TrainingDiverged", "build_model", "make_evaluator"]
+__all__ = ["Runner", "TrainingDiverged", "TrainingStopped", "build_model", "make_evaluator"]
 
 
 def build_model(config: TransfoXLConfig, strategy):
@@ -95,6 +96,10 @@ class Runner:
 
         A model_dir already at `train_steps` has nothing to train: its metrics.json (the results of
         the run that did the work) is kept and returned with "nothing_to_do": True added.
+
+        SIGTERM or SIGINT (in the main thread) stops the run at the end of the host loop in flight,
+        on every worker at the same step: that step's checkpoint is saved and `TrainingStopped`
+        raised (its text says where to resume); no metrics.json is written (train/preemption.py).
         """
         # Training slots own whole streams: the global batch must divide the stream count.
         check_manifest(self.data.manifest, global_batch_size=self.global_batch)
@@ -129,15 +134,20 @@ class Runner:
                                              tokens_per_step)
             train_actions += [tensorboard, TrainLog(log_path)]
             eval_actions.insert(0, tensorboard.eval_action)
-        train_actions.append(ProgressBar(self.train_steps, step, metric,
-                                         verbose=1 if self.is_chief else 0))
+        progress = ProgressBar(self.train_steps, step, metric, verbose=1 if self.is_chief else 0)
+        train_actions.append(progress)
+        stops = StopRequests(self.strategy)
         controller = Controller(
             self.trainer, self.checkpoint, self.train_steps, self.steps_per_loop, save_every,
             eval_every, lambda: self.evaluate("valid", max_batches=max_eval_batches),
-            train_actions, eval_actions)
+            train_actions, eval_actions, stop_requested=stops.agreed)
         started = time.perf_counter()
         try:
-            last = controller.train()
+            with stops.signals:  # SIGTERM/SIGINT: checkpoint and stop at a host loop's end
+                last = controller.train()
+        except TrainingStopped:
+            progress.end()  # the line that says where to resume starts on a line of its own
+            raise
         except TrainingDiverged as err:
             raise TrainingDiverged(f"{err}; training stopped, the last good checkpoint in "
                                    f"{self.model_dir}/checkpoints is kept") from None

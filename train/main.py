@@ -12,7 +12,7 @@ from tfxl import cli
 from tfxl.data.manifest import load_manifest
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags
-from tfxl.train.loop import Runner, TrainingDiverged
+from tfxl.train.loop import Runner, TrainingDiverged, TrainingStopped
 from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
 
@@ -61,8 +61,12 @@ def main(argv):
     runner = Runner(config, strategy, FLAGS.data_dir, FLAGS.model_dir,
                     FLAGS.train_batch_size, opt, FLAGS.mixed_precision, FLAGS.jit_compile,
                     FLAGS.steps_per_loop, FLAGS.seed, chief)
-    metrics = runner.train(FLAGS.save_every, FLAGS.eval_every, FLAGS.max_eval_batches,
-                           log=logging.info)
+    try:
+        metrics = runner.train(FLAGS.save_every, FLAGS.eval_every, FLAGS.max_eval_batches,
+                               log=logging.info)
+    except TrainingStopped as stopped:  # SIGTERM/SIGINT: saved; exit 143/130 (BUILD.md)
+        print(stopped)
+        return stopped.exit_status
     if metrics.pop("nothing_to_do", False):
         print(f"nothing to do: {FLAGS.model_dir} is already trained to step {metrics['step']} "
               f"(--train_steps={FLAGS.train_steps}); its metrics.json is kept")
