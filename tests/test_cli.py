@@ -124,7 +124,7 @@ def write_flagfiles(tmp_path):
     (tmp_path / "outer.flags").write_text(
         "# a comment\n// another\n\n   \n--n_layer=3\n"
         f"--flagfile={tmp_path / 'inner.flags'}\n--d_model=32   \n")
-    (tmp_path / "late.flags").write_text("--n_layer=5\n")
+    (tmp_path / "late.flags").write_bytes(b"--n_layer=5\r\n--prompt=a\xe2\x80\xa8b")
 
 
 def test_flagfiles_expand_as_absl_expands_them(tmp_path):
@@ -133,7 +133,8 @@ def test_flagfiles_expand_as_absl_expands_them(tmp_path):
             "-flagfile", str(tmp_path / "late.flags"), "--flagfile=", "--",
             f"--flagfile={tmp_path / 'inner.flags'}"]
     want = ["tool", "--preset=tiny", "--n_layer=3", "--mem_len=9", "--d_model=32", "--n_head=4",
-            "--n_layer=5", "--", f"--flagfile={tmp_path / 'inner.flags'}"]
+            "--n_layer=5", "--prompt=a\u2028b", "--",
+            f"--flagfile={tmp_path / 'inner.flags'}"]
     assert cli.expand_flagfiles(argv) == want
     assert ["tool", *flags.FlagValues().read_flags_from_files(argv[1:], force_gnu=False)] == want
     assert cli.expand_flagfiles(["tool", "--n_layer=2"]) == ["tool", "--n_layer=2"]

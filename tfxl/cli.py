@@ -21,6 +21,7 @@ before TensorFlow is imported, and must filter file descriptor 2: `tfxl/__init__
 
 import atexit
 import dataclasses
+import io
 import logging
 import os
 import re
@@ -221,7 +222,8 @@ def _flagfile_lines(path, including):
         where = f" (included by {including[-1]})" if including else ""
         raise ValueError(f"--flagfile={path}{where}: cannot read ({one_line(err)})") from None
     lines = []
-    for line in text.splitlines(keepends=True):
+    # Lines as absl's readlines() of a text file gives them: universal newlines, each kept.
+    for line in io.StringIO(text, newline=None).readlines():
         if line.isspace() or line.startswith(("#", "//")):
             continue
         if line.startswith(tuple(f"{name}=" for name in _FLAGFILE)):

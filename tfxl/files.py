@@ -197,6 +197,9 @@ class StagedDirectory:
             # Everything below `final` is this upload's (it held nothing before): remove it, so
             # no incomplete directory stays where a reader would look.
             remove_quietly(self.final)
-            if existed:
-                tf.io.gfile.makedirs(self.final)
+            if existed:  # the empty directory that was there
+                try:
+                    tf.io.gfile.makedirs(self.final)
+                except (OSError, tf.errors.OpError):
+                    pass  # the upload's own error is the one to report
             raise

@@ -15,6 +15,7 @@ The plots need matplotlib, an extra (`pip install 'tfxl[plots]'`; `make demo` in
 tfxl itself never imports.
 """
 
+import io
 import json
 import os
 import sys
@@ -88,17 +89,26 @@ def training_loss_figure(records):
 
 
 def read_train_log(path):
-    """The records of a train_log.jsonl (one JSON object per line)."""
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The records of a train_log.jsonl (one JSON object per line); local or a bucket."""
+    with tf.io.gfile.GFile(path, "rb") as f:
+        return [json.loads(line) for line in f.read().decode("utf-8").splitlines()
+                if line.strip()]
+
+
+def save_png(figure, path):
+    """The figure as a PNG at `path` through tf.io.gfile (matplotlib opens local files only)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(buffer.getvalue())
 
 
 def write_plots(out_dir, results, training_mem_len, train_log_path):
     """Writes out_dir/bpc_vs_memory.png and out_dir/training_loss.png; returns their paths."""
     paths = (os.path.join(out_dir, "bpc_vs_memory.png"),
              os.path.join(out_dir, "training_loss.png"))
-    bpc_vs_memory_figure(results, training_mem_len).savefig(paths[0], dpi=100)
-    training_loss_figure(read_train_log(train_log_path)).savefig(paths[1], dpi=100)
+    save_png(bpc_vs_memory_figure(results, training_mem_len), paths[0])
+    save_png(training_loss_figure(read_train_log(train_log_path)), paths[1])
     return paths
 
 
@@ -107,7 +117,7 @@ def main(argv):
     figure_class()  # a missing extra stops the demo now, not after minutes of training
     data_dir = os.path.join(FLAGS.out, "data")
     model_dir = os.path.join(FLAGS.out, "model")
-    if not os.path.exists(os.path.join(data_dir, "manifest.json")):
+    if not tf.io.gfile.exists(os.path.join(data_dir, "manifest.json")):
         print(f"[1/3] preparing the Python standard library corpus into {data_dir}")
         prepare(PrepareConfig(output_dir=data_dir, corpus="python_stdlib"), log=print)
     else:
