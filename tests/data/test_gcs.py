@@ -96,8 +96,10 @@ def test_prepare_killed_on_gcs_leaves_the_old_data_and_the_next_run_cleans_up(gc
     manifest = gcs.read(f"{prefix}manifest.json")
     old_objects = {name: gcs.read(name) for name in gcs.list(prefix)}
     (old,) = generations(old_objects, prefix)
+    scratch = tmp_path / "scratch"   # TMPDIR: the token scratch files of a bucket's prepare
+    scratch.mkdir()
     proc = gcs.popen([*PREPARE, f"--train={gcs.url(root)}/in/big.bin", *common, "--overwrite"],
-                     cwd=cwd, stdout=None, stderr=None)
+                     cwd=cwd, stdout=None, stderr=None, env={"TMPDIR": str(scratch)})
     try:
         # Kill it without warning once the new generation has shards in the bucket.
         deadline = time.time() + 240
@@ -118,6 +120,8 @@ def test_prepare_killed_on_gcs_leaves_the_old_data_and_the_next_run_cleans_up(gc
     assert {name: gcs.read(name) for name in old_objects} == old_objects
     (leftover,) = set(generations(names, prefix)) - {old}
     assert gcs.read(f"{prefix}manifest.json") == manifest
+    # A kill leaves its local scratch directory too (no later run can tell it from a running one).
+    assert len([p for p in scratch.iterdir() if p.name.startswith("tfxl-prepare-")]) == 1
     # The next run removes the leftover with the old data once its own manifest is in.
     run_ok(gcs, [*PREPARE, f"--train={gcs.url(root)}/in/small.txt", *common, "--tgt_len=4",
                  "--overwrite"], cwd)
