@@ -1,9 +1,12 @@
 """The files the tools read and write (configs, metrics, fingerprints, logs).
 
 One place for the two rules every tool follows: a file that cannot be read or parsed is one
-ValueError naming it, and a file is written to a temporary name and renamed over the old one, so
-a killed run never leaves half a file (tf.io.gfile: local paths and GCS alike). Directories of
-several files are staged as a whole instead (tfxl/data/staging.py, tfxl-convert's output).
+ValueError naming it, and a file is written whole or not at all, so a killed run never leaves half
+a file (tf.io.gfile: local paths and GCS alike): on a file system it is written to a temporary name
+and renamed over the old one; on an object store (gs://, s3://), which has no atomic rename (a
+rename is a copy and a delete) but makes an object visible only once its upload completes, it is
+written in one go. Directories of several files are staged as a whole instead
+(tfxl/data/staging.py, tfxl-convert's output).
 """
 
 import json
@@ -27,8 +30,21 @@ def read_json(path, what):
     return data
 
 
+OBJECT_STORES = ("gs://", "s3://")
+
+
+def is_object_store(path):
+    """Whether `path` names an object in a bucket (no append, no atomic rename)."""
+    return str(path).startswith(OBJECT_STORES)
+
+
 def write_text_atomically(path, text):
-    """Writes `text` to a temporary file, then renames it over `path`."""
+    """Writes `text` to `path` whole or not at all: to a temporary file renamed over `path`, or,
+    on an object store, as one object write (atomic when the upload completes at close)."""
+    if is_object_store(path):
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(text)
+        return
     tmp = f"{path}.tmp-{os.getpid()}"
     with tf.io.gfile.GFile(tmp, "w") as f:
         f.write(text)
