@@ -344,12 +344,22 @@ def test_take_over_stops_the_trainer_that_held_the_lease(tmp_path):
 
 
 def test_two_trainers_starting_together_one_goes_on(tmp_path):
+    """Both find no lease, then both write theirs (the race gfile cannot prevent): the later
+    write wins, and the earlier writer reads the other's lease back and is refused."""
     model_dir = tmp_path / "m"
-    leases = [Lease(str(model_dir), LeaseParams(settle=0.5)) for _ in range(2)]
-    barrier, outcome = threading.Barrier(2), {}
+    both_checked = threading.Barrier(2)
+
+    class Together(Lease):
+        def _write(self):
+            if not getattr(self, "wrote", False):  # the first write: after both have looked
+                both_checked.wait()
+                self.wrote = True
+            super()._write()
+
+    leases = [Together(str(model_dir), LeaseParams(settle=0.5)) for _ in range(2)]
+    outcome = {}
 
     def start(lease):
-        barrier.wait()
         try:
             lease.acquire()
             outcome[lease.owner] = "holds"
@@ -362,6 +372,8 @@ def test_two_trainers_starting_together_one_goes_on(tmp_path):
     for thread in threads:
         thread.join()
     assert sorted(v == "holds" for v in outcome.values()) == [False, True], outcome
+    refused = next(v for v in outcome.values() if v != "holds")
+    assert "took its lease at the same time" in refused, refused
     for lease in leases:
         lease.release()
     assert not (model_dir / "lease.json").exists()
