@@ -23,6 +23,7 @@ from tfxl.train.lease import Lease, LeaseHeld, LeaseLost, LeaseParams
 from tfxl.train.loop import Runner, TrainingDiverged
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train.run_record import RunRecord, run_settings
+from tfxl.train import train_log
 from tfxl.train.train_log import TrainLog, read_train_log, resume_train_log
 
 T = 8          # segment length of the test data
@@ -163,7 +164,8 @@ def test_resuming_the_log_keeps_each_step_up_to_the_checkpoint_once(tmp_path):
     assert read_train_log(str(tmp_path)) == [] and "starts again at step 1" in messages[-1]
 
 
-def test_the_log_is_written_in_parts_each_once_by_time_and_before_every_save(tmp_path):
+def test_the_log_is_written_in_parts_each_once_by_time_and_before_every_save(tmp_path,
+                                                                              monkeypatch):
     now = [0.0]
     log = TrainLog(str(tmp_path), flush_seconds=10, clock=lambda: now[0])
 
@@ -188,6 +190,13 @@ def test_the_log_is_written_in_parts_each_once_by_time_and_before_every_save(tmp
     log.close()
     assert parts() == ["0000000001-0000000015.jsonl", "0000000016-0000000018.jsonl"]
     assert [r["step"] for r in read_train_log(str(tmp_path))] == list(range(1, 19))
+    monkeypatch.setattr(train_log, "MERGE_LINES", 4)  # a long interval is not kept in memory
+    now[0] = 30.0
+    loop(18, 3)
+    now[0] = 50.0
+    loop(21, 3)
+    log.merge(24)
+    assert parts()[-2:] == ["0000000019-0000000021.jsonl", "0000000022-0000000024.jsonl"]
 
 
 def test_a_resumed_run_writes_only_its_new_lines_and_never_appends(data_dir, tmp_path,

@@ -10,7 +10,8 @@ only append by rewriting the whole object, which would make a long run's log cos
   memory and written as a part when `flush_seconds` have passed since the last part, before every
   checkpoint save (so the lines of the steps a checkpoint holds are stored before it is) and when
   the run ends or fails. After a save, the parts written since the previous save are merged into
-  one (from memory): a run leaves about one part per checkpoint.
+  one (from memory; up to MERGE_LINES lines, beyond which they stay as they are): a run leaves
+  about one part per checkpoint.
 * Resuming (`resume_train_log`, before the first step): the restored checkpoint's step S is where
   the log continues. Parts of steps after S (logged by a run killed after its last checkpoint, or
   before its first) are deleted, a part straddling S is rewritten to end at S, parts inside
@@ -34,6 +35,7 @@ from tfxl.model_dir import ModelDir
 __all__ = ["TrainLog", "read_train_log", "resume_train_log"]
 
 FLUSH_SECONDS = 60.0
+MERGE_LINES = 100_000  # the lines kept in memory to merge the parts of one checkpoint interval
 
 
 def _lines(records):
@@ -148,6 +150,8 @@ class TrainLog:
         if self._pending:
             records, self._pending = self._pending, []
             self._unmerged.append((_write_part(self.layout, records), records))
+            if sum(len(part) for _, part in self._unmerged) > MERGE_LINES:
+                self._unmerged = []  # a long checkpoint interval: its parts stay as they are
         self._last_write = self.clock()
 
     def merge(self, step=None):
