@@ -27,6 +27,8 @@ import tensorflow as tf
 from google.protobuf import text_format
 from tensorflow.python.checkpoint import checkpoint_management
 
+from tfxl.model_dir import CHECKPOINT_STATE
+
 
 class DamagedCheckpoint(ValueError):
     """A checkpoint whose files cannot be read back; the message names it and says why."""
@@ -119,13 +121,10 @@ def restore_fitting(checkpoint, path, fits, partial=False):
                          f"{str(err).splitlines()[0]}") from None
 
 
-STATE_FILE = "checkpoint"  # TensorFlow's name (tfxl/model_dir.py: CHECKPOINT_STATE)
-
-
 def checkpoint_state_damage(directory):
     """Why the `checkpoint` state file in `directory` cannot be used (it does not read, is not
     UTF-8, does not parse, or names no checkpoint); None when it is fine or absent."""
-    path = os.path.join(directory, STATE_FILE)
+    path = os.path.join(directory, CHECKPOINT_STATE)
     if not tf.io.gfile.exists(path):
         return None
     try:
@@ -150,7 +149,7 @@ def rewrite_checkpoint_state(directory):
     the oldest); removes it when there is no checkpoint. Returns the checkpoint names."""
     prefixes = checkpoints_newest_first(directory)[::-1]
     if not prefixes:
-        tf.io.gfile.remove(os.path.join(directory, STATE_FILE))
+        tf.io.gfile.remove(os.path.join(directory, CHECKPOINT_STATE))
         return []
     times = [tf.io.gfile.stat(f"{p}.index").mtime_nsec / 1e9 for p in prefixes]
     checkpoint_management.update_checkpoint_state_internal(

@@ -11,12 +11,13 @@ Nothing is written before the first save: the CheckpointManager (which reads Ten
 state file from the checkpoint files, saying so.
 """
 
+import os
 
 import tensorflow as tf
 
 from tfxl.checkpoints import (checkpoint_state_damage, newest_readable_checkpoint,
                               restore_fitting, rewrite_checkpoint_state)
-from tfxl.model_dir import ModelDir
+from tfxl.model_dir import CHECKPOINT_STATE, ModelDir
 
 
 def seed_generator_states(model):
@@ -72,7 +73,8 @@ class TrainingCheckpoint:
         damage = checkpoint_state_damage(self.own)
         if damage:
             names = rewrite_checkpoint_state(self.own)
-            log(f"the checkpoint state file {self.own}/checkpoint was damaged ({damage}): "
+            log(f"the checkpoint state file {os.path.join(self.own, CHECKPOINT_STATE)} was "
+                f"damaged ({damage}): "
                 + (f"rewritten from the checkpoint files ({', '.join(names)})" if names
                    else "removed (there is no checkpoint)"))
         self._manager = tf.train.CheckpointManager(self.checkpoint, self.own, max_to_keep=3)
