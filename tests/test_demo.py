@@ -1,5 +1,5 @@
 """The demo's plots (matplotlib: the `plots` extra, also in `test`): bpc against evaluation memory
-length on a proportional log2 axis, and the training loss curve of train_log.jsonl."""
+length on a proportional log2 axis, and the training loss curve of the train log."""
 
 import json
 import sys
@@ -14,15 +14,19 @@ RESULTS = [{"split": "valid", "mem_len": m, "bpc": b, "tokens": 1000}
            for m, b in ((0, 3.1), (32, 2.6), (64, 2.4), (128, 2.35), (1024, 2.3))]
 
 
-def write_log(path, losses):
-    path.write_text("".join(json.dumps({"step": i + 1, "loss": loss, "grad_norm": 1.0}) + "\n"
-                            for i, loss in enumerate(losses)))
-    return path
+def write_log(model_dir, losses):
+    """A model_dir whose train log holds `losses` from step 1, in two parts."""
+    records = [{"step": i + 1, "loss": loss, "grad_norm": 1.0} for i, loss in enumerate(losses)]
+    (model_dir / "train_log").mkdir(parents=True)
+    for part in (records[:2], records[2:]):
+        (model_dir / "train_log" / f"{part[0]['step']:010d}-{part[-1]['step']:010d}.jsonl"
+         ).write_text("".join(json.dumps(r) + "\n" for r in part))
+    return model_dir
 
 
 def test_write_plots_writes_both_pngs(tmp_path):
-    log = write_log(tmp_path / "train_log.jsonl", [5.0, 4.0, 3.5, 3.2])
-    paths = demo.write_plots(str(tmp_path), RESULTS, 64, str(log))
+    model_dir = write_log(tmp_path / "model", [5.0, 4.0, 3.5, 3.2])
+    paths = demo.write_plots(str(tmp_path), RESULTS, 64, str(model_dir))
     assert [p.rsplit("/", 1)[-1] for p in paths] == ["bpc_vs_memory.png", "training_loss.png"]
     for path in paths:
         with open(path, "rb") as f:
@@ -59,7 +63,7 @@ def test_memory_lengths_are_spaced_proportionally_on_a_log2_axis():
 
 def test_training_loss_curve_is_every_logged_step(tmp_path):
     losses = [5.0, 4.0, 3.5, 3.2, 3.3]
-    records = demo.read_train_log(str(write_log(tmp_path / "train_log.jsonl", losses)))
+    records = demo.read_train_log(str(write_log(tmp_path / "model", losses)))
     line = demo.training_loss_figure(records).axes[0].get_lines()[0]
     assert list(line.get_xdata()) == [1, 2, 3, 4, 5] and list(line.get_ydata()) == losses
 

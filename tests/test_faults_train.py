@@ -20,6 +20,7 @@ from tfxl.checkpoints import restore_weights
 from tfxl.train.loop import Runner, build_model
 from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
+from tfxl.train.train_log import read_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 4    # streams per split
@@ -66,8 +67,7 @@ def train(data_dir, model_dir, steps, save_every=10, eval_every=None, **config):
 
 
 def logged_losses(model_dir):
-    with open(os.path.join(model_dir, "train_log.jsonl")) as f:
-        return {r["step"]: r["loss"] for r in map(json.loads, f)}
+    return {r["step"]: r["loss"] for r in read_train_log(str(model_dir))}
 
 
 def damage(prefix, how):
@@ -208,6 +208,7 @@ GOOD_FLAGS = dict(train_batch_size=4, train_steps=10, steps_per_loop=5, save_eve
     ("max_eval_batches", 0), ("mem_len", -1), ("clamp_len", -2), ("tgt_len", 0),
     ("eval_tgt_len", 0), ("eval_mem_len", -1), ("eval_clamp_len", -5), ("dropout", 1.0),
     ("dropatt", -0.1), ("d_model", 0), ("weight_decay", -1.0), ("num_gpus", -1),
+    ("schedule_steps", 9), ("lease_timeout", 0.0), ("lease_settle", -1.0),
 ])
 def test_a_numeric_flag_out_of_range_is_named(flag, value):
     train_flags.check_flag_ranges(GOOD_FLAGS)  # the edges themselves are allowed
@@ -247,11 +248,14 @@ def test_a_finished_run_keeps_its_metrics_and_says_it_had_nothing_to_do(data_dir
     model_dir = tmp_path / "m"
     first = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 5))
     assert first.returncode == 0, first.stderr[-2000:]
-    kept = {name: (model_dir / name).read_bytes() for name in ("metrics.json", "train_log.jsonl")}
-    assert json.loads(kept["metrics.json"])["train_loss"] is not None
+    def written():
+        return {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
+
+    kept = written()
+    assert json.loads(kept[model_dir / "metrics.json"])["train_loss"] is not None
     again = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 5))
     assert again.returncode == 0, again.stderr[-2000:]
-    assert {name: (model_dir / name).read_bytes() for name in kept} == kept
+    assert written() == kept  # the metrics, the log, everything
     assert "nothing to do" in again.stdout
 
 

@@ -15,8 +15,9 @@ import tensorflow as tf
 import factories
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.train.loop import Runner, TrainingDiverged
-from tfxl.model_dir import check_or_store_config
+from tfxl.model_dir import ModelDir, check_or_store_config
 from tfxl.train.optimization import OptimizerParams
+from tfxl.train.train_log import read_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 8    # streams per split
@@ -67,8 +68,7 @@ def train_losses(data_dir, model_dir, strategy=None, steps=20, batch=STREAMS,
                     OptimizerParams(learning_rate=lr, train_steps=steps, min_lr_ratio=1.0),
                     jit_compile=jit_compile, steps_per_loop=10)
     metrics = runner.train(save_every=steps)
-    with open(os.path.join(model_dir, "train_log.jsonl")) as f:
-        return np.array([json.loads(line)["loss"] for line in f]), runner, metrics
+    return np.array([r["loss"] for r in read_train_log(str(model_dir))]), runner, metrics
 
 
 def test_memory_solves_the_copy_task_that_no_memory_cannot(copy_data, tmp_path):
@@ -161,8 +161,7 @@ def common_flags(data_dir, model_dir, steps):
 
 
 def logged_losses(model_dir):
-    with open(os.path.join(model_dir, "train_log.jsonl")) as f:
-        return {r["step"]: r["loss"] for r in map(json.loads, f)}
+    return {r["step"]: r["loss"] for r in read_train_log(str(model_dir))}
 
 
 @pytest.mark.slow
@@ -186,8 +185,9 @@ def test_kill_9_and_resume_continues_step_for_step(copy_data, tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     want, got = logged_losses(reference), logged_losses(killed)
     assert sorted(got) == list(range(1, steps + 1))
-    with open(killed / "train_log.jsonl") as f:  # steps redone after the kill are logged once
-        assert len(f.readlines()) == steps
+    lines = sum(len(open(path).readlines()) for _, _, path in  # steps redone: logged once
+                ModelDir(str(killed)).train_log_part_list())
+    assert lines == steps
     for step in range(1, steps + 1):  # dropout on: the RNG state is checkpointed too
         assert got[step] == pytest.approx(want[step], abs=1e-5), step
 
@@ -296,8 +296,7 @@ def test_mixed_precision_training_runs_and_learns(copy_data, tmp_path, policy):
                     OptimizerParams(learning_rate=3e-3, train_steps=30, min_lr_ratio=1.0),
                     mixed_precision=policy, steps_per_loop=10)
     runner.train(save_every=30)
-    with open(tmp_path / "train_log.jsonl") as f:
-        losses = [json.loads(line)["loss"] for line in f]
+    losses = [r["loss"] for r in read_train_log(str(tmp_path))]
     assert np.isfinite(losses).all()
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
     assert runner.trainer.memory.variables["states"].dtype == policy.split("_")[1]

@@ -11,6 +11,12 @@ parse, with an error that reads like a model mismatch. Reading every tensor once
 CheckpointReader tells the two apart before anything is restored: the index is a checksummed
 table and every tensor carries a CRC32C, so any changed byte is found. The cost is one extra read
 of the checkpoint when a job starts (restore reads the same bytes again); nothing else is read.
+
+TensorFlow's `checkpoint` state file is a cache here: which checkpoints exist is found by listing
+their `.index` files, so a damaged state file (empty, garbage, bytes that are not UTF-8) never
+hides an intact checkpoint. `checkpoint_state_damage` says why one cannot be used, and
+`rewrite_checkpoint_state` rebuilds it from the listing (training does before its next save:
+tf.train.CheckpointManager reads it, and raises on an empty one).
 """
 
 import os
@@ -18,6 +24,10 @@ import re
 import sys
 
 import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow.python.checkpoint import checkpoint_management
+
+from tfxl.model_dir import CHECKPOINT_STATE
 
 
 class DamagedCheckpoint(ValueError):
@@ -109,3 +119,41 @@ def restore_fitting(checkpoint, path, fits, partial=False):
     except (tf.errors.OpError, AssertionError, ValueError) as err:
         raise ValueError(f"checkpoint {path} does not fit {fits}: "
                          f"{str(err).splitlines()[0]}") from None
+
+
+def checkpoint_state_damage(directory):
+    """Why the `checkpoint` state file in `directory` cannot be used (it does not read, is not
+    UTF-8, does not parse, or names no checkpoint); None when it is fine or absent."""
+    path = os.path.join(directory, CHECKPOINT_STATE)
+    if not tf.io.gfile.exists(path):
+        return None
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            text = f.read().decode("utf-8")
+        state = checkpoint_management.CheckpointState()
+        text_format.Parse(text, state)
+    except tf.errors.OpError as err:
+        return f"cannot read it ({err.message})"
+    except UnicodeDecodeError:
+        return "it is not UTF-8 text"
+    except text_format.ParseError as err:
+        return f"it does not parse ({str(err).splitlines()[0]})"
+    if not state.model_checkpoint_path:
+        return "it names no checkpoint" + (" (empty)" if not text.strip() else "")
+    return None
+
+
+def rewrite_checkpoint_state(directory):
+    """Rewrites the `checkpoint` state file of `directory` from its checkpoint files (newest
+    last, each with its index file's time, so that CheckpointManager's max_to_keep still deletes
+    the oldest); removes it when there is no checkpoint. Returns the checkpoint names."""
+    prefixes = checkpoints_newest_first(directory)[::-1]
+    if not prefixes:
+        tf.io.gfile.remove(os.path.join(directory, CHECKPOINT_STATE))
+        return []
+    times = [tf.io.gfile.stat(f"{p}.index").mtime_nsec / 1e9 for p in prefixes]
+    checkpoint_management.update_checkpoint_state_internal(
+        directory, prefixes[-1], all_model_checkpoint_paths=prefixes,
+        save_relative_paths=True, all_model_checkpoint_timestamps=times,
+        last_preserved_timestamp=min(times) - 1)
+    return [os.path.basename(p) for p in prefixes]

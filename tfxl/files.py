@@ -13,6 +13,10 @@ What "published whole" means depends on the file system (`is_local`):
     copied object by object with the names a reader waits for (an export's saved_model.pb)
     copied last; until that last object exists the directory is incomplete, and readers treat
     it as absent.
+
+A single file is written whole or not at all: on a file system to a temporary name renamed
+over the old one; on an object store, which makes an object visible only once its upload
+completes, in one go.
 """
 
 import json
@@ -52,7 +56,12 @@ def read_json(path, what):
 
 
 def write_text_atomically(path, text):
-    """Writes `text` to a temporary file, then renames it over `path`."""
+    """Writes `text` to `path` whole or not at all: to a temporary file renamed over `path`, or,
+    on an object store, as one object write (atomic when the upload completes at close)."""
+    if not is_local(path):
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(text)
+        return
     tmp = f"{path}.tmp-{os.getpid()}"
     with tf.io.gfile.GFile(tmp, "w") as f:
         f.write(text)

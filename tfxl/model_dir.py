@@ -3,9 +3,14 @@
     model_dir/
       config.json              the model (TransfoXLConfig), written by the first run
       data.json                the vocabulary it was trained on (sha256, size, tgt_len, data_dir)
-      train_log.jsonl          one JSON line per step (train/controller.py)
+      run.json                 the settings that shape the run, their history (train/run_record.py)
+      lease.json               the live trainer's lease, renewed while it runs (train/lease.py)
+      train_log/<first>-<last>.jsonl   one JSON line per step, in parts written once
+                               (train/train_log.py; steps as 10-digit numbers)
+      train_log.jsonl          the single-file log of earlier versions (still read)
       metrics.json             the results of the run that trained it
       checkpoints/ckpt-N       training checkpoints (train/checkpointing.py)
+      checkpoints/checkpoint   TensorFlow's checkpoint state file (a cache: the files are listed)
       tmp_worker_checkpoints/  MultiWorkerMirrored workers' own copies (not the chief's)
       train/                   TensorBoard scalars
     <export version>/assets.extra/tfxl_data.json    vocabulary size and hash of an export
@@ -19,6 +24,7 @@ model_dir through this module only; it imports no trainer, serving or data code.
 """
 
 import os
+import re
 
 import tensorflow as tf
 
@@ -27,9 +33,14 @@ from tfxl.files import read_json, write_json_atomically
 
 CONFIG = "config.json"
 DATA = "data.json"
-TRAIN_LOG = "train_log.jsonl"
+RUN = "run.json"
+LEASE = "lease.json"
+TRAIN_LOG_PARTS = "train_log"
+TRAIN_LOG_PART = re.compile(r"^(\d{10})-(\d{10})\.jsonl$")  # <first step>-<last step>.jsonl
+TRAIN_LOG = "train_log.jsonl"  # earlier versions' single file
 METRICS = "metrics.json"
 CHECKPOINTS = "checkpoints"
+CHECKPOINT_STATE = "checkpoint"  # TensorFlow's name, inside CHECKPOINTS
 WORKER_CHECKPOINTS = "tmp_worker_checkpoints"
 TENSORBOARD = "train"
 # TF Serving ignores assets.extra: the export's tfxl record lives there.
@@ -48,10 +59,31 @@ class ModelDir:
 
     config = property(lambda self: self._join(CONFIG))
     data = property(lambda self: self._join(DATA))
+    run = property(lambda self: self._join(RUN))
+    lease = property(lambda self: self._join(LEASE))
+    train_log_parts = property(lambda self: self._join(TRAIN_LOG_PARTS))
     train_log = property(lambda self: self._join(TRAIN_LOG))
     metrics = property(lambda self: self._join(METRICS))
     checkpoints = property(lambda self: self._join(CHECKPOINTS))
+    checkpoint_state = property(lambda self: self._join(CHECKPOINTS, CHECKPOINT_STATE))
     tensorboard = property(lambda self: self._join(TENSORBOARD))
+
+    def train_log_part(self, first, last):
+        """The part of the train log that holds steps first..last."""
+        return self._join(TRAIN_LOG_PARTS, f"{first:010d}-{last:010d}.jsonl")
+
+    def train_log_part_list(self):
+        """[(first, last, path)] of the train log's parts, in step order (temporary files and
+        other names are not parts)."""
+        if not tf.io.gfile.isdir(self.train_log_parts):
+            return []
+        parts = []
+        for name in tf.io.gfile.listdir(self.train_log_parts):
+            match = TRAIN_LOG_PART.match(name.rstrip("/"))
+            if match:
+                parts.append((int(match.group(1)), int(match.group(2)),
+                              self._join(TRAIN_LOG_PARTS, match.group(0))))
+        return sorted(parts)
 
     def worker_checkpoints(self, worker_id):
         """Where a MultiWorkerMirrored worker other than the chief saves (only the chief's

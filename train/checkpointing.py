@@ -5,13 +5,19 @@ A training checkpoint tracks the model, the optimizer (with its step), the per-r
 memory and the state of every dropout seed generator, so a resumed run draws the same masks and
 continues step for step. The input position is the step (train/trainer.py). Which checkpoint to
 read, skipping damaged ones, is tfxl/checkpoints.py's.
+
+Nothing is written before the first save: the CheckpointManager (which reads TensorFlow's
+`checkpoint` state file) is made then, or by `prepare_to_save`, which first rewrites a damaged
+state file from the checkpoint files, saying so.
 """
 
+import os
 
 import tensorflow as tf
 
-from tfxl.checkpoints import newest_readable_checkpoint, restore_fitting
-from tfxl.model_dir import ModelDir
+from tfxl.checkpoints import (checkpoint_state_damage, newest_readable_checkpoint,
+                              restore_fitting, rewrite_checkpoint_state)
+from tfxl.model_dir import CHECKPOINT_STATE, ModelDir
 
 
 def seed_generator_states(model):
@@ -37,6 +43,9 @@ class TrainingCheckpoint:
       model_dir: checkpoints go to model_dir/checkpoints (the chief's).
       worker_id: None on the chief; a MultiWorker worker's id otherwise (every worker saves, only
         the chief's copy is kept: the others write under model_dir/tmp_worker_checkpoints/).
+
+    `before_save` and `after_save` hold callables (step) run around every save: the train log
+    writes its lines before a checkpoint of their steps exists (train/train_log.py).
     """
 
     def __init__(self, model, optimizer, memory, model_dir, worker_id=None):
@@ -48,8 +57,27 @@ class TrainingCheckpoint:
                                        enumerate(seed_generator_states(model))}))
         layout = ModelDir(model_dir)
         self.directory = layout.checkpoints
-        own = self.directory if worker_id is None else layout.worker_checkpoints(worker_id)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, own, max_to_keep=3)
+        self.own = self.directory if worker_id is None else layout.worker_checkpoints(worker_id)
+        self._manager = None
+        self.before_save, self.after_save = [], []
+
+    @property
+    def manager(self):
+        if self._manager is None:
+            self.prepare_to_save()
+        return self._manager
+
+    def prepare_to_save(self, log=print):
+        """Makes the CheckpointManager; a damaged `checkpoint` state file (empty, garbage, not
+        UTF-8), which it would refuse or misread, is first rewritten from the checkpoint files."""
+        damage = checkpoint_state_damage(self.own)
+        if damage:
+            names = rewrite_checkpoint_state(self.own)
+            log(f"the checkpoint state file {os.path.join(self.own, CHECKPOINT_STATE)} was "
+                f"damaged ({damage}): "
+                + (f"rewritten from the checkpoint files ({', '.join(names)})" if names
+                   else "removed (there is no checkpoint)"))
+        self._manager = tf.train.CheckpointManager(self.checkpoint, self.own, max_to_keep=3)
 
     def restore(self, log=print):
         """Restores the newest readable checkpoint; returns its path, None when there is none.
@@ -61,5 +89,10 @@ class TrainingCheckpoint:
         return latest
 
     def save(self, step):
+        for hook in self.before_save:
+            hook(step)
         self.memory.save_to_checkpoint()
-        return self.manager.save(checkpoint_number=step)
+        path = self.manager.save(checkpoint_number=step)
+        for hook in self.after_save:
+            hook(step)
+        return path

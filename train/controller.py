@@ -3,17 +3,15 @@
 `Controller.train` runs the trainer in host loops of at most `steps_per_loop` steps, cut so that
 every `save_every`-th step is checkpointed (and the last), and every `eval_every`-th evaluated.
 After each loop every train action is called with the loop's outputs, after each evaluation every
-eval action with the step and the result; the log sinks are such actions (`TrainLog`,
-`TensorBoardScalars`, `ProgressBar`).
+eval action with the step and the result; the log sinks are such actions (`TensorBoardScalars`,
+`ProgressBar`, and train/train_log.py's `TrainLog`).
 """
 
-import json
 import time
 
 import keras
 import tensorflow as tf
 
-from tfxl.files import write_text_atomically
 from tfxl.train.evaluator import metric_value
 from tfxl.train.preemption import TrainingStopped
 
@@ -71,30 +69,6 @@ class Controller:
                 for action in self.eval_actions:
                     action(step, result)
         return outputs
-
-
-class TrainLog:
-    """Appends one JSON line per step to train_log.jsonl: step, loss, grad_norm, learning_rate."""
-
-    def __init__(self, path):
-        self.path = path
-
-    @staticmethod
-    def truncate(path, last_step):
-        """Drops log lines after `last_step` (steps a killed run did after its last checkpoint)."""
-        if not tf.io.gfile.exists(path):
-            return
-        with tf.io.gfile.GFile(path) as f:
-            kept = [line for line in f if line.strip() and json.loads(line)["step"] <= last_step]
-        write_text_atomically(path, "".join(kept))
-
-    def __call__(self, outputs):
-        with tf.io.gfile.GFile(self.path, "a") as f:
-            f.write("".join(
-                json.dumps({"step": outputs["first_step"] + i + 1, "loss": float(loss),
-                            "grad_norm": float(norm), "learning_rate": float(lr)}) + "\n"
-                for i, (loss, norm, lr) in enumerate(zip(
-                    outputs["loss"], outputs["grad_norm"], outputs["learning_rate"]))))
 
 
 class TensorBoardScalars:

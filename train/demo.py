@@ -7,7 +7,7 @@
 3. evaluate valid bpc over every token with the training memory, with no memory (mem_len 0) and
    with longer evaluation memories, print the table, and plot demo_out/bpc_vs_memory.png (bpc
    against evaluation memory length on a log2 axis) and demo_out/training_loss.png (the loss
-   curve of model/train_log.jsonl).
+   curve of the model's train log, train/train_log.py).
 
     python -m tfxl.train.demo [--train_steps=2000] [--out=demo_out]
 
@@ -16,7 +16,6 @@ tfxl itself never imports.
 """
 
 import io
-import json
 import os
 import sys
 import time
@@ -30,8 +29,9 @@ from tfxl.data.manifest import load_manifest
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.files import write_json_atomically
 from tfxl.train.loop import Runner, TrainingStopped
-from tfxl.model_dir import ModelDir, check_or_store_config
+from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
+from tfxl.train.train_log import read_train_log
 
 FLAGS = flags.FLAGS
 
@@ -79,20 +79,13 @@ def bpc_vs_memory_figure(results, training_mem_len):
 
 
 def training_loss_figure(records):
-    """The training loss per step of train_log.jsonl's records."""
+    """The training loss per step of the train log's records (read_train_log)."""
     fig = figure_class()(figsize=(6.4, 4.2), layout="constrained")
     ax = fig.add_subplot()
     ax.plot([r["step"] for r in records], [r["loss"] for r in records], linewidth=1)
     ax.set(title="training loss", xlabel="step", ylabel="loss (nats per token)")
     ax.grid(True, alpha=0.3)
     return fig
-
-
-def read_train_log(path):
-    """The records of a train_log.jsonl (one JSON object per line); local or a bucket."""
-    with tf.io.gfile.GFile(path, "rb") as f:
-        return [json.loads(line) for line in f.read().decode("utf-8").splitlines()
-                if line.strip()]
 
 
 def save_png(figure, path):
@@ -103,12 +96,13 @@ def save_png(figure, path):
         f.write(buffer.getvalue())
 
 
-def write_plots(out_dir, results, training_mem_len, train_log_path):
-    """Writes out_dir/bpc_vs_memory.png and out_dir/training_loss.png; returns their paths."""
+def write_plots(out_dir, results, training_mem_len, model_dir):
+    """Writes out_dir/bpc_vs_memory.png and out_dir/training_loss.png (the train log of
+    `model_dir`); returns their paths."""
     paths = (os.path.join(out_dir, "bpc_vs_memory.png"),
              os.path.join(out_dir, "training_loss.png"))
     save_png(bpc_vs_memory_figure(results, training_mem_len), paths[0])
-    save_png(training_loss_figure(read_train_log(train_log_path)), paths[1])
+    save_png(training_loss_figure(read_train_log(model_dir)), paths[1])
     return paths
 
 
@@ -164,8 +158,7 @@ def main(argv):
     print(f"|{'-' * 36}|--------|---------|")
     for name, r in table:
         print(f"| {name:<34} | {r['bpc']:.4f} | {r['tokens']:,} |")
-    plots = write_plots(FLAGS.out, results, config.mem_len,
-                        ModelDir(model_dir).train_log)
+    plots = write_plots(FLAGS.out, results, config.mem_len, model_dir)
     write_json_atomically(os.path.join(FLAGS.out, "results.json"),
                           {"train": metrics, "eval": results})
     print(f"\nplots: {', '.join(plots)}\nresults: {os.path.join(FLAGS.out, 'results.json')}")

@@ -22,9 +22,9 @@ FLAG_RULES = {
         "n_layer", "d_model", "n_head", "d_head", "d_inner", "div_val", "tgt_len", "eval_tgt_len",
         "d_embed", "init_std", "proj_init_std", "layer_norm_epsilon",
         "train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop",
-        "max_eval_batches", "learning_rate")},
+        "max_eval_batches", "learning_rate", "lease_timeout")},
     **{name: NON_NEGATIVE for name in (
-        "mem_len", "eval_mem_len", "weight_decay", "seed", "num_gpus")},
+        "mem_len", "eval_mem_len", "weight_decay", "seed", "num_gpus", "lease_settle")},
     "clamp_len": CLAMP,
     "eval_clamp_len": CLAMP,
     "dropout": PROBABILITY,
@@ -32,6 +32,8 @@ FLAG_RULES = {
     "save_every": (lambda v, _: v >= 0, ">= 0 (0: only at the end)"),
     "eval_every": (lambda v, _: v >= 0, ">= 0 (0: never)"),
     "warmup_steps": (lambda v, values: 0 <= v < values["train_steps"], "in [0, --train_steps)"),
+    "schedule_steps": (lambda v, values: values.get("warmup_steps", 0) < v < math.inf,
+                       "> --warmup_steps"),
     "min_lr_ratio": (lambda v, _: 0 <= v <= 1, "in [0, 1]"),
     # 0 would not mean "no clipping": clip_by_global_norm(grads, 0) zeroes every gradient.
     "clip": (lambda v, _: 0 < v < math.inf, "> 0"),

@@ -11,21 +11,26 @@ model, optimizer, step and dropout seeds, so a resumed run continues exactly whe
 checkpoint stopped.
 """
 
+import dataclasses
 import time
 
 import keras
 import tensorflow as tf
 
+from tfxl.checkpoints import checkpoints_newest_first
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.files import read_json, write_json_atomically
-from tfxl.model_dir import ModelDir, check_data_fingerprint, claim
+from tfxl.model_dir import ModelDir, check_data_fingerprint, check_or_store_config, claim
 from tfxl.models import TransfoXLLM
 from tfxl.train.checkpointing import TrainingCheckpoint
-from tfxl.train.controller import Controller, ProgressBar, TensorBoardScalars, TrainLog
+from tfxl.train.controller import Controller, ProgressBar, TensorBoardScalars
 from tfxl.train.datasets import DistributedData
 from tfxl.train.evaluator import EvalProgress, Evaluator
 from tfxl.train.preemption import StopRequests, TrainingStopped
+from tfxl.train.lease import Lease, LeaseParams
+from tfxl.train.run_record import RunRecord, run_settings
+from tfxl.train.train_log import TrainLog, resume_train_log
 from tfxl.train.trainer import Trainer, TrainingDiverged
 
 __all__ = ["Runner", "TrainingDiverged", "TrainingStopped", "build_model", "make_evaluator"]
@@ -65,11 +70,22 @@ class Runner:
 
     def __init__(self, config, strategy, data_dir, model_dir, global_batch, opt_params,
                  mixed_precision="float32", jit_compile=False, steps_per_loop=100, seed=0,
-                 is_chief=True):
+                 is_chief=True, allow_run_changes=False, lease=None):
+        """allow_run_changes: continue a checkpoint with settings other than run.json's
+        (train/run_record.py). lease: the model_dir lease's `LeaseParams` (train/lease.py)."""
         self.config, self.strategy, self.model_dir = config, strategy, model_dir
         self.data = _data(config, strategy, data_dir, model_dir, mixed_precision, seed)
         self.global_batch, self.steps_per_loop = global_batch, steps_per_loop
         self.train_steps, self.is_chief = opt_params.train_steps, is_chief
+        self.lease_params = lease or LeaseParams()
+        # The run's recorded settings (run.json) decide the schedule's length; reads only.
+        self.run_record = RunRecord.resolve(
+            model_dir, run_settings(opt_params, global_batch, mixed_precision, seed,
+                                    steps_per_loop, strategy),
+            opt_params.train_steps, resuming=bool(checkpoints_newest_first(
+                ModelDir(model_dir).checkpoints)), allow_changes=allow_run_changes)
+        opt_params = dataclasses.replace(opt_params,
+                                         schedule_steps=self.run_record.schedule_steps)
         self.model = build_model(config, strategy)
         self.trainer = Trainer(self.model, strategy, self.data, global_batch, opt_params,
                                mixed_precision, jit_compile)
@@ -100,40 +116,71 @@ class Runner:
         SIGTERM or SIGINT (in the main thread) stops the run at the end of the host loop in flight,
         on every worker at the same step: that step's checkpoint is saved and `TrainingStopped`
         raised (its text says where to resume); no metrics.json is written (train/preemption.py).
+
+        Every check that can refuse the run comes before anything is written into the model_dir:
+        the data (manifest, shard sizes, evaluation shards' CRCs), the model (config.json), the
+        run's settings (run.json, in the constructor), another live trainer (lease.json), the
+        checkpoint (restored: it must fit) and the train input (built at the restored step, which
+        reads its shards' CRCs). Then the lease is taken and the model_dir claimed.
         """
         # Training slots own whole streams: the global batch must divide the stream count.
         check_manifest(self.data.manifest, global_batch_size=self.global_batch)
         # A corrupt valid shard must not surface only at the first evaluation, hours in.
         self.data.check_splits("train", *(["valid"] if eval_every else []))
-        if self.is_chief:  # every check has passed: only now is the model_dir claimed
-            claim(self.model_dir, self.config, self.data.manifest, self.data.data_dir)
+        lease = Lease(self.model_dir, self.lease_params, log) if self.is_chief else None
+        if self.is_chief:
+            check_or_store_config(self.model_dir, self.config, store=False)
+            lease.check()
         restored = self.restore(log)
         step = self.trainer.step
-        metric = self.evaluator.metric
-        layout = ModelDir(self.model_dir)
-        log_path, metrics_path = layout.train_log, layout.metrics
+        metrics_path = ModelDir(self.model_dir).metrics
         if step >= self.train_steps:
             done = (read_json(metrics_path, "metrics") if tf.io.gfile.exists(metrics_path)
                     else {"step": step})
             return {**done, "nothing_to_do": True}
+        self.trainer.train_loop_begin()  # the train input at `step`: its shards' CRCs are read
+        for message in self.run_record.messages:
+            log(message)
+        if lease is not None:
+            lease.acquire()
+        try:
+            return self._train(restored, lease, save_every, eval_every, max_eval_batches, log)
+        finally:
+            if lease is not None:
+                lease.release()
+
+    def _train(self, restored, lease, save_every, eval_every, max_eval_batches, log):
+        """Train's second half: every check has passed and the lease is held."""
+        step = self.trainer.step
+        layout = ModelDir(self.model_dir)
+        if self.is_chief:  # every check has passed: only now is the model_dir claimed
+            claim(self.model_dir, self.config, self.data.manifest, self.data.data_dir)
+            self.run_record.store(step)
+        self.checkpoint.prepare_to_save(log)
         if restored:
             log(f"resumed from {restored} at step {step}")
-            if self.is_chief:
-                TrainLog.truncate(log_path, step)
 
         metrics = {"start_step": step}
+        metric = self.evaluator.metric
 
         def record_and_log(at_step, result):
             log(f"step {at_step}: valid {metric} {result[metric]:.4f}")
             metrics["valid"] = result
 
         tokens_per_step = self.global_batch * self.config.tgt_len
-        train_actions, eval_actions, tensorboard = [], [record_and_log], None
+        train_actions, eval_actions, tensorboard, train_log = [], [record_and_log], None, None
+        before_save, after_save = [], []  # hooks around every checkpoint save
         if self.is_chief:
-            tensorboard = TensorBoardScalars(layout.tensorboard, metric,
-                                             tokens_per_step)
-            train_actions += [tensorboard, TrainLog(log_path)]
+            resume_train_log(self.model_dir, step, log)  # the log continues at `step`
+            train_log = TrainLog(self.model_dir)
+            tensorboard = TensorBoardScalars(layout.tensorboard, metric, tokens_per_step)
+            # A trainer whose lease was taken over stops before it writes anything more.
+            train_actions += [lease.ensure_held, tensorboard, train_log]
             eval_actions.insert(0, tensorboard.eval_action)
+            before_save += [lease.ensure_held, train_log.flush]
+            after_save += [train_log.merge]
+        self.checkpoint.before_save += before_save
+        self.checkpoint.after_save += after_save
         progress = ProgressBar(self.train_steps, step, metric, verbose=1 if self.is_chief else 0)
         train_actions.append(progress)
         stops = StopRequests(self.strategy)
@@ -152,12 +199,17 @@ class Runner:
             raise TrainingDiverged(f"{err}; training stopped, the last good checkpoint in "
                                    f"{self.model_dir}/checkpoints is kept") from None
         finally:
+            for hooks, ours in ((self.checkpoint.before_save, before_save),
+                                (self.checkpoint.after_save, after_save)):
+                hooks[:] = [hook for hook in hooks if hook not in ours]
             if tensorboard:
                 tensorboard.close()
+            if train_log and not lease.lost:  # the steps done so far, also when failing
+                train_log.close()
         trained = self.trainer.step - step
         metrics.update(step=self.trainer.step, train_loss=float(last["loss"][-1]),
                        train_tokens_per_second=trained * tokens_per_step
                        / (time.perf_counter() - started))
         if self.is_chief:
-            write_json_atomically(metrics_path, metrics)
+            write_json_atomically(layout.metrics, metrics)
         return metrics

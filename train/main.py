@@ -11,7 +11,7 @@ from absl import flags, logging
 from tfxl import cli
 from tfxl.data.manifest import load_manifest
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
-from tfxl.train import flags as train_flags
+from tfxl.train import flags as train_flags, lease, run_record
 from tfxl.train.loop import Runner, TrainingDiverged, TrainingStopped
 from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
@@ -35,6 +35,8 @@ def define_flags():
     flags.DEFINE_float("clip", 0.25, "Global-norm gradient clipping.")
     flags.DEFINE_enum("optimizer", "adam", ["adam", "adamw", "lamb"], "Keras optimizer.")
     flags.DEFINE_float("weight_decay", 0.0, "Weight decay for adamw/lamb.")
+    run_record.define_flags()  # --schedule_steps, --allow_run_changes
+    lease.define_flags()  # --take_over, --lease_timeout, --lease_settle
 
 
 def is_chief(strategy):
@@ -57,10 +59,13 @@ def main(argv):
     if chief:
         check_or_store_config(FLAGS.model_dir, config, store=False)
     opt = OptimizerParams(FLAGS.learning_rate, FLAGS.warmup_steps, FLAGS.min_lr_ratio,
-                          FLAGS.train_steps, FLAGS.clip, FLAGS.optimizer, FLAGS.weight_decay)
+                          FLAGS.train_steps, FLAGS.clip, FLAGS.optimizer, FLAGS.weight_decay,
+                          FLAGS.schedule_steps)
     runner = Runner(config, strategy, FLAGS.data_dir, FLAGS.model_dir,
                     FLAGS.train_batch_size, opt, FLAGS.mixed_precision, FLAGS.jit_compile,
-                    FLAGS.steps_per_loop, FLAGS.seed, chief)
+                    FLAGS.steps_per_loop, FLAGS.seed, chief,
+                    allow_run_changes=FLAGS.allow_run_changes,
+                    lease=lease.params_from_flags())
     try:
         metrics = runner.train(FLAGS.save_every, FLAGS.eval_every, FLAGS.max_eval_batches,
                                log=logging.info)

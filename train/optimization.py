@@ -7,6 +7,7 @@ them as they are (`AllReducedGradients`). On a pod that sum is the step's larges
 """
 
 import dataclasses
+from typing import Optional
 
 import keras
 
@@ -20,11 +21,15 @@ class OptimizerParams:
     clip: float = 0.25
     optimizer: str = "adam"
     weight_decay: float = 0.0
+    # The schedule's length; None: train_steps. Past it the rate stays at its final value
+    # (a run extended beyond its recorded schedule: train/run_record.py).
+    schedule_steps: Optional[int] = None
 
 
 def learning_rate_schedule(p: OptimizerParams):
-    """Linear warm-up to the peak, then cosine decay to peak * min_lr_ratio (the paper's)."""
-    decay_steps = max(p.train_steps - p.warmup_steps, 1)
+    """Linear warm-up to the peak, then cosine decay to peak * min_lr_ratio (the paper's) at
+    `schedule_steps` (default train_steps), where it stays (CosineDecay clamps the step)."""
+    decay_steps = max((p.schedule_steps or p.train_steps) - p.warmup_steps, 1)
     if p.warmup_steps > 0:
         return keras.optimizers.schedules.CosineDecay(
             0.0, decay_steps, alpha=p.min_lr_ratio, warmup_target=p.learning_rate,

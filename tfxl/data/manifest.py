@@ -63,7 +63,53 @@ def load_manifest(data_dir: str) -> dict:
     for key in ("tokenizer", "vocab_size", "vocab_sha256", "tgt_len", "num_streams", "splits"):
         if key not in manifest:
             raise DataError(f"{path}: missing field {key!r}")
+    check_field_types(manifest, path)
     return manifest
+
+
+# The type of every field a reader uses (a hand-edited or damaged manifest must be refused when it
+# is loaded, before a job writes anything, not fail deep inside a pipeline).
+_TOP_FIELDS = {"vocab_size": int, "vocab_sha256": str, "tgt_len": int, "num_streams": int,
+               "pad_id": int, "eod_id": int, "is_character_level": bool, "cutoffs": [int],
+               "tokenizer": dict, "splits": dict}
+_SPLIT_FIELDS = {"tokens": int, "segments": int, "documents": int, "resets_inside": bool,
+                 "streams": [dict]}
+_STREAM_FIELDS = {"file": str, "bytes": int, "segments": int, "tokens": int}
+_TYPE_NAMES = {int: "an integer", str: "a string", bool: "true or false", dict: "an object"}
+
+
+def _check_fields(values: dict, fields: dict, where: str, path: str) -> None:
+    for key, kind in fields.items():
+        if key not in values:
+            continue
+        value, name = values[key], f"{where}{key}"
+        items = value if isinstance(kind, list) and isinstance(value, list) else None
+        if isinstance(kind, list):
+            if items is None:
+                raise DataError(f"{path}: field {name!r} must be a list, got {value!r}; "
+                                "re-run tfxl-prepare")
+            for i, item in enumerate(items):
+                _check_value(item, kind[0], f"{name}[{i}]", path)
+        else:
+            _check_value(value, kind, name, path)
+
+
+def _check_value(value, kind, name, path):
+    # bool is an int to Python, not to a manifest
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise DataError(f"{path}: field {name!r} must be {_TYPE_NAMES[kind]}, got {value!r} "
+                        f"({type(value).__name__}); re-run tfxl-prepare")
+
+
+def check_field_types(manifest: dict, path: str = MANIFEST_NAME) -> None:
+    """Raises a `DataError` naming the first field of `manifest` (and of its splits and streams)
+    whose type is not the one tfxl-prepare writes."""
+    _check_fields(manifest, _TOP_FIELDS, "", path)
+    for split, info in manifest["splits"].items():
+        _check_value(info, dict, f"splits.{split}", path)
+        _check_fields(info, _SPLIT_FIELDS, f"splits.{split}.", path)
+        for i, stream in enumerate(info.get("streams", [])):
+            _check_fields(stream, _STREAM_FIELDS, f"splits.{split}.streams[{i}].", path)
 
 
 def check_manifest(manifest: dict, *, tgt_len: int | None = None,

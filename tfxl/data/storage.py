@@ -14,18 +14,12 @@ from __future__ import annotations
 
 import io
 import os
-import re
 
 import tensorflow as tf
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+from tfxl.files import is_local
+
 READ_BUFFER = 1 << 20
-
-
-def is_local(path: str) -> bool:
-    """True for a path of the local file system: no URL scheme, or ``file://``."""
-    match = _SCHEME.match(str(path))
-    return match is None or match.group(1).lower() == "file"
 
 
 def local_path(path: str) -> str:
