@@ -69,6 +69,7 @@ class Runner:
         self.data = _data(config, strategy, data_dir, model_dir, mixed_precision, seed)
         self.global_batch, self.steps_per_loop = global_batch, steps_per_loop
         self.train_steps, self.is_chief = opt_params.train_steps, is_chief
+        self.init_checkpoint = None  # the weights a new run started from (train/warm_start.py)
         self.model = build_model(config, strategy)
         self.trainer = Trainer(self.model, strategy, self.data, global_batch, opt_params,
                                mixed_precision, jit_compile)
@@ -117,6 +118,8 @@ class Runner:
                 TrainLog.truncate(log_path, step)
 
         metrics = {"start_step": step}
+        if self.init_checkpoint:
+            metrics["init_checkpoint"] = self.init_checkpoint
 
         def record_and_log(at_step, result):
             log(f"step {at_step}: valid {metric} {result[metric]:.4f}")
