@@ -245,7 +245,14 @@ def test_cli_warm_starts_and_refuses_what_does_not_fit(data_dir, source, tmp_pat
     assert f"warm start: model weights from {prefix}" in started.stdout
     assert json.loads((tmp_path / "m" / "metrics.json").read_text())["init_checkpoint"] == prefix
 
+    dry = run_cli(*cli_flags(data_dir, tmp_path / "n"), f"--init_checkpoint={source}",
+                  "--dry_run")
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert f"warm start: {prefix} fits this model\ndry run: nothing written" in dry.stdout
+    assert not (tmp_path / "n").exists()
+
     for bad in ([f"--init_checkpoint={source}", "--d_model=32"],
+                [f"--init_checkpoint={source}", "--d_model=32", "--dry_run"],
                 [f"--init_checkpoint={tmp_path / 'missing'}"]):
         refused = run_cli(*cli_flags(data_dir, tmp_path / "n"), *bad)
         assert refused.returncode == 2, refused.stderr[-2000:]
@@ -253,3 +260,36 @@ def test_cli_warm_starts_and_refuses_what_does_not_fit(data_dir, source, tmp_pat
         assert len(errors) == 1 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
         assert errors[0].startswith("error: --init_checkpoint=")
         assert not (tmp_path / "n").exists()
+
+
+def test_warm_start_under_mirrored_gives_every_replica_the_weights(data_dir, source, tmp_path,
+                                                                   mirrored):
+    expected = weights(source_model(data_dir, source))
+    path = str(tmp_path / "source.keras")
+    source_model(data_dir, source).save(path)
+    for init in (source, path):
+        model = build_model(config(data_dir), mirrored)
+        warm_start.warm_start(init, model, str(tmp_path / "m"), manifest(data_dir), data_dir,
+                              log=lambda *a: None)
+        for name, variable in warm_start.model_variables(model).items():
+            copies = mirrored.experimental_local_results(variable.value)
+            assert len(copies) == 2, name
+            for copy in copies:
+                np.testing.assert_array_equal(copy.numpy(), expected[name], err_msg=name)
+
+
+def test_a_source_trained_on_another_vocabulary_of_the_same_size_is_refused(data_dir, source,
+                                                                           tmp_path):
+    copy = tmp_path / "source"
+    tf.io.gfile.makedirs(str(copy / "checkpoints"))
+    for name in ("config.json", *(f"checkpoints/{n}" for n in
+                                  tf.io.gfile.listdir(os.path.join(source, "checkpoints")))):
+        tf.io.gfile.copy(os.path.join(source, name), str(copy / name))
+    with open(os.path.join(source, "data.json")) as f:
+        record = json.load(f)
+    (copy / "data.json").write_text(json.dumps({**record, "vocab_sha256": "0" * 64}))
+    run = runner(data_dir, tmp_path / "m", 5)
+    with pytest.raises(ValueError, match=f"has another vocabulary .* than the one {copy} was "
+                                         "trained on"):
+        warm_start.warm_start(str(copy), run.model, str(tmp_path / "m"), manifest(data_dir),
+                              data_dir)

@@ -12,7 +12,7 @@ from tfxl import cli
 from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags
-from tfxl.train.loop import Runner, TrainingDiverged
+from tfxl.train.loop import Runner, TrainingDiverged, build_model
 from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train import plan as training_plan, warm_start
@@ -66,6 +66,9 @@ def main(argv):
         evaluates=bool(FLAGS.eval_every))
     training_plan.print_plan(plan, FLAGS.memory_limit_gib, FLAGS.ignore_memory_estimate)
     if FLAGS.dry_run:
+        if FLAGS.init_checkpoint:  # its weights are read only by the run itself
+            warm_start.warm_start(FLAGS.init_checkpoint, build_model(config, strategy),
+                                  FLAGS.model_dir, manifest, FLAGS.data_dir, load=False)
         print("dry run: nothing written")
         return 0
     opt = OptimizerParams(FLAGS.learning_rate, FLAGS.warmup_steps, FLAGS.min_lr_ratio,

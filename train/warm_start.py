@@ -207,9 +207,10 @@ def check_fits(source, model, config, data_dir):
                      + "".join(f". {hint[0].upper()}{hint[1:]}" for hint in hints))
 
 
-def warm_start(init_checkpoint, model, model_dir, manifest, data_dir, log=print):
+def warm_start(init_checkpoint, model, model_dir, manifest, data_dir, log=print, load=True):
     """Loads `init_checkpoint`'s weights into `model` when `model_dir` has no checkpoint yet;
     returns the path read, or None (no flag, or the run resumes and the flag is ignored).
+    load=False checks only (tfxl-train --dry_run).
 
     Writes nothing: call it before the model_dir is claimed, so that a source that does not fit
     leaves no trace there.
@@ -229,6 +230,9 @@ def warm_start(init_checkpoint, model, model_dir, manifest, data_dir, log=print)
         log(f"note: --init_checkpoint={source.path} was trained with layer_norm_epsilon "
             f"{source.config.layer_norm_epsilon}, this model uses "
             f"{model.config.layer_norm_epsilon} (--layer_norm_epsilon)")
+    if not load:
+        log(f"warm start: {source.path} fits this model")
+        return source.path
     source.load_into(model)
     log(f"warm start: model weights from {source.path} (optimizer, memory and step start "
         "fresh)")
