@@ -136,7 +136,8 @@ def _from_keras(path):
     shapes = {key: tuple(v.shape) for key, v in model_variables(model).items()}
     base = path[:-len(".keras")]
     config_file = base + ".config.json"  # tfxl-convert writes it beside the model
-    return Source(path, shapes, getattr(model, "config", None), None,
+    config = getattr(model, "config", None)
+    return Source(path, shapes, config if isinstance(config, TransfoXLConfig) else None, None,
                   config_file if tf.io.gfile.exists(config_file) else None, model)
 
 
