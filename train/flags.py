@@ -22,7 +22,7 @@ FLAG_RULES = {
         "n_layer", "d_model", "n_head", "d_head", "d_inner", "div_val", "tgt_len", "eval_tgt_len",
         "d_embed", "init_std", "proj_init_std", "layer_norm_epsilon",
         "train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop",
-        "max_eval_batches", "learning_rate", "lease_timeout")},
+        "max_eval_batches", "learning_rate", "lease_timeout", "memory_limit_gib")},
     **{name: NON_NEGATIVE for name in (
         "mem_len", "eval_mem_len", "weight_decay", "seed", "num_gpus", "lease_settle")},
     "clamp_len": CLAMP,

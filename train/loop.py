@@ -86,6 +86,7 @@ class Runner:
                 ModelDir(model_dir).checkpoints)), allow_changes=allow_run_changes)
         opt_params = dataclasses.replace(opt_params,
                                          schedule_steps=self.run_record.schedule_steps)
+        self.init_checkpoint = None  # the weights a new run started from (train/warm_start.py)
         self.model = build_model(config, strategy)
         self.trainer = Trainer(self.model, strategy, self.data, global_batch, opt_params,
                                mixed_precision, jit_compile)
@@ -161,6 +162,8 @@ class Runner:
             log(f"resumed from {restored} at step {step}")
 
         metrics = {"start_step": step}
+        if self.init_checkpoint:
+            metrics["init_checkpoint"] = self.init_checkpoint
         metric = self.evaluator.metric
 
         def record_and_log(at_step, result):
