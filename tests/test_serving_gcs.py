@@ -1,0 +1,148 @@
+"""Serving, conversion, keras-hub presets, flagfiles and tfxl-eval --output on gs://, against a
+real GCS API (the `gcs` fixture, tests/gcs_emulator.py): TensorFlow's own GCS client, run as a
+user runs the tools.
+
+Each run is a subprocess inside the emulator's namespace, with a working directory that must
+stay empty (nothing may create a local folder named like a gs:// path); the test process checks
+the bucket past TensorFlow (`gcs.list`, `gcs.read`).
+"""
+
+import json
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from factories import tiny_lm
+from tfxl.data.prepare import PrepareConfig, prepare
+
+ROOT = "serve"
+# A model_dir in the bucket: config.json and a checkpoint of the .keras model there.
+MAKE_MODEL_DIR = """
+import json, sys
+import keras, tensorflow as tf
+import tfxl
+keras_file, run = sys.argv[1:]
+model = keras.saving.load_model(keras_file)
+with tf.io.gfile.GFile(run + "/config.json", "w") as f:
+    f.write(json.dumps(model.config.to_dict()))
+tf.train.CheckpointManager(tf.train.Checkpoint(model=model), run + "/checkpoints", 1).save()
+"""
+# A keras-hub preset saved to the bucket and loaded back; prints whether the outputs agree.
+HUB_ROUND_TRIP = """
+import sys
+import numpy as np
+from tfxl.data.tokenizers import BytesTokenizer
+from tfxl.hub import TransfoXLCausalLM, causal_lm_from_model, causal_lm_from_model_dir
+keras_file, preset = sys.argv[1:]
+lm = causal_lm_from_model_dir(keras_file)
+causal_lm = causal_lm_from_model(lm.backbone.language_model, BytesTokenizer(), sequence_length=8)
+causal_lm.save_to_preset(preset)
+loaded = TransfoXLCausalLM.from_preset(preset)
+x, _, _ = causal_lm.preprocessor(["def f(", "return"])
+print(bool(np.array_equal(np.asarray(loaded(x)), np.asarray(causal_lm(x)))))
+"""
+
+
+def tool(module):
+    return [sys.executable, "-m", module]
+
+
+def run_ok(gcs, argv, cwd, **kwargs):
+    done = gcs.run(argv, cwd=cwd, timeout=300, **kwargs)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.slow
+def test_export_generate_eval_and_presets_on_gcs(gcs, tmp_path):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (tmp_path / "keras_home").mkdir()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("def f(x):\n    return x\n" * 100)
+    data_dir = str(tmp_path / "data")
+    prepare(PrepareConfig(output_dir=data_dir, train=[str(corpus)], valid=[str(corpus)],
+                          test=[str(corpus)], tokenizer="bytes", tgt_len=6, num_streams=2),
+            log=lambda *a: None)
+    model = tiny_lm(vocab_size=258, d_model=32, d_head=16, d_inner=64, tgt_len=6, mem_len=6,
+                    eval_mem_len=12, init_std=0.1)
+    model.save(str(tmp_path / "lm.keras"))
+    gcs.write(f"{ROOT}/lm.keras", (tmp_path / "lm.keras").read_bytes())
+    url = gcs.url(ROOT)
+
+    # tfxl-export, every flag from a flagfile in the bucket that includes another there.
+    gcs.write(f"{ROOT}/flags/inner.flags", f"--output_dir={url}/exports\n")
+    gcs.write(f"{ROOT}/flags/export.flags",
+              f"# export the .keras model\n--model={url}/lm.keras\n--data_dir={data_dir}\n"
+              f"--flagfile={url}/flags/inner.flags\n")
+    done = run_ok(gcs, [*tool("tfxl.serving.export_main"), f"--flagfile={url}/flags/export.flags"],
+                  cwd)
+    assert done.stdout.strip() == f"{url}/exports/1"
+    names = gcs.list(f"{ROOT}/exports/")
+    assert f"{ROOT}/exports/1/saved_model.pb" in names
+    assert f"{ROOT}/exports/1/variables/variables.index" in names
+    assert f"{ROOT}/exports/1/assets.extra/tfxl_data.json" in names
+    assert not [name for name in names if ".tmp-" in name]  # staged locally, never uploaded
+
+    # A model_dir in the bucket exports as the next version.
+    run_ok(gcs, [sys.executable, "-c", MAKE_MODEL_DIR, f"{url}/lm.keras", f"{url}/run"], cwd)
+    done = run_ok(gcs, [*tool("tfxl.serving.export_main"), f"--model={url}/run",
+                        f"--output_dir={url}/exports"], cwd)
+    assert done.stdout.strip() == f"{url}/exports/2"
+    refused = gcs.run([*tool("tfxl.serving.export_main"), f"--model={url}/run",
+                       f"--output_dir={url}/exports", "--version=2"], cwd=cwd)
+    assert refused.returncode == 2 and "already exists" in refused.stderr
+
+    # tfxl-generate: the prompt from the bucket; the export (its own tokenizer), the .keras file
+    # and the model_dir there give the same greedy text.
+    gcs.write(f"{ROOT}/prompt.txt", "def f(")
+    sampling = [f"--prompt_file={url}/prompt.txt", "--max_new_tokens=6", "--temperature=0"]
+    texts = [run_ok(gcs, [*tool("tfxl.serving.generate_main"), *flags, *sampling], cwd).stdout
+             for flags in ([f"--model={url}/exports/1"],
+                           [f"--model={url}/lm.keras", f"--data_dir={data_dir}"],
+                           [f"--model={url}/run", f"--data_dir={data_dir}"])]
+    assert texts[0] == texts[1] == texts[2] and texts[0].strip()
+
+    # tfxl-eval writes its --output into the bucket.
+    run_ok(gcs, [*tool("tfxl.train.evaluate"), f"--data_dir={data_dir}", f"--model_dir={url}/run",
+                 f"--output={url}/eval.json", "--max_eval_batches=2"], cwd)
+    assert json.loads(gcs.read(f"{ROOT}/eval.json"))["tokens"] > 0
+
+    # keras-hub: a preset saved to the bucket (config.json among its objects) loads back.
+    done = run_ok(gcs, [sys.executable, "-c", HUB_ROUND_TRIP, f"{url}/lm.keras",
+                        f"{url}/preset"], cwd, env={"KERAS_HOME": str(tmp_path / "keras_home")})
+    assert done.stdout.strip().splitlines()[-1] == "True"
+    assert {f"{ROOT}/preset/config.json", f"{ROOT}/preset/model.weights.h5",
+            f"{ROOT}/preset/tokenizer.json"} <= set(gcs.list(f"{ROOT}/preset/"))
+    assert sorted(p.name for p in cwd.iterdir()) == []  # no local "gs:" folder anywhere
+
+
+@pytest.mark.slow
+def test_convert_on_gcs(gcs, tmp_path):
+    """tfxl-convert: an .npz state dict and a --config in the bucket to a .keras file and its
+    config there, the same model as converted locally."""
+    from convert_fixtures import hparams, pytorch_reference, pytorch_state
+    from test_convert import assert_matches, segments, tfxl_config
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    hp = hparams()
+    state = pytorch_state(hp)
+    np.savez(tmp_path / "state.npz", **state)
+    gcs.write(f"{ROOT}/convert/state.npz", (tmp_path / "state.npz").read_bytes())
+    gcs.write(f"{ROOT}/convert/config.json", json.dumps(tfxl_config(hp).to_dict()))
+    url = gcs.url(f"{ROOT}/convert")
+    argv = [*tool("tfxl.convert.main"), "--format=pytorch", f"--input={url}/state.npz",
+            f"--config={url}/config.json", f"--output={url}/out/model.keras"]
+    run_ok(gcs, argv, cwd)
+    assert set(gcs.list(f"{ROOT}/convert/out/")) == {f"{ROOT}/convert/out/model.keras",
+                                                     f"{ROOT}/convert/out/model.config.json"}
+    (tmp_path / "model.keras").write_bytes(gcs.read(f"{ROOT}/convert/out/model.keras"))
+    import tfxl  # noqa: F401  (registers the classes)
+    loaded = keras.saving.load_model(str(tmp_path / "model.keras"))
+    segs = segments(hp)
+    assert_matches(loaded, pytorch_reference(state, hp, segs), segs)
+    refused = gcs.run(argv, cwd=cwd)
+    assert refused.returncode == 2 and "--overwrite" in refused.stderr
+    assert sorted(p.name for p in cwd.iterdir()) == []
