@@ -8,8 +8,9 @@ tf.function, as `Runner` does. Peak RSS is compared with
 
   baseline + tfxl.models.footprint.training_footprint(...).total
 
-(weights, gradients, optimizer slots, the memory state and the activations kept for the backward
-pass: the items `tfxl-train` prints before its first step; the formulas live in that module).
+(weights, gradients, optimizer slots, the memory state, the activations kept for the backward
+pass and, with --jit on, XLA's share: the items `tfxl-train` prints before its first step; the
+formulas live in that module).
 
     python -m benchmarks.memory_bench [--configs bench] [--dtypes float32] [--batch 16] \
         [--mem_lens 128,256,512,1024] [--jit off] [--steps 3]
@@ -68,10 +69,10 @@ def child(name, dtype, batch, mem_len, jit, steps):
         loss, _ = step()
         loss.numpy()
     peak = common.peak_rss_mib()
-    est = training_footprint(config, batch, dtype, "adam")
+    est = training_footprint(config, batch, dtype, "adam", jit_compile=jit)
     items = {"weights_optimizer": est.weights + est.gradients + est.optimizer,
              "memory": est.memory_state, "activations": sum(est.activations.values()),
-             "total": est.total}
+             "xla": est.xla, "total": est.total}
     return {"config": name, "dtype": dtype, "batch": batch, "mem_len": mem_len,
             "tgt_len": config.tgt_len, "jit": jit, "baseline_mib": baseline, "built_mib": built,
             "peak_mib": peak, "n_params": n_params, "est_parameters": est.parameters,
@@ -106,7 +107,7 @@ def linear_fit(xs, ys):
 
 def table(results):
     rows = ["| config | dtype | XLA | batch | T / M | baseline RSS (MiB) | peak RSS (MiB) | "
-            "estimate (MiB): baseline + weights/grads/Adam + memory + activations | "
+            "estimate (MiB): baseline + weights/grads/Adam + memory + activations (+ XLA) | "
             "peak / estimate | target ≤ 1.3 |",
             "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
     for r in results:
@@ -117,7 +118,8 @@ def table(results):
             f"{r['peak_mib']:.0f} | "
             f"{r['estimate_mib']:.0f} = {r['baseline_mib']:.0f} + "
             f"{r['est_weights_optimizer_mib']:.0f} + {r['est_memory_mib']:.0f} + "
-            f"{r['est_activations_mib']:.0f} | {r['ratio']:.2f} | "
+            f"{r['est_activations_mib']:.0f}"
+            f"{' + %.0f' % r['est_xla_mib'] if r.get('est_xla_mib') else ''} | {r['ratio']:.2f} | "
             f"{'met' if r['ratio'] <= 1.3 else 'missed'} |")
     sweep = [r for r in results if (r.get("config"), r.get("dtype"), r.get("batch"), r["jit"])
              == (results[0].get("config"), results[0].get("dtype"), results[0].get("batch"),

@@ -65,7 +65,7 @@ def main(argv):
     check_manifest(manifest, tgt_len=config.tgt_len, global_batch_size=FLAGS.train_batch_size)
     plan = training_plan.TrainingPlan.for_strategy(
         config, strategy, FLAGS.train_batch_size, FLAGS.mixed_precision, FLAGS.optimizer,
-        evaluates=bool(FLAGS.eval_every))
+        evaluates=bool(FLAGS.eval_every), jit_compile=FLAGS.jit_compile)
     training_plan.print_plan(plan, FLAGS.memory_limit_gib, FLAGS.ignore_memory_estimate)
     if FLAGS.dry_run:
         if FLAGS.init_checkpoint:  # its weights are read only by the run itself

@@ -93,12 +93,14 @@ class TrainingPlan:
 
     Args:
       config: the model. global_batch: streams per step. replicas, local_replicas: in the whole
-        run and on this host. device: "CPU", "GPU" or "TPU". mixed_precision, optimizer: the
-        flags'. eval_settings: config.eval_settings() when the run evaluates, else None.
+        run and on this host. device: "CPU", "GPU" or "TPU". mixed_precision, optimizer,
+        jit_compile: the flags'. eval_settings: config.eval_settings() when the run evaluates,
+        else None.
     """
 
     def __init__(self, config, global_batch, replicas=1, local_replicas=1, device="CPU",
-                 mixed_precision="float32", optimizer="adam", eval_settings=None):
+                 mixed_precision="float32", optimizer="adam", eval_settings=None,
+                 jit_compile=False):
         if global_batch % replicas:
             raise ValueError(f"--train_batch_size={global_batch} is not divisible by the "
                              f"{replicas} replicas")
@@ -107,15 +109,15 @@ class TrainingPlan:
         self.mixed_precision, self.optimizer = mixed_precision, optimizer
         self.per_replica_batch = global_batch // replicas
         self.footprint = training_footprint(config, self.per_replica_batch, mixed_precision,
-                                            optimizer, eval_settings)
+                                            optimizer, eval_settings, jit_compile)
 
     @classmethod
     def for_strategy(cls, config, strategy, global_batch, mixed_precision, optimizer,
-                     evaluates=False):
+                     evaluates=False, jit_compile=False):
         devices = local_devices(strategy)
         return cls(config, global_batch, strategy.num_replicas_in_sync, len(devices),
                    device_kind(devices), mixed_precision, optimizer,
-                   config.eval_settings() if evaluates else None)
+                   config.eval_settings() if evaluates else None, jit_compile)
 
     @property
     def tokens_per_step(self):

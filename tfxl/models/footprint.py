@@ -18,7 +18,10 @@ One training step of one replica holds (`training_footprint`):
   new memory the step computes before it is assigned);
 * activations: what the backward pass keeps, per layer (`activation_bytes`), plus the softmax;
 * evaluation memory, when the run evaluates: the evaluator's key/value memory [b, L, N, H, M'] x 2
-  and position keys [L, N, H, K' + 1] (M', K' the evaluation settings), kept between passes.
+  and position keys [L, N, H, K' + 1] (M', K' the evaluation settings), kept between passes;
+* XLA, with jit_compile: the compiler and the buffers of the compiled step. Not derived but
+  measured: on CPU XLA's steps took 0.2-1.2 GiB more than TensorFlow's, growing with the model
+  rather than the batch; counted as XLA_BYTES + XLA_BYTES_PER_PARAMETER x P (BENCHMARKS.md).
 """
 
 import dataclasses
@@ -27,15 +30,17 @@ from tfxl.layers.adaptive_clusters import cluster_layout
 
 FLOAT32 = 4
 # How many float32 slots each optimizer of tfxl-train keeps per parameter.
-OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "lamb": 2, "sgd": 0}
+OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "lamb": 2}
 # The share of the tokens whose target falls into the tail clusters of an adaptive softmax, all
 # counted against the largest tail cluster (a cluster's logits exist only for its own tokens).
 # Cutoffs are chosen so that the shortlist covers most tokens: wt103's 20,000 shortlist covers
 # about 90% of its tokens; 0.2 leaves a margin.
 TAIL_TOKEN_SHARE = 0.2
-# Measured peak RSS / (runtime + estimate) of real training steps on CPU stayed within
-# [0.89, 1.26] over tiny, bench and enwik8_base, float32 and mixed_bfloat16, XLA on and off
-# (BENCHMARKS.md); tests/test_plan.py holds the estimate to this factor.
+XLA_BYTES = 256 * 2**20
+XLA_BYTES_PER_PARAMETER = 16
+# Measured peak RSS / (runtime + estimate) of real training steps on CPU: 0.86-1.13 over tiny,
+# bench and enwik8_base, float32 and mixed_bfloat16, XLA on and off (BENCHMARKS.md);
+# tests/test_plan.py holds the estimate to this factor.
 STATED_FACTOR = 1.3
 
 
@@ -74,42 +79,43 @@ def parameter_count(config):
 
 def activation_bytes(config, batch, mem_len=None, mixed_precision="float32"):
     """{"attention", "feed_forward", "softmax": bytes} the backward pass keeps for one
-    [batch, T] segment over K = mem_len + T keys, summed over the layers.
+    [batch, T] segment over K = mem_len + T keys.
 
-    Per layer, attention: the key/value input [b, K, D], k and v [b, K, NH], q + u and q + v
-    [b, T, NH], the position projection [K, NH], the context [b, T, NH], the output, its dropout
-    mask and the LayerNorm input [b, T, D]; the scores [b, N, T, K]: the float32 softmax output,
-    the probabilities cast to the compute dtype and, at the peak of the backward pass, the
-    float32 gradient of the scores (plus a dropout mask with dropatt). Feed-forward: its input
-    [b, T, D], the ReLU output and its dropout mask [b, T, F], the output, its dropout mask and the
-    LayerNorm input [b, T, D]. Softmax: head logits, log-probabilities and their gradient
-    [b, T, S + C], and as many for the tail clusters' tokens (see TAIL_TOKEN_SHARE).
+    Kept by every layer, attention: the key/value input [b, K, D], k and v [b, K, NH], q + u and
+    q + v [b, T, NH], the position projection [K, NH], the context [b, T, NH], the output, its
+    dropout mask and the LayerNorm input [b, T, D]; of the scores [b, N, T, K], the float32
+    softmax output and the probabilities the context reads (in the compute dtype; with dropatt
+    also their dropout mask, one byte per element). Feed-forward: its input [b, T, D], the ReLU
+    output and its dropout mask [b, T, F], the output, its dropout mask and the LayerNorm input
+    [b, T, D]. Once, at the peak of the backward pass (one layer at a time): the float32
+    gradients of the probabilities and of the scores, [b, N, T, K] each. Softmax: head logits,
+    log-probabilities and their gradient [b, T, S + C], and as many for the tail clusters'
+    tokens (see TAIL_TOKEN_SHARE).
 
     Every tensor is counted at 4 bytes but the probabilities, which are in the compute dtype:
     under a mixed policy the saved tensors measured as large as float32 ones (LayerNorm, the
-    softmax and the loss run in float32, and a matmul's bfloat16 output is kept beside its
-    float32 neighbours), while the probabilities are the one large tensor that stays narrow.
-    (BENCHMARKS.md, "Peak RSS of training steps vs the analytic estimate".)
+    softmax and the loss run in float32), while the probabilities are the one large tensor that
+    stays narrow. Measured against real steps on CPU: BENCHMARKS.md, "The memory estimate of
+    tfxl-train's plan".
     """
     c = config
     mem_len = c.mem_len if mem_len is None else mem_len
-    e = compute_bytes(mixed_precision)
+    e, w = compute_bytes(mixed_precision), FLOAT32
     b, t, k = batch, c.tgt_len, mem_len + c.tgt_len
     d, nh, f, n = c.d_model, c.n_head * c.d_head, c.d_inner, c.n_head
     drop = 1 if c.dropout > 0 else 0
-    w = FLOAT32
-    scores = b * n * t * k * (w + e + w + (w if c.dropatt > 0 else 0))
+    scores = b * n * t * k
     attention = w * (b * k * d + 2 * b * k * nh + 2 * b * t * nh + k * nh + b * t * nh
-                     + (2 + drop) * b * t * d) + scores
+                     + (2 + drop) * b * t * d) + scores * (w + e + (1 if c.dropatt > 0 else 0))
     feed_forward = w * (b * t * d + (1 + drop) * b * t * f + (2 + drop) * b * t * d)
     clusters = cluster_layout(c.vocab_size, c.cutoffs, c.embed_dim, c.d_model, c.div_val,
                               c.proj_same_dim)
     tails = len(clusters) - 1
     head = clusters[0].size + tails
     tail = TAIL_TOKEN_SHARE * max((cl.size for cl in clusters[1:]), default=0)
-    softmax = 3 * FLOAT32 * b * t * int(head + tail)
-    return {"attention": c.n_layer * attention, "feed_forward": c.n_layer * feed_forward,
-            "softmax": softmax}
+    softmax = 3 * w * b * t * int(head + tail)
+    return {"attention": c.n_layer * attention + 2 * w * scores,
+            "feed_forward": c.n_layer * feed_forward, "softmax": softmax}
 
 
 @dataclasses.dataclass
@@ -124,28 +130,29 @@ class Footprint:
     memory_state: int
     activations: dict
     evaluation_memory: int = 0
+    xla: int = 0
 
     @property
     def total(self):
         return (self.weights + self.gradients + self.optimizer + self.memory_state
-                + sum(self.activations.values()) + self.evaluation_memory)
+                + sum(self.activations.values()) + self.evaluation_memory + self.xla)
 
     def items(self):
         """[(name, bytes)] in the order of the module docstring; zero items left out."""
         items = [("weights", self.weights), ("gradients", self.gradients),
                  ("optimizer", self.optimizer), ("memory state", self.memory_state),
                  ("activations", sum(self.activations.values())),
-                 ("evaluation memory", self.evaluation_memory)]
+                 ("evaluation memory", self.evaluation_memory), ("XLA", self.xla)]
         return [(name, value) for name, value in items if value]
 
 
 def training_footprint(config, batch, mixed_precision="float32", optimizer="adam",
-                       eval_settings=None):
+                       eval_settings=None, jit_compile=False):
     """The `Footprint` of one replica training `config` on [batch, T] segments.
 
     mixed_precision: the Keras dtype policy name. optimizer: a key of OPTIMIZER_SLOTS.
     eval_settings: the run's evaluation settings ({"tgt_len", "mem_len"}: config.eval_settings())
-      when it evaluates during training, else None.
+      when it evaluates during training, else None. jit_compile: the step is XLA-compiled.
     """
     if optimizer not in OPTIMIZER_SLOTS:
         raise ValueError(f"unknown optimizer {optimizer!r}: one of {sorted(OPTIMIZER_SLOTS)}")
@@ -163,4 +170,5 @@ def training_footprint(config, batch, mixed_precision="float32", optimizer="adam
                      optimizer=OPTIMIZER_SLOTS[optimizer] * FLOAT32 * p,
                      memory_state=memory_state,
                      activations=activation_bytes(c, batch, c.mem_len, mixed_precision),
-                     evaluation_memory=evaluation_memory)
+                     evaluation_memory=evaluation_memory,
+                     xla=XLA_BYTES + XLA_BYTES_PER_PARAMETER * p if jit_compile else 0)
