@@ -1,19 +1,24 @@
-"""Benchmark: peak RSS of training steps against an analytic estimate, as mem_len grows.
+"""Benchmark: peak RSS of training steps against the analytic estimate of `tfxl-train`'s plan.
 
-Every mem_len runs in a fresh subprocess, so its `ru_maxrss` is its own. The child imports
+Every row runs in a fresh subprocess, so its `ru_maxrss` is its own. The child imports
 TensorFlow, runs one tiny op and records that RSS as the process baseline; then it builds the
-trainer's `Trainer` (model, Adam, per-replica memory) for the `bench` config (float32, global batch
-16, T 128) with the given mem_len and runs `--steps` `strategy.run(Trainer.train_step)` steps on
-random ids inside a tf.function, as `Runner` does. Peak RSS is compared with
+trainer's `Trainer` (model, Adam, per-replica memory) for the row's config, dtype policy, batch
+and mem_len, and runs `--steps` `strategy.run(Trainer.train_step)` steps on random ids inside a
+tf.function, as `Runner` does. Peak RSS is compared with
 
-  baseline + weights (4P) + gradients (4P) + Adam slots (8P)
-           + memory: the variable and the new memory (2 x 4 B L M D)
-           + activations kept for the backward pass (see `activation_bytes`).
+  baseline + tfxl.models.footprint.training_footprint(...).total
 
-    python -m benchmarks.memory_bench [--mem_lens 128,256,512,1024] [--jit off] [--steps 3]
+(weights, gradients, optimizer slots, the memory state and the activations kept for the backward
+pass: the items `tfxl-train` prints before its first step; the formulas live in that module).
+
+    python -m benchmarks.memory_bench [--configs bench] [--dtypes float32] [--batch 16] \
+        [--mem_lens 128,256,512,1024] [--jit off] [--steps 3]
+
+`--configs` takes `bench`, `tiny` (benchmarks/common.py) or a tfxl preset name (bytes vocabulary).
 """
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -27,54 +32,33 @@ from benchmarks import common
 BATCH = 16
 
 
-def activation_bytes(c, batch, mem_len, bytes_per=4):
-    """Tensors the backward pass keeps, per layer, summed over layers (fp32).
-
-    Attention: the key/value input [B, K, D], k and v [B, K, NH], q + u and q + v [B, T, NH],
-    the position projection [K, NH], the softmax output [B, N, T, K] and, at the peak of the
-    backward pass, two more [B, N, T, K] (gradient of the probabilities and of the scores), the
-    context and output [B, T, NH]/[B, T, D], a dropout mask and LayerNorm input [B, T, D] each.
-    Feed-forward: input [B, T, D], ReLU output and dropout mask [B, T, F] x 2, output and dropout
-    mask and LayerNorm input [B, T, D] x 3. Softmax: logits, log-probs and their gradient
-    [B, T, V] x 3.
-    """
-    b, t, k = batch, c.tgt_len, mem_len + c.tgt_len
-    d, nh, f, n = c.d_model, c.n_head * c.d_head, c.d_inner, c.n_head
-    attention = b * k * d + 2 * b * k * nh + 2 * b * t * nh + k * nh + 3 * b * n * t * k \
-        + b * t * nh + 3 * b * t * d
-    ffn = b * t * d + 2 * b * t * f + 3 * b * t * d
-    softmax = 3 * b * t * c.vocab_size
-    return bytes_per * (c.n_layer * (attention + ffn) + softmax)
+def config_for(name, mem_len):
+    if name in common.CONFIGS:
+        return common.CONFIGS[name](mem_len=mem_len)
+    from tfxl.config import get_preset
+    return get_preset(name, vocab_size=common.BYTES_VOCAB, mem_len=mem_len)
 
 
-def estimate(c, batch, mem_len, n_params):
-    weights_and_optimizer = 16 * n_params
-    memory = 2 * 4 * batch * c.n_layer * mem_len * c.d_model
-    activations = activation_bytes(c, batch, mem_len)
-    return {"weights_optimizer": weights_and_optimizer, "memory": memory,
-            "activations": activations,
-            "total": weights_and_optimizer + memory + activations}
-
-
-def child(mem_len, jit, steps):
+def child(name, dtype, batch, mem_len, jit, steps):
     tf = common.setup()
     tf.constant(1.0).numpy()
     baseline = common.peak_rss_mib()
     import keras
+    from tfxl.models.footprint import training_footprint
     from tfxl.train.loop import build_model
     from tfxl.train.optimization import OptimizerParams
     from tfxl.train.trainer import Trainer
 
-    keras.config.set_dtype_policy("float32")
-    config = common.bench_config(mem_len=mem_len)
+    keras.config.set_dtype_policy(dtype)
+    config = config_for(name, mem_len)
     strategy = tf.distribute.get_strategy()
     model = build_model(config, strategy)
-    trainer = Trainer(model, strategy, None, BATCH, OptimizerParams(), "float32", jit)
+    trainer = Trainer(model, strategy, None, batch, OptimizerParams(), dtype, jit)
     n_params = sum(int(v.numpy().size) for v in model.trainable_variables)
     built = common.peak_rss_mib()
-    ids = tf.random.uniform((BATCH, config.tgt_len), 0, config.vocab_size, tf.int32)
+    ids = tf.random.uniform((batch, config.tgt_len), 0, config.vocab_size, tf.int32)
     features = {"inputs": ids, "targets": ids, "target_mask": tf.ones_like(ids),
-                "reset": tf.zeros((BATCH,), tf.int32)}
+                "reset": tf.zeros((batch,), tf.int32)}
 
     @tf.function
     def step():
@@ -84,16 +68,22 @@ def child(mem_len, jit, steps):
         loss, _ = step()
         loss.numpy()
     peak = common.peak_rss_mib()
-    est = estimate(config, BATCH, mem_len, n_params)
-    return {"mem_len": mem_len, "jit": jit, "baseline_mib": baseline, "built_mib": built,
-            "peak_mib": peak, "n_params": n_params,
-            **{f"est_{k}_mib": v / 2**20 for k, v in est.items()},
-            "estimate_mib": baseline + est["total"] / 2**20,
-            "ratio": peak / (baseline + est["total"] / 2**20)}
+    est = training_footprint(config, batch, dtype, "adam")
+    items = {"weights_optimizer": est.weights + est.gradients + est.optimizer,
+             "memory": est.memory_state, "activations": sum(est.activations.values()),
+             "total": est.total}
+    return {"config": name, "dtype": dtype, "batch": batch, "mem_len": mem_len,
+            "tgt_len": config.tgt_len, "jit": jit, "baseline_mib": baseline, "built_mib": built,
+            "peak_mib": peak, "n_params": n_params, "est_parameters": est.parameters,
+            **{f"est_{k}_mib": v / 2**20 for k, v in items.items()},
+            "estimate_mib": baseline + est.total / 2**20,
+            "ratio": peak / (baseline + est.total / 2**20),
+            "step_ratio": (peak - baseline) / (est.total / 2**20)}
 
 
-def run_child(mem_len, jit, steps):
-    cmd = [sys.executable, "-m", "benchmarks.memory_bench", "--child", f"--mem_lens={mem_len}",
+def run_child(name, dtype, batch, mem_len, jit, steps):
+    cmd = [sys.executable, "-m", "benchmarks.memory_bench", "--child", f"--configs={name}",
+           f"--dtypes={dtype}", f"--batch={batch}", f"--mem_lens={mem_len}",
            f"--jit={'on' if jit else 'off'}", f"--steps={steps}", *common.thread_args()]
     proc = subprocess.run(cmd, cwd=common.REPO, capture_output=True, text=True,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
@@ -115,45 +105,59 @@ def linear_fit(xs, ys):
 
 
 def table(results):
-    rows = ["| mem_len | baseline RSS (MiB) | peak RSS (MiB) | estimate (MiB): baseline + "
-            "weights/Adam + memory + activations | peak / estimate | target ≤ 1.3 |",
-            "| ---: | ---: | ---: | --- | ---: | --- |"]
+    rows = ["| config | dtype | XLA | batch | T / M | baseline RSS (MiB) | peak RSS (MiB) | "
+            "estimate (MiB): baseline + weights/grads/Adam + memory + activations | "
+            "peak / estimate | target ≤ 1.3 |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
     for r in results:
         rows.append(
-            f"| {r['mem_len']} | {r['baseline_mib']:.0f} | {r['peak_mib']:.0f} | "
+            f"| {r.get('config', 'bench')} | {r.get('dtype', 'float32')} | "
+            f"{'on' if r['jit'] else 'off'} | {r.get('batch', BATCH)} | "
+            f"{r.get('tgt_len', 128)} / {r['mem_len']} | {r['baseline_mib']:.0f} | "
+            f"{r['peak_mib']:.0f} | "
             f"{r['estimate_mib']:.0f} = {r['baseline_mib']:.0f} + "
             f"{r['est_weights_optimizer_mib']:.0f} + {r['est_memory_mib']:.0f} + "
             f"{r['est_activations_mib']:.0f} | {r['ratio']:.2f} | "
             f"{'met' if r['ratio'] <= 1.3 else 'missed'} |")
-    if len(results) >= 3:
-        xs = [r["mem_len"] for r in results]
-        slope, _, r2 = linear_fit(xs, [r["peak_mib"] for r in results])
-        est_slope, _, _ = linear_fit(xs, [r["estimate_mib"] for r in results])
+    sweep = [r for r in results if (r.get("config"), r.get("dtype"), r.get("batch"), r["jit"])
+             == (results[0].get("config"), results[0].get("dtype"), results[0].get("batch"),
+                 results[0]["jit"])]
+    if len({r["mem_len"] for r in sweep}) >= 3:
+        xs = [r["mem_len"] for r in sweep]
+        slope, _, r2 = linear_fit(xs, [r["peak_mib"] for r in sweep])
+        est_slope, _, _ = linear_fit(xs, [r["estimate_mib"] for r in sweep])
         rows.append("")
-        rows.append(f"Linear fit of peak RSS against mem_len: {slope:.3f} MiB per memory slot "
-                    f"(estimate {est_slope:.3f}), R² = {r2:.4f}.")
+        rows.append(f"Linear fit of peak RSS against mem_len ({sweep[0].get('config', 'bench')}): "
+                    f"{slope:.3f} MiB per memory slot (estimate {est_slope:.3f}), R² = {r2:.4f}.")
     return "\n".join(rows)
 
 
 def main(argv=None):
     parser = common.add_common_args(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
+    parser.add_argument("--configs", default="bench")
+    parser.add_argument("--dtypes", default="float32")
+    parser.add_argument("--batch", type=int, default=BATCH)
     parser.add_argument("--mem_lens", default="128,256,512,1024")
     parser.add_argument("--jit", default="off")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     common._THREADS.update(intra_op=args.intra_op, inter_op=args.inter_op)
+    configs, dtypes = args.configs.split(","), args.dtypes.split(",")
     mem_lens = [int(m) for m in args.mem_lens.split(",")]
-    jit = args.jit == "on"
+    jits = [j == "on" for j in args.jit.split(",")]
     if args.child:
         common.setup(args)
-        print("RESULT " + json.dumps(child(mem_lens[0], jit, args.steps)))
+        print("RESULT " + json.dumps(child(configs[0], dtypes[0], args.batch, mem_lens[0],
+                                           jits[0], args.steps)))
         return None
     results = []
-    for m in mem_lens:
-        r = run_child(m, jit, args.steps)
-        print(f"mem_len {m}: peak {r['peak_mib']:.0f} MiB, estimate {r['estimate_mib']:.0f} MiB "
-              f"(ratio {r['ratio']:.2f})", flush=True)
+    for name, dtype, jit, m in itertools.product(configs, dtypes, jits, mem_lens):
+        r = run_child(name, dtype, args.batch, m, jit, args.steps)
+        print(f"{name} {dtype} XLA {'on' if jit else 'off'} batch {args.batch} mem_len {m}: "
+              f"peak {r['peak_mib']:.0f} MiB, estimate {r['estimate_mib']:.0f} MiB "
+              f"(ratio {r['ratio']:.2f}; step {r['peak_mib'] - r['baseline_mib']:.0f} MiB vs "
+              f"{r['estimate_mib'] - r['baseline_mib']:.0f})", flush=True)
         results.append(r)
     print(table(results))
     common.dump_json(args.json, results)

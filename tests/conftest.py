@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from gcs_emulator import gcs  # noqa: F401  (the fixture, for every test file)
+
 # Two logical CPU devices in every test process, so MirroredStrategy tests can run two replicas.
 # This must happen before TensorFlow initialises its devices, hence at conftest import.
 try:

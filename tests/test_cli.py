@@ -1,8 +1,11 @@
 """The one model-config rule of every tool (tfxl.cli.resolve_config), the model flags generated
-from TransfoXLConfig's fields, and the one resolution of evaluation settings."""
+from TransfoXLConfig's fields, the one resolution of evaluation settings, and flagfiles read
+through tf.io.gfile."""
 
 import dataclasses
 import json
+import os
+import sys
 
 import pytest
 from absl import flags
@@ -113,3 +116,73 @@ def test_eval_flags_feed_eval_settings():
     overrides = cli.eval_overrides(flag_values=values)
     assert overrides == dict(tgt_len=None, mem_len=64, clamp_len=None, same_length=None)
     assert TransfoXLConfig(eval_mem_len=16).eval_settings(**overrides)["mem_len"] == 64
+
+
+# ------------------------------------------------------------------------------ flagfiles
+def write_flagfiles(tmp_path):
+    (tmp_path / "inner.flags").write_text("--mem_len=9\n# --mem_len=1\n")
+    (tmp_path / "outer.flags").write_text(
+        "# a comment\n// another\n\n   \n--n_layer=3\n"
+        f"--flagfile={tmp_path / 'inner.flags'}\n--d_model=32   \n")
+    (tmp_path / "late.flags").write_bytes(b"--n_layer=5\r\n--prompt=a\xe2\x80\xa8b")
+
+
+def test_flagfiles_expand_as_absl_expands_them(tmp_path):
+    write_flagfiles(tmp_path)
+    argv = ["tool", "--preset=tiny", f"--flagfile={tmp_path / 'outer.flags'}", "--n_head=4",
+            "-flagfile", str(tmp_path / "late.flags"), "--flagfile=", "--",
+            f"--flagfile={tmp_path / 'inner.flags'}"]
+    want = ["tool", "--preset=tiny", "--n_layer=3", "--mem_len=9", "--d_model=32", "--n_head=4",
+            "--n_layer=5", "--prompt=a\u2028b", "--",
+            f"--flagfile={tmp_path / 'inner.flags'}"]
+    assert cli.expand_flagfiles(argv) == want
+    assert ["tool", *flags.FlagValues().read_flags_from_files(argv[1:], force_gnu=False)] == want
+    assert cli.expand_flagfiles(["tool", "--n_layer=2"]) == ["tool", "--n_layer=2"]
+
+
+def test_missing_unreadable_and_circular_flagfiles_name_the_file(tmp_path):
+    write_flagfiles(tmp_path)
+    with pytest.raises(ValueError, match=r"--flagfile=.*none.flags: cannot read \(.*none.flags"):
+        cli.expand_flagfiles(["tool", f"--flagfile={tmp_path / 'none.flags'}"])
+    (tmp_path / "nests.flags").write_text(f"--flagfile={tmp_path / 'gone.flags'}\n")
+    with pytest.raises(ValueError, match=r"gone.flags \(included by .*nests.flags\)"):
+        cli.expand_flagfiles(["tool", "--flagfile", str(tmp_path / "nests.flags")])
+    (tmp_path / "loop.flags").write_text(f"--flagfile={tmp_path / 'loop.flags'}\n")
+    with pytest.raises(ValueError, match="includes itself"):
+        cli.expand_flagfiles(["tool", f"--flagfile={tmp_path / 'loop.flags'}"])
+    with pytest.raises(ValueError, match="needs a file name"):
+        cli.expand_flagfiles(["tool", "--flagfile"])
+
+
+def test_every_tool_reads_a_flagfile_in_a_bucket(tmp_path, monkeypatch, capsys):
+    """cli.run expands a flagfile in a bucket (ram:// stands for one; a local flagfile may name
+    one there) before absl parses; a missing one is one error line, exit 2. No local folder named
+    like the bucket appears."""
+    import tensorflow as tf
+    monkeypatch.chdir(tmp_path)
+    with tf.io.gfile.GFile("ram://cli-test/run.flags", "w") as f:
+        f.write("// from the bucket\n--cli_test_steps=7\n")
+    (tmp_path / "local.flags").write_text("--flagfile=ram://cli-test/run.flags\n")
+    seen = []
+
+    def define_flags():
+        if "cli_test_steps" not in flags.FLAGS:
+            flags.DEFINE_integer("cli_test_steps", 1, "A flag of this test.")
+
+    def main(argv):
+        seen.append(flags.FLAGS.cli_test_steps)
+        return 0
+
+    for flagfile in ("ram://cli-test/run.flags", "local.flags"):
+        monkeypatch.setattr(sys, "argv", ["tfxl-test", f"--flagfile={flagfile}"])
+        with pytest.raises(SystemExit) as exit_:
+            cli.run(main, define_flags)
+        assert exit_.value.code == 0 and seen[-1] == 7
+    monkeypatch.setattr(sys, "argv", ["tfxl-test", "--flagfile=ram://cli-test/none.flags"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        cli.run(main, define_flags)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1
+    assert err[0].startswith("error: --flagfile=ram://cli-test/none.flags: cannot read")
+    assert os.listdir(tmp_path) == ["local.flags"]

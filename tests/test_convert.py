@@ -382,3 +382,70 @@ def test_tied_tensor_found_under_softmax_name_and_npz(tmp_path):
     segs = segments(hp)
     model = convert_checkpoint("pytorch", str(tmp_path / "state.npz"), tfxl_config(hp))
     assert_matches(model, pytorch_reference(state, hp, segs), segs)
+
+
+# ------------------------------------------------------------------------------------------------
+# Files: permissions, and checkpoints and outputs in a bucket
+def test_outputs_are_readable_by_others_and_replaced_only_with_overwrite(tmp_path):
+    old_umask = os.umask(0o022)
+    try:
+        model = convert_checkpoint("pytorch", pytorch_state(hparams()), tfxl_config(hparams()))
+        out = tmp_path / "m.keras"
+        save_converted(model, out)
+        for path in (out, tmp_path / "m.config.json"):
+            assert os.stat(path).st_mode & 0o777 == 0o644, path  # not mkstemp's 0600
+        with pytest.raises(ConversionError, match="--overwrite"):
+            save_converted(model, out)
+        save_converted(model, out, overwrite=True)
+        assert sorted(os.listdir(tmp_path)) == ["m.config.json", "m.keras"]  # no temporaries
+    finally:
+        os.umask(old_umask)
+
+
+def test_checkpoints_and_outputs_in_a_bucket_go_through_gfile(tmp_path, monkeypatch):
+    """ram:// (TensorFlow's in-memory file system) stands for a bucket: a Hugging Face directory,
+    a torch zip and an .npz there are converted into a .keras file there; no local folder named
+    like the bucket appears, and the local copy of a remote checkpoint goes with its source."""
+    import gc
+    import tensorflow as tf
+    monkeypatch.chdir(tmp_path)
+    bucket = "ram://convert-test"
+    hp = hparams(untie_r=True)
+    state = pytorch_state(hp, seed=9, huggingface=True)
+    write_safetensors(tmp_path / "model.safetensors", drop_tied_duplicates(state))
+    (tmp_path / "config.json").write_text(json.dumps(dict(
+        vocab_size=40, cutoffs=[10, 25], d_model=16, d_embed=16, n_head=2, d_head=4,
+        d_inner=24, div_val=2, n_layer=2, mem_len=6, tgt_len=5, clamp_len=0,
+        same_length=False, proj_share_all_but_first=True, untie_r=True,
+        tie_word_embeddings=True, attn_type=0)))
+    for name in ("model.safetensors", "config.json"):
+        tf.io.gfile.copy(str(tmp_path / name), f"{bucket}/hf/{name}")
+    out = f"{bucket}/out/conv.keras"
+    assert _cli(["--format=huggingface", f"--input={bucket}/hf", f"--output={out}"]) == 0
+    segs = segments(hp)
+    assert_matches(keras.saving.load_model(out),
+                   pytorch_reference(state, hp, segs, huggingface=True), segs)
+    with tf.io.gfile.GFile(f"{bucket}/out/conv.config.json") as f:
+        assert tfxl.TransfoXLConfig.from_json(f.read()).untie_r
+    assert _cli(["--format=huggingface", f"--input={bucket}/hf", f"--output={out}"]) == 2
+
+    plain = hparams()
+    plain_state = pytorch_state(plain)
+    write_torch_zip(tmp_path / "state.pt", plain_state)
+    np.savez(tmp_path / "state.npz", **plain_state)
+    for name in ("state.pt", "state.npz"):
+        tf.io.gfile.copy(str(tmp_path / name), f"{bucket}/{name}")
+        source = open_checkpoint(f"{bucket}/{name}")
+        assert source.description.endswith(f"{bucket}/{name}")  # named as the user named it
+        copy = source.local_copy.name
+        np.testing.assert_array_equal(source.get("word_emb.emb_layers.0.weight"),
+                                      plain_state["word_emb.emb_layers.0.weight"])
+        del source
+        gc.collect()
+        assert not os.path.exists(copy)
+    model = convert_checkpoint("pytorch", f"{bucket}/state.pt", tfxl_config(plain))
+    save_converted(model, f"{bucket}/plain.keras")
+    assert_matches(keras.saving.load_model(f"{bucket}/plain.keras"),
+                   pytorch_reference(plain_state, plain, segs), segs)
+    assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors", "state.npz",
+                                            "state.pt"]

@@ -34,6 +34,20 @@ def test_write_plots_writes_both_pngs(tmp_path):
         assert data.startswith(PNG_SIGNATURE) and len(data) > 5000
 
 
+def test_plots_and_log_in_a_bucket_go_through_gfile(tmp_path, monkeypatch):
+    """--out in a bucket (ram:// stands for one): the log is read and the PNGs written through
+    tf.io.gfile; no local folder named like the bucket appears."""
+    import tensorflow as tf
+    monkeypatch.chdir(tmp_path)
+    write_log(tmp_path / "log.jsonl", [5.0, 4.0])
+    tf.io.gfile.copy(str(tmp_path / "log.jsonl"), "ram://demo-test/train_log.jsonl")
+    paths = demo.write_plots("ram://demo-test", RESULTS, 64, "ram://demo-test/train_log.jsonl")
+    for path in paths:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            assert f.read().startswith(PNG_SIGNATURE)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.jsonl"]
+
+
 def test_memory_lengths_are_spaced_proportionally_on_a_log2_axis():
     ax = demo.bpc_vs_memory_figure(RESULTS, training_mem_len=64).axes[0]
     assert ax.get_xscale() == "log" and ax.xaxis.get_transform().base == 2

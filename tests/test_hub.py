@@ -258,3 +258,64 @@ def test_tfxl_imports_without_keras_hub():
                          timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "tfxl.hub needs keras-hub" in out.stdout
+
+
+def test_presets_in_a_bucket_are_saved_whole_and_load(tmp_path, monkeypatch):
+    """ram:// (TensorFlow's in-memory file system) stands for a bucket: save_to_preset writes
+    the whole preset there, config.json last, and no local folder named like it (keras-hub
+    alone splits it between the two); keras-hub's from_preset loads it back, as does
+    causal_lm_from_model_dir a .keras file there."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras_home"))  # keras-hub's download cache
+    (tmp_path / "keras_home").mkdir()
+    lm = language_model(vocab_size=258, cutoffs=(64,))
+    lm.save("ram://hub-test/lm.keras")
+    causal_lm = causal_lm_from_model_dir("ram://hub-test/lm.keras", sequence_length=8)
+    causal_lm = causal_lm_from_model(lm, BytesTokenizer(), sequence_length=8)
+    copied, copy = [], tf.io.gfile.copy
+    monkeypatch.setattr(tf.io.gfile, "copy",
+                        lambda source, target, overwrite=False:
+                        copy(source, target, overwrite) or copied.append(target))
+    preset = "ram://hub-test/preset"
+    causal_lm.save_to_preset(preset)
+    names = {os.path.relpath(path, preset) for path in copied}
+    assert {"config.json", "task.json", "model.weights.h5", "tokenizer.json",
+            "preprocessor.json"} <= names
+    assert copied[-1] == f"{preset}/config.json"
+    monkeypatch.setattr(tf.io.gfile, "copy", copy)
+    causal_lm.backbone.save_to_preset("ram://hub-test/backbone")
+    assert tf.io.gfile.exists("ram://hub-test/backbone/model.weights.h5")
+    assert os.listdir(tmp_path) == ["keras_home"]
+
+    loaded = TransfoXLCausalLM.from_preset(preset)
+    x = padded(random_prompts(258, seed=5))
+    np.testing.assert_array_equal(np.asarray(loaded(x)), np.asarray(causal_lm(x)))
+    assert loaded.preprocessor.tokenizer.spec == BytesTokenizer().spec()
+
+
+def test_a_preset_saved_over_another_in_a_bucket_is_never_a_mix(tmp_path, monkeypatch):
+    """Over an existing preset (replaced, as keras-hub replaces a local one), the old config.json
+    goes first and the new one comes last: in between, from_preset refuses the preset. (A local
+    directory forced to count as a bucket: ram:// appends to a file copied over another.)"""
+    import tfxl.hub.presets
+    preset = str(tmp_path / "preset")
+    monkeypatch.setattr(tfxl.hub.presets, "is_local", lambda path: os.fspath(path) != preset)
+    causal_lm = causal_lm_from_model(language_model(vocab_size=258, cutoffs=(64,)),
+                                     BytesTokenizer(), sequence_length=8)
+    causal_lm.save_to_preset(preset)
+    events, copy, remove = [], tf.io.gfile.copy, tf.io.gfile.remove
+    monkeypatch.setattr(tf.io.gfile, "copy", lambda source, target, overwrite=False:
+                        copy(source, target, overwrite) or events.append(("copy", target)))
+    monkeypatch.setattr(tf.io.gfile, "remove",
+                        lambda path: remove(path) or events.append(("remove", path)))
+    other = causal_lm_from_model(language_model(vocab_size=258, cutoffs=(64,), init_std=0.5),
+                                 BytesTokenizer(), sequence_length=8)
+    other.save_to_preset(preset)
+    config = os.path.join(preset, "config.json")
+    assert events[0] == ("remove", config) and events[-1] == ("copy", config)
+    loaded = TransfoXLCausalLM.from_preset(preset)
+    for mine, theirs in zip(loaded.backbone.weights, other.backbone.weights):
+        np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+    events.clear()
+    other.preprocessor.save_to_preset(preset)  # writes no config.json: leaves the preset's
+    assert ("remove", config) not in events and os.path.exists(config)

@@ -470,6 +470,10 @@ def test_export_and_generate_command_lines(model, tmp_path):
     missing = run_cli("tfxl.serving.export_main", f"--model={tmp_path / 'nope'}",
                       f"--output_dir={exports}")
     assert missing.returncode == 2 and "config.json" in missing.stderr
+    negative = run_cli("tfxl.serving.export_main", f"--model={model_dir}",
+                       f"--output_dir={exports}", "--version=-1")
+    assert negative.returncode == 2 and "--version must be a positive integer" in negative.stderr
+    assert sorted(os.listdir(exports)) == ["1"]
 
     flags = [f"--data_dir={data_dir}", "--prompt=def f(", "--max_new_tokens=12",
              "--temperature=0.9", "--top_k=50", "--seed=7"]
@@ -482,6 +486,9 @@ def test_export_and_generate_command_lines(model, tmp_path):
     bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags,
                   "--prompt_file=x")
     assert bad.returncode == 2 and "exactly one" in bad.stderr
+    bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", flags[0],
+                  f"--prompt_file={tmp_path / 'none.txt'}")
+    assert bad.returncode == 2 and "--prompt_file" in bad.stderr and "none.txt" in bad.stderr
     bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags, "--top_p=0")
     assert bad.returncode == 2 and "top_p must be in (0, 1]" in bad.stderr
 
@@ -520,3 +527,186 @@ def test_top_p_at_or_below_zero_is_greedy_not_uniform():
     for p in (0.0, -1.0, 1e-6):
         picked = sample_next(log_probs, 1.0, 0, p, tf.constant([1, 2])).numpy()
         assert set(picked) == {1}, p
+
+
+# ------------------------------------------------------------------- publishing an export whole
+def as_object_store(monkeypatch, tmp_path):
+    """Makes tfxl treat every path as an object store (no atomic directory rename), staging in
+    tmp_path/staging; returns the list of every tf.io.gfile.copy destination, in order."""
+    import tempfile
+    import tfxl.files
+    monkeypatch.setattr(tfxl.files, "is_local", lambda path: False)
+    (tmp_path / "staging").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "staging"))
+    copied, copy = [], tf.io.gfile.copy
+
+    def recording_copy(source, target, overwrite=False):
+        copy(source, target, overwrite)
+        copied.append(os.fspath(target))
+    monkeypatch.setattr(tf.io.gfile, "copy", recording_copy)
+    return copied
+
+
+def test_object_store_export_copies_saved_model_pb_last(model, tmp_path, monkeypatch):
+    copied = as_object_store(monkeypatch, tmp_path)
+    renamed, rename = [], tf.io.gfile.rename
+    monkeypatch.setattr(tf.io.gfile, "rename",
+                        lambda *a, **k: renamed.append(a[1]) or rename(*a, **k))
+    base = tmp_path / "exports"
+    path = export_saved_model(model, str(base), score_top_k=0)
+    assert path == str(base / "1")
+    assert not [r for r in renamed if r.startswith(str(base))]  # no rename into the base
+    assert copied[-1] == os.path.join(path, "saved_model.pb")
+    assert os.path.join(path, "variables", "variables.index") in copied
+    assert os.path.join(path, "assets.extra", "tfxl_data.json") in copied
+    assert sorted(os.listdir(base)) == ["1"]  # staged elsewhere: nothing else in the base
+    assert os.listdir(tmp_path / "staging") == []  # and removed there
+    ids = np.array([[3, 4, 5]], np.int32)
+    memory = model.init_key_value_memory(1, mem_len=MEM)
+    got = tf.saved_model.load(path).signatures["score"](token_ids=tf.constant(ids), **memory)
+    np.testing.assert_allclose(got["log_probs"].numpy(), model(ids, memory)[0].numpy(),
+                               atol=1e-5)
+
+
+def test_object_store_export_failing_midway_leaves_no_version(model, tmp_path, monkeypatch):
+    copied = as_object_store(monkeypatch, tmp_path)
+    copy = tf.io.gfile.copy
+
+    def failing_copy(source, target, overwrite=False):
+        if len(copied) == 2:
+            raise tf.errors.UnavailableError(None, None, "connection reset")
+        copy(source, target, overwrite)
+    monkeypatch.setattr(tf.io.gfile, "copy", failing_copy)
+    base = tmp_path / "exports"
+    with pytest.raises(tf.errors.UnavailableError):
+        export_saved_model(model, str(base), score_top_k=0)
+    assert len(copied) == 2 and not any(c.endswith("saved_model.pb") for c in copied)
+    assert not (base / "1").exists() and os.listdir(base) == []  # the partial version is gone
+    assert os.listdir(tmp_path / "staging") == []
+    assert next_version(str(base)) == 1
+    monkeypatch.setattr(tf.io.gfile, "copy", copy)
+    assert export_saved_model(model, str(base)) == str(base / "1")
+    assert tf.io.gfile.exists(str(base / "1" / "saved_model.pb"))
+
+
+def test_local_export_is_built_aside_and_renamed_into_place(model, tmp_path, monkeypatch):
+    import tfxl.serving.export as export_lib
+    base = tmp_path / "exports"
+    seen, write = [], export_lib.write_signatures
+
+    def watching_write(signatures, path, *args, **kwargs):
+        seen.append((os.path.basename(path), os.path.dirname(path), (base / "1").exists()))
+        write(signatures, path, *args, **kwargs)
+        raise OSError("disk full")
+    monkeypatch.setattr(export_lib, "write_signatures", watching_write)
+    with pytest.raises(OSError, match="disk full"):
+        export_saved_model(model, str(base))
+    name, parent, published = seen[0]
+    assert name.startswith(".tmp-export-1-") and parent == str(base)  # beside the version,
+    assert not published                                                 # which is not there
+    assert os.listdir(base) == []  # the temporary directory is removed on failure
+    monkeypatch.setattr(export_lib, "write_signatures", write)
+    renamed, rename = [], tf.io.gfile.rename
+    monkeypatch.setattr(tf.io.gfile, "rename",
+                        lambda *a, **k: renamed.append(a[1]) or rename(*a, **k))
+    (base / ".tmp-export-7-0a1b2c3d").mkdir()  # another export's temporary: not a version
+    assert next_version(str(base)) == 1
+    path = export_saved_model(model, str(base))
+    assert path == str(base / "1") and renamed[-1] == path  # one rename publishes it
+    assert [r for r in renamed if ".tmp-export" not in r] == [path]
+    assert sorted(os.listdir(base)) == [".tmp-export-7-0a1b2c3d", "1"]
+
+
+def test_versions_are_positive_integers_and_never_overwritten(model, tmp_path):
+    base = tmp_path / "exports"
+    for version in (0, -1, True, 1.5, "2"):
+        with pytest.raises(ValueError, match="--version must be a positive integer"):
+            export_saved_model(model, str(base), version=version)
+    assert not base.exists()
+    (base / "3" / "variables").mkdir(parents=True)  # an object-store publish killed midway
+    with pytest.raises(ValueError, match="without saved_model.pb .* delete it to reuse"):
+        export_saved_model(model, str(base), version=3)
+    assert next_version(str(base)) == 4  # TF Serving may have seen 3: never reused
+
+
+def test_export_to_a_remote_file_system_goes_through_gfile(model, tmp_path, monkeypatch):
+    """ram:// (TensorFlow's in-memory file system) stands for a bucket: the export is uploaded
+    there and loads from there, and no local folder named like it appears."""
+    monkeypatch.chdir(tmp_path)
+    path = export_saved_model(model, "ram://serving-test/exports", score_top_k=0,
+                              tokenizer=BytesTokenizer())
+    assert path == "ram://serving-test/exports/1"
+    signatures = tf.saved_model.load(path).signatures
+    assert "generate_text" in signatures
+    from tfxl.model_dir import export_vocab_size
+    assert export_vocab_size(path) == 258
+    model.export("ram://serving-test/model_export", verbose=False)
+    assert "score" in tf.saved_model.load("ram://serving-test/model_export").signatures
+    assert os.listdir(tmp_path) == []
+
+
+def test_model_export_is_published_whole(model, tmp_path, monkeypatch):
+    copied = as_object_store(monkeypatch, tmp_path)
+    target = tmp_path / "empty"
+    target.mkdir()  # an empty directory may be exported into (as before)
+    model.export(str(target), verbose=False)
+    assert copied[-1] == str(target / "saved_model.pb")
+    assert sorted(os.listdir(tmp_path)) == ["empty", "staging"]
+    with pytest.raises(ValueError, match="never overwritten"):
+        model.export(str(target), verbose=False)
+
+
+def test_models_prompts_and_records_in_a_bucket_are_read_through_gfile(model, tmp_path,
+                                                                       monkeypatch):
+    """--model as a .keras file, a model_dir or an export in a bucket (ram:// stands for one),
+    --prompt_file there, and the vocabulary check of such a model_dir; no local folder named
+    like the bucket appears."""
+    from tfxl.data.prepare import PrepareConfig, prepare
+    from tfxl.serving.generate_main import read_prompt
+    from tfxl.serving.loading import (EXPORT, KERAS, MODEL_DIR, load_checked_tokenizer,
+                                      load_language_model, model_kind)
+    monkeypatch.chdir(tmp_path)
+    bucket = "ram://serving-load"
+
+    def same_weights(loaded):
+        for mine, theirs in zip(loaded.get_weights(), model.get_weights()):
+            np.testing.assert_array_equal(mine, theirs)
+
+    model.save(f"{bucket}/lm.keras")
+    assert model_kind(f"{bucket}/lm.keras") == KERAS
+    same_weights(load_language_model(f"{bucket}/lm.keras"))
+    with pytest.raises(ValueError, match="no such .keras file"):
+        load_language_model(f"{bucket}/other.keras")
+
+    run = f"{bucket}/run"
+    with tf.io.gfile.GFile(f"{run}/config.json", "w") as f:
+        f.write(json.dumps(model.config.to_dict()))
+    # (Its checkpoints are not restored from ram://: that file system calls every prefix of a
+    # name a directory, so tf.train.load_checkpoint takes ckpt-1 for a directory; GCS does not.)
+    assert model_kind(run) == MODEL_DIR
+
+    exported = export_saved_model(model, f"{bucket}/exports")
+    assert model_kind(exported) == EXPORT
+    with pytest.raises(ValueError, match="exported SavedModel"):
+        load_language_model(exported)
+    (tmp_path / "half" / "variables").mkdir(parents=True)  # an upload that was interrupted
+    with pytest.raises(ValueError, match="without saved_model.pb"):
+        model_kind(str(tmp_path / "half"))
+
+    with tf.io.gfile.GFile(f"{bucket}/prompt.txt", "wb") as f:
+        f.write("naïve prompt\n".encode())
+    assert read_prompt(f"{bucket}/prompt.txt") == "naïve prompt\n"
+    with pytest.raises(ValueError, match=f"--prompt_file={bucket}/none.txt: cannot read"):
+        read_prompt(f"{bucket}/none.txt")
+
+    (tmp_path / "corpus.txt").write_text("def f(x):\n    return x\n" * 50)
+    data_dir = str(tmp_path / "data")
+    corpus = [str(tmp_path / "corpus.txt")]
+    prepare(PrepareConfig(output_dir=data_dir, train=corpus, valid=corpus, test=corpus,
+                          tokenizer="bytes", tgt_len=6, num_streams=1), log=lambda *a: None)
+    assert load_checked_tokenizer(data_dir, run, 258).vocab_size == 258  # nothing recorded
+    with tf.io.gfile.GFile(f"{run}/data.json", "w") as f:
+        f.write(json.dumps({"vocab_sha256": "0" * 64, "vocab_size": 258, "data_dir": "other"}))
+    with pytest.raises(ValueError, match="has another vocabulary"):
+        load_checked_tokenizer(data_dir, run, 258)
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "data", "half"]

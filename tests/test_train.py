@@ -348,6 +348,7 @@ def test_bad_files_and_values_fail_with_a_message(copy_data, tmp_path):
         (["-m", "tfxl.train.evaluate", *eval_flags], "config.json is not valid JSON"),
         (["-m", "tfxl.train.evaluate", *eval_flags, f"--output={tmp_path / 'no' / 'x.json'}"],
          "does not exist"),
+        (["-m", "tfxl.train.evaluate", *eval_flags, f"--output={tmp_path}"], "is a directory"),
     ]
     for args, needle in cases:
         result = subprocess.run([sys.executable, *args], capture_output=True, text=True,

@@ -4,6 +4,8 @@
 * A usage error (unknown flag, bad flag value, stray argument) prints one `error: ...` line and
   exits 2, as does every error a user can cause (ValueError, OSError, TensorFlow's OpError, and
   the tool's own `errors`); nothing else differs between tools.
+* `--flagfile=PATH` may lie in a bucket (gs://...): the runner expands flagfiles itself through
+  tf.io.gfile before absl parses the flags (`expand_flagfiles`).
 * `--help` (-h, -?, --helpshort) prints the tool's docstring and its own flags with their help.
   absl's lists only the flags of `__main__`, which for a console script is the generated wrapper.
 * Quiet by default: TensorFlow's C++ log lines (start-up "oneDNN"/"cuda" notices, "E0000 ..."
@@ -19,6 +21,7 @@ before TensorFlow is imported, and must filter file descriptor 2: `tfxl/__init__
 
 import atexit
 import dataclasses
+import io
 import logging
 import os
 import re
@@ -194,6 +197,62 @@ def _user_errors(extra):
     return (ValueError, OSError, tf.errors.OpError, *extra)
 
 
+# ------------------------------------------------------------------------------ flagfiles
+# absl reads --flagfile with open(), which cannot read a bucket. Every tool therefore expands its
+# flagfiles itself, before absl parses argv, through tf.io.gfile: all of them, local ones too,
+# so one rule and one error message hold wherever the file lies (and a local flagfile may name
+# one in a bucket). absl's rules otherwise: `--flagfile=PATH`, `--flagfile PATH` or one dash;
+# in the file one flag per line, blank lines and lines starting with `#` or `//` ignored, a line
+# `--flagfile=PATH` expanded in its place; an empty PATH is ignored; expansion stops at `--`.
+# Unlike absl (a warning, then the file skipped), a file that includes itself is an error.
+_FLAGFILE = ("--flagfile", "-flagfile")
+
+
+def _flagfile_lines(path, including):
+    if not path:
+        return []
+    if path in including:
+        raise ValueError(f"--flagfile={path} includes itself "
+                         f"({' -> '.join([*including, path])})")
+    import tensorflow as tf  # the tool has loaded it by now
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except (OSError, tf.errors.OpError, UnicodeDecodeError) as err:
+        where = f" (included by {including[-1]})" if including else ""
+        raise ValueError(f"--flagfile={path}{where}: cannot read ({one_line(err)})") from None
+    lines = []
+    # Lines as absl's readlines() of a text file gives them: universal newlines, each kept.
+    for line in io.StringIO(text, newline=None).readlines():
+        if line.isspace() or line.startswith(("#", "//")):
+            continue
+        if line.startswith(tuple(f"{name}=" for name in _FLAGFILE)):
+            nested = os.path.expanduser(line.partition("=")[2].strip())
+            lines += _flagfile_lines(nested, [*including, path])
+        else:
+            lines.append(line.strip())
+    return lines
+
+
+def expand_flagfiles(argv):
+    """argv (program name first) with every flagfile directive replaced by its file's flags,
+    read through tf.io.gfile (see above); ValueError naming a file that cannot be read."""
+    expanded, rest = [argv[0]], list(argv[1:])
+    while rest:
+        arg = rest.pop(0)
+        if arg in _FLAGFILE:
+            if not rest:
+                raise ValueError(f"{arg} needs a file name")
+            expanded += _flagfile_lines(os.path.expanduser(rest.pop(0)), [])
+        elif arg.startswith(tuple(f"{name}=" for name in _FLAGFILE)):
+            expanded += _flagfile_lines(os.path.expanduser(arg.partition("=")[2].strip()), [])
+        else:
+            expanded.append(arg)
+            if arg == "--":
+                return expanded + rest
+    return expanded
+
+
 def _print_help(doc):
     from absl import flags
     print((doc or f"{os.path.basename(sys.argv[0])} [flags]").strip() + "\n")
@@ -223,8 +282,8 @@ def run(main, define_flags=None, errors=(), failures=None):
             _print_help(doc)
             sys.exit(0)
         try:
-            return flags.FLAGS(argv)
-        except flags.Error as err:
+            return flags.FLAGS(expand_flagfiles(argv))
+        except (flags.Error, ValueError) as err:
             sys.exit(fail(err))
 
     def main_or_error_line(argv):

@@ -1,18 +1,43 @@
-"""The files the tools read and write (configs, metrics, fingerprints, logs).
+"""The files the tools read and write (configs, metrics, fingerprints, logs, exported trees).
 
-One place for the two rules every tool follows: a file that cannot be read or parsed is one
-ValueError naming it, and a file is written whole or not at all, so a killed run never leaves half
-a file (tf.io.gfile: local paths and GCS alike): on a file system it is written to a temporary name
-and renamed over the old one; on an object store (gs://, s3://), which has no atomic rename (a
-rename is a copy and a delete) but makes an object visible only once its upload completes, it is
-written in one go. Directories of several files are staged as a whole instead
-(tfxl/data/staging.py, tfxl-convert's output).
+One place for the rules every tool follows: a file that cannot be read or parsed is one
+ValueError naming it; a file is written to a temporary name and renamed over the old one, so a
+killed run never leaves half a file; a directory of several files is built under a temporary
+name and published whole (`StagedDirectory`). Everything goes through tf.io.gfile, so every
+path may be local or a bucket (gs://...).
+
+What "published whole" means depends on the file system (`is_local`):
+  * local (no scheme, or file://): one rename(2) of the finished directory, atomic on POSIX;
+  * an object store (any other scheme: gs://, s3://, ...): there is no atomic rename of a
+    directory (a "rename" is a copy of every object, then a delete), so the finished tree is
+    copied object by object with the names a reader waits for (an export's saved_model.pb)
+    copied last; until that last object exists the directory is incomplete, and readers treat
+    it as absent.
+
+A single file is written whole or not at all: on a file system to a temporary name renamed
+over the old one; on an object store, which makes an object visible only once its upload
+completes, in one go.
 """
 
 import json
 import os
+import re
+import secrets
+import shutil
+import tempfile
 
 import tensorflow as tf
+
+# TensorFlow's own URI rule (tsl::io::ParseURI): a scheme is a letter, then letters, digits and
+# dots, followed by "://".
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9.]*)://")
+
+
+def is_local(path):
+    """Whether `path` lies on the local file system: no scheme, or file://. Any other scheme is
+    an object store to tfxl (no atomic directory rename)."""
+    match = _SCHEME.match(os.fspath(path))
+    return match is None or match.group(1).lower() == "file"
 
 
 def read_json(path, what):
@@ -30,18 +55,10 @@ def read_json(path, what):
     return data
 
 
-OBJECT_STORES = ("gs://", "s3://")
-
-
-def is_object_store(path):
-    """Whether `path` names an object in a bucket (no append, no atomic rename)."""
-    return str(path).startswith(OBJECT_STORES)
-
-
 def write_text_atomically(path, text):
     """Writes `text` to `path` whole or not at all: to a temporary file renamed over `path`, or,
     on an object store, as one object write (atomic when the upload completes at close)."""
-    if is_object_store(path):
+    if not is_local(path):
         with tf.io.gfile.GFile(path, "w") as f:
             f.write(text)
         return
@@ -54,3 +71,144 @@ def write_text_atomically(path, text):
 def write_json_atomically(path, payload):
     """Writes `payload` as indented JSON, atomically (write_text_atomically)."""
     write_text_atomically(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
+
+
+def check_writable(path, what):
+    """Fails now, with one ValueError naming `path`, when `write_text_atomically(path, ...)`
+    would fail later (a tool that computes for minutes before it writes checks first): a local
+    parent directory must exist; anywhere, a probe file beside `path` must be writable (it is
+    removed at once)."""
+    path = os.fspath(path)
+    if tf.io.gfile.isdir(path):
+        raise ValueError(f"{what}={path} is a directory")
+    if is_local(path):
+        parent = os.path.dirname(path if "://" in path else os.path.abspath(path))
+        if not tf.io.gfile.isdir(parent):
+            raise ValueError(f"{what}={path}: directory {parent} does not exist")
+    probe = f"{path}.tmp-check-{os.getpid()}"
+    try:
+        with tf.io.gfile.GFile(probe, "w") as f:
+            f.write("")
+        tf.io.gfile.remove(probe)
+    except (OSError, tf.errors.OpError) as err:
+        raise ValueError(f"{what}={path}: cannot write there ({' '.join(str(err).split())})") \
+            from None
+
+
+def list_files(root):
+    """The relative paths of every file below the directory `root` (tf.io.gfile), sorted."""
+    root = os.fspath(root).rstrip("/")
+    found = []
+    for directory, _, names in tf.io.gfile.walk(root):
+        relative = directory[len(root):].strip("/")
+        found += [f"{relative}/{name}" if relative else name for name in names]
+    return sorted(found)
+
+
+def copy_tree(source, target, last=(), overwrite=False):
+    """Copies every file below `source` to the same relative path below `target` (tf.io.gfile),
+    the relative paths in `last` after all the others, in that order; returns the relative paths
+    in the order copied. `overwrite=False` refuses (tf.errors.AlreadyExistsError) to replace a
+    file. On an object store each object appears whole once copied, so a reader that waits for
+    the `last` names never sees the others missing."""
+    source, target = os.fspath(source), os.fspath(target)
+    files = list_files(source)
+    order = [f for f in files if f not in last] + [f for f in last if f in files]
+    made = set()
+    for relative in order:
+        directory = os.path.dirname(os.path.join(target, relative))
+        if directory not in made:
+            tf.io.gfile.makedirs(directory)
+            made.add(directory)
+        tf.io.gfile.copy(os.path.join(source, relative), os.path.join(target, relative),
+                         overwrite=overwrite)
+    return order
+
+
+def remove_quietly(path):
+    """Deletes the file or tree `path` if it exists; errors are swallowed: this only cleans up
+    (a leftover temporary name is ignored by every reader and can be deleted by hand)."""
+    try:
+        if tf.io.gfile.isdir(path):
+            tf.io.gfile.rmtree(path)
+        elif tf.io.gfile.exists(path):
+            tf.io.gfile.remove(path)
+    except (OSError, tf.errors.OpError):
+        pass
+
+
+def _holds_something(path):
+    """Whether `path` exists as a file or as a directory that is not empty."""
+    if not tf.io.gfile.exists(path):
+        return False
+    return not tf.io.gfile.isdir(path) or bool(tf.io.gfile.listdir(path))
+
+
+class StagedDirectory:
+    """A directory built under a temporary name and published whole at `final` (never over
+    anything: `final` must be absent or an empty directory).
+
+        with StagedDirectory(final, "export") as staged:
+            write_everything(staged.path)
+            staged.publish(last=("saved_model.pb",))
+
+    `path` is a fresh name readers ignore (".tmp-<kind>-<name>-<random>"): beside `final` on a
+    local disk, where `publish` is one rename (atomic on POSIX); in a local temporary directory
+    for an object store, where `publish` uploads the tree with `last` copied last (see the module
+    docstring) and removes what it uploaded if it fails midway, so no partial `final` stays
+    behind. Whatever happens, nothing of the temporary name is left when the block ends. The
+    object store gives no exclusivity: two writers publishing the same `final` at once are not
+    kept apart there (locally the second rename fails).
+    """
+
+    def __init__(self, final, kind):
+        self.final = os.fspath(final).rstrip("/")
+        parent, name = os.path.split(self.final)
+        tag = f".tmp-{kind}-{name}-{secrets.token_hex(4)}"
+        self._local_root = None
+        if is_local(self.final):
+            self.path = os.path.join(parent, tag)
+        else:
+            # Built on the local disk and uploaded once: gfile lists a local tree reliably, and a
+            # killed run leaves nothing in the bucket.
+            self._local_root = tempfile.mkdtemp(prefix="tfxl-staging-")
+            self.path = os.path.join(self._local_root, tag)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        remove_quietly(self.path)
+        if self._local_root is not None:
+            shutil.rmtree(self._local_root, ignore_errors=True)
+        return False
+
+    def publish(self, last=()):
+        """Makes the staged tree `final`; FileExistsError (nothing changed) when `final` already
+        holds something."""
+        if _holds_something(self.final):
+            raise FileExistsError(f"{self.final} already exists")
+        if is_local(self.final):
+            # rename(2) replaces an empty directory in the same step and fails on a non-empty
+            # one, so a concurrent writer's result is never replaced.
+            try:
+                tf.io.gfile.rename(self.path, self.final,
+                                   overwrite=tf.io.gfile.exists(self.final))
+            except tf.errors.OpError:
+                if _holds_something(self.final):
+                    raise FileExistsError(f"{self.final} already exists") from None
+                raise
+            return
+        existed = tf.io.gfile.exists(self.final)
+        try:
+            copy_tree(self.path, self.final, last)
+        except BaseException:
+            # Everything below `final` is this upload's (it held nothing before): remove it, so
+            # no incomplete directory stays where a reader would look.
+            remove_quietly(self.final)
+            if existed:  # the empty directory that was there
+                try:
+                    tf.io.gfile.makedirs(self.final)
+                except (OSError, tf.errors.OpError):
+                    pass  # the upload's own error is the one to report
+            raise

@@ -14,6 +14,9 @@
       tmp_worker_checkpoints/  MultiWorkerMirrored workers' own copies (not the chief's)
       train/                   TensorBoard scalars
     <export version>/assets.extra/tfxl_data.json    vocabulary size and hash of an export
+    <export version>/saved_model.pb     what a SavedModel loader opens first: published last
+                                        (tfxl.files.StagedDirectory); a version without it is
+                                        incomplete and never loaded
 
 Every path may be a bucket (`gs://...`): everything here goes through tf.io.gfile. The trainer
 (tfxl.train), serving (tfxl.serving), the keras-hub converter and the demo read and write a
@@ -42,6 +45,7 @@ WORKER_CHECKPOINTS = "tmp_worker_checkpoints"
 TENSORBOARD = "train"
 # TF Serving ignores assets.extra: the export's tfxl record lives there.
 EXPORT_RECORD = os.path.join("assets.extra", "tfxl_data.json")
+SAVED_MODEL = "saved_model.pb"
 
 
 class ModelDir:

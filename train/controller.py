@@ -13,6 +13,7 @@ import keras
 import tensorflow as tf
 
 from tfxl.train.evaluator import metric_value
+from tfxl.train.preemption import TrainingStopped
 
 
 class Controller:
@@ -24,14 +25,19 @@ class Controller:
       train_actions: callables (outputs) after every loop; outputs has "first_step", "step",
         "seconds" and the trainer's per-step arrays ("loss", "grad_norm", "learning_rate").
       eval_actions: callables (step, result) after every evaluation.
+      stop_requested: () -> a `tfxl.train.preemption.StopRequest` or None, asked after every
+        host loop but the last (on every worker: it may be a collective); a request saves the
+        checkpoint of that step and raises `TrainingStopped` (evaluation due then is not run).
     """
 
     def __init__(self, trainer, checkpoint, train_steps, steps_per_loop, save_every=None,
-                 eval_every=None, evaluate=None, train_actions=(), eval_actions=()):
+                 eval_every=None, evaluate=None, train_actions=(), eval_actions=(),
+                 stop_requested=None):
         self.trainer, self.checkpoint = trainer, checkpoint
         self.train_steps, self.steps_per_loop = train_steps, steps_per_loop
         self.save_every, self.eval_every, self.evaluate = save_every, eval_every, evaluate
         self.train_actions, self.eval_actions = list(train_actions), list(eval_actions)
+        self.stop_requested = stop_requested
 
     def _next_loop_steps(self, step):
         n = min(self.steps_per_loop, self.train_steps - step)
@@ -52,8 +58,12 @@ class Controller:
             step += n
             for action in self.train_actions:
                 action(outputs)
-            if self.save_every and step % self.save_every == 0 or step == self.train_steps:
+            stop = (self.stop_requested() if self.stop_requested and step < self.train_steps
+                    else None)  # SIGTERM/SIGINT (train/preemption.py): at a host loop's end
+            if stop or self.save_every and step % self.save_every == 0 or step == self.train_steps:
                 self.checkpoint.save(step)
+            if stop:
+                raise TrainingStopped(stop, step, self.checkpoint.directory)
             if self.eval_every and step % self.eval_every == 0:
                 result = self.evaluate()
                 for action in self.eval_actions:
@@ -100,8 +110,14 @@ class ProgressBar:
         self.bar = keras.utils.Progbar(train_steps, stateful_metrics=["loss", metric],
                                        verbose=verbose)
         self.bar.update(start_step)
+        self.step = start_step
 
     def __call__(self, outputs):
         loss = float(outputs["loss"][-1])
-        self.bar.update(outputs["step"], [("loss", loss),
-                                          (self.metric, metric_value(self.metric, loss))])
+        self.step = outputs["step"]
+        self.bar.update(self.step, [("loss", loss),
+                                    (self.metric, metric_value(self.metric, loss))])
+
+    def end(self):
+        """Shows the last step and ends the bar's line: the run stopped before train_steps."""
+        self.bar.update(self.step, finalize=True)

@@ -15,6 +15,7 @@ The plots need matplotlib, an extra (`pip install 'tfxl[plots]'`; `make demo` in
 tfxl itself never imports.
 """
 
+import io
 import os
 import sys
 import time
@@ -27,7 +28,7 @@ from tfxl.config import get_preset
 from tfxl.data.manifest import load_manifest
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.files import write_json_atomically
-from tfxl.train.loop import Runner
+from tfxl.train.loop import Runner, TrainingStopped
 from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train.train_log import read_train_log
@@ -87,13 +88,21 @@ def training_loss_figure(records):
     return fig
 
 
+def save_png(figure, path):
+    """The figure as a PNG at `path` through tf.io.gfile (matplotlib opens local files only)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=100)
+    with tf.io.gfile.GFile(path, "wb") as f:
+        f.write(buffer.getvalue())
+
+
 def write_plots(out_dir, results, training_mem_len, model_dir):
     """Writes out_dir/bpc_vs_memory.png and out_dir/training_loss.png (the train log of
     `model_dir`); returns their paths."""
     paths = (os.path.join(out_dir, "bpc_vs_memory.png"),
              os.path.join(out_dir, "training_loss.png"))
-    bpc_vs_memory_figure(results, training_mem_len).savefig(paths[0], dpi=100)
-    training_loss_figure(read_train_log(model_dir)).savefig(paths[1], dpi=100)
+    save_png(bpc_vs_memory_figure(results, training_mem_len), paths[0])
+    save_png(training_loss_figure(read_train_log(model_dir)), paths[1])
     return paths
 
 
@@ -102,7 +111,7 @@ def main(argv):
     figure_class()  # a missing extra stops the demo now, not after minutes of training
     data_dir = os.path.join(FLAGS.out, "data")
     model_dir = os.path.join(FLAGS.out, "model")
-    if not os.path.exists(os.path.join(data_dir, "manifest.json")):
+    if not tf.io.gfile.exists(os.path.join(data_dir, "manifest.json")):
         print(f"[1/3] preparing the Python standard library corpus into {data_dir}")
         prepare(PrepareConfig(output_dir=data_dir, corpus="python_stdlib"), log=print)
     else:
@@ -121,7 +130,11 @@ def main(argv):
           f"memory {config.mem_len}")
     runner.data.check_splits("valid")  # evaluated after training: a bad shard stops the demo now
     start = time.perf_counter()
-    metrics = runner.train(save_every=500)
+    try:
+        metrics = runner.train(save_every=500)
+    except TrainingStopped as stopped:  # SIGTERM/SIGINT: saved; the same command resumes
+        print(stopped)
+        return stopped.exit_status
     if metrics.pop("nothing_to_do", False):  # results.json keeps the training run's metrics
         print(f"      nothing to do: {model_dir} is already trained to step {metrics['step']} "
               f"(delete it to train again)")

@@ -10,7 +10,6 @@ readable checkpoint (or --checkpoint). stdout carries only the result as one JSO
 """
 
 import json
-import os
 import sys
 
 from absl import flags
@@ -22,7 +21,7 @@ from tfxl.data.manifest import load_manifest
 from tfxl.model_dir import ModelDir
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags
-from tfxl.files import write_json_atomically
+from tfxl.files import check_writable, write_json_atomically
 from tfxl.train.loop import make_evaluator
 
 FLAGS = flags.FLAGS
@@ -58,9 +57,7 @@ def evaluate_from_flags():
     train_flags.check_flag_ranges(FLAGS.flag_values_dict())
     train_flags.require_dir_flags("data_dir", "model_dir")
     if FLAGS.output:  # checked first: never evaluate for minutes and then fail to write
-        parent = os.path.dirname(os.path.abspath(FLAGS.output))
-        if not os.path.isdir(parent):
-            raise ValueError(f"--output={FLAGS.output}: directory {parent} does not exist")
+        check_writable(FLAGS.output, "--output")  # local or a bucket (tf.io.gfile)
     config = TransfoXLConfig.from_file(ModelDir(FLAGS.model_dir).config)
     settings, sources = evaluation_settings(config)
     warn("evaluating with " + ", ".join(f"{key}={value} ({sources[key]})"

@@ -1,8 +1,8 @@
 """absl flags of `tfxl-train` and `tfxl-eval`, and the model config they describe."""
 
 import math
-import os
 
+import tensorflow as tf
 from absl import flags
 
 from tfxl import cli
@@ -22,7 +22,7 @@ FLAG_RULES = {
         "n_layer", "d_model", "n_head", "d_head", "d_inner", "div_val", "tgt_len", "eval_tgt_len",
         "d_embed", "init_std", "proj_init_std", "layer_norm_epsilon",
         "train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop",
-        "max_eval_batches", "learning_rate", "lease_timeout")},
+        "max_eval_batches", "learning_rate", "lease_timeout", "memory_limit_gib")},
     **{name: NON_NEGATIVE for name in (
         "mem_len", "eval_mem_len", "weight_decay", "seed", "num_gpus", "lease_settle")},
     "clamp_len": CLAMP,
@@ -87,5 +87,5 @@ def require_dir_flags(*names, flag_values=FLAGS):
     for name in names:
         if not flag_values[name].value:
             raise ValueError(f"--{name} is required")
-    if "data_dir" in names and not os.path.isdir(flag_values.data_dir):
+    if "data_dir" in names and not tf.io.gfile.isdir(flag_values.data_dir):
         raise ValueError(f"--data_dir={flag_values.data_dir} does not exist; run tfxl-prepare")

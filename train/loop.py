@@ -27,12 +27,13 @@ from tfxl.train.checkpointing import TrainingCheckpoint
 from tfxl.train.controller import Controller, ProgressBar, TensorBoardScalars
 from tfxl.train.datasets import DistributedData
 from tfxl.train.evaluator import EvalProgress, Evaluator
+from tfxl.train.preemption import StopRequests, TrainingStopped
 from tfxl.train.lease import Lease, LeaseParams
 from tfxl.train.run_record import RunRecord, run_settings
 from tfxl.train.train_log import TrainLog, resume_train_log
 from tfxl.train.trainer import Trainer, TrainingDiverged
 
-__all__ = ["Runner", "TrainingDiverged", "build_model", "make_evaluator"]
+__all__ = ["Runner", "TrainingDiverged", "TrainingStopped", "build_model", "make_evaluator"]
 
 
 def build_model(config: TransfoXLConfig, strategy):
@@ -85,6 +86,7 @@ class Runner:
                 ModelDir(model_dir).checkpoints)), allow_changes=allow_run_changes)
         opt_params = dataclasses.replace(opt_params,
                                          schedule_steps=self.run_record.schedule_steps)
+        self.init_checkpoint = None  # the weights a new run started from (train/warm_start.py)
         self.model = build_model(config, strategy)
         self.trainer = Trainer(self.model, strategy, self.data, global_batch, opt_params,
                                mixed_precision, jit_compile)
@@ -111,6 +113,10 @@ class Runner:
 
         A model_dir already at `train_steps` has nothing to train: its metrics.json (the results of
         the run that did the work) is kept and returned with "nothing_to_do": True added.
+
+        SIGTERM or SIGINT (in the main thread) stops the run at the end of the host loop in flight,
+        on every worker at the same step: that step's checkpoint is saved and `TrainingStopped`
+        raised (its text says where to resume); no metrics.json is written (train/preemption.py).
 
         Every check that can refuse the run comes before anything is written into the model_dir:
         the data (manifest, shard sizes, evaluation shards' CRCs), the model (config.json), the
@@ -156,6 +162,8 @@ class Runner:
             log(f"resumed from {restored} at step {step}")
 
         metrics = {"start_step": step}
+        if self.init_checkpoint:
+            metrics["init_checkpoint"] = self.init_checkpoint
         metric = self.evaluator.metric
 
         def record_and_log(at_step, result):
@@ -176,15 +184,20 @@ class Runner:
             after_save += [train_log.merge]
         self.checkpoint.before_save += before_save
         self.checkpoint.after_save += after_save
-        train_actions.append(ProgressBar(self.train_steps, step, metric,
-                                         verbose=1 if self.is_chief else 0))
+        progress = ProgressBar(self.train_steps, step, metric, verbose=1 if self.is_chief else 0)
+        train_actions.append(progress)
+        stops = StopRequests(self.strategy)
         controller = Controller(
             self.trainer, self.checkpoint, self.train_steps, self.steps_per_loop, save_every,
             eval_every, lambda: self.evaluate("valid", max_batches=max_eval_batches),
-            train_actions, eval_actions)
+            train_actions, eval_actions, stop_requested=stops.agreed)
         started = time.perf_counter()
         try:
-            last = controller.train()
+            with stops.signals:  # SIGTERM/SIGINT: checkpoint and stop at a host loop's end
+                last = controller.train()
+        except TrainingStopped:
+            progress.end()  # the line that says where to resume starts on a line of its own
+            raise
         except TrainingDiverged as err:
             raise TrainingDiverged(f"{err}; training stopped, the last good checkpoint in "
                                    f"{self.model_dir}/checkpoints is kept") from None

@@ -9,12 +9,13 @@ See BUILD.md for TPU pods and multi-worker runs.
 from absl import flags, logging
 
 from tfxl import cli
-from tfxl.data.manifest import load_manifest
+from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags, lease, run_record
-from tfxl.train.loop import Runner, TrainingDiverged
+from tfxl.train.loop import Runner, TrainingDiverged, TrainingStopped, build_model
 from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
+from tfxl.train import plan as training_plan, warm_start
 
 FLAGS = flags.FLAGS
 
@@ -37,6 +38,8 @@ def define_flags():
     flags.DEFINE_float("weight_decay", 0.0, "Weight decay for adamw/lamb.")
     run_record.define_flags()  # --schedule_steps, --allow_run_changes
     lease.define_flags()  # --take_over, --lease_timeout, --lease_settle
+    training_plan.define_flags()
+    warm_start.define_flags()
 
 
 def is_chief(strategy):
@@ -58,6 +61,18 @@ def main(argv):
     chief = is_chief(strategy)
     if chief:
         check_or_store_config(FLAGS.model_dir, config, store=False)
+    # The data checks of the first step, here too so that a dry run makes them.
+    check_manifest(manifest, tgt_len=config.tgt_len, global_batch_size=FLAGS.train_batch_size)
+    plan = training_plan.TrainingPlan.for_strategy(
+        config, strategy, FLAGS.train_batch_size, FLAGS.mixed_precision, FLAGS.optimizer,
+        evaluates=bool(FLAGS.eval_every))
+    training_plan.print_plan(plan, FLAGS.memory_limit_gib, FLAGS.ignore_memory_estimate)
+    if FLAGS.dry_run:
+        if FLAGS.init_checkpoint:  # its weights are read only by the run itself
+            warm_start.warm_start(FLAGS.init_checkpoint, build_model(config, strategy),
+                                  FLAGS.model_dir, manifest, FLAGS.data_dir, load=False)
+        print("dry run: nothing written")
+        return 0
     opt = OptimizerParams(FLAGS.learning_rate, FLAGS.warmup_steps, FLAGS.min_lr_ratio,
                           FLAGS.train_steps, FLAGS.clip, FLAGS.optimizer, FLAGS.weight_decay,
                           FLAGS.schedule_steps)
@@ -66,8 +81,15 @@ def main(argv):
                     FLAGS.steps_per_loop, FLAGS.seed, chief,
                     allow_run_changes=FLAGS.allow_run_changes,
                     lease=lease.params_from_flags())
-    metrics = runner.train(FLAGS.save_every, FLAGS.eval_every, FLAGS.max_eval_batches,
-                           log=logging.info)
+    # Before the model_dir is claimed: a source that does not fit leaves nothing there.
+    runner.init_checkpoint = warm_start.warm_start(FLAGS.init_checkpoint, runner.model,
+                                                   FLAGS.model_dir, manifest, FLAGS.data_dir)
+    try:
+        metrics = runner.train(FLAGS.save_every, FLAGS.eval_every, FLAGS.max_eval_batches,
+                               log=logging.info)
+    except TrainingStopped as stopped:  # SIGTERM/SIGINT: saved; exit 143/130 (BUILD.md)
+        print(stopped)
+        return stopped.exit_status
     if metrics.pop("nothing_to_do", False):
         print(f"nothing to do: {FLAGS.model_dir} is already trained to step {metrics['step']} "
               f"(--train_steps={FLAGS.train_steps}); its metrics.json is kept")

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import tempfile
 
 import numpy as np
+import tensorflow as tf
 
 from tfxl.convert.errors import ConversionError
 from tfxl.convert.mapping import FORMATS, make_plan
 from tfxl.convert.readers import TensorSource, open_checkpoint
+from tfxl.files import is_local, remove_quietly
 from tfxl.models import TransfoXLLM
 
 __all__ = [
@@ -74,8 +77,11 @@ def config_path_for(output):
 def save_converted(model, output, overwrite=False):
     """Writes `output` (.keras) and its config JSON next to it; returns both paths.
 
-    Refuses to replace existing files unless `overwrite`. Each file is written to a temporary
-    name in the same directory and renamed, so a failure never leaves a half-written model.
+    Any tf.io.gfile path (gs://...). Refuses to replace existing files unless `overwrite`; a
+    failure never leaves a half-written file under either name. Locally each file is written to
+    a temporary name in the same directory and renamed (atomic); for a bucket each is written
+    locally first and copied there in one upload (an object appears only once whole). The files
+    get the ordinary permissions (umask), readable by others.
     """
     output = os.fspath(output)
     if not output.endswith(".keras"):
@@ -83,25 +89,32 @@ def save_converted(model, output, overwrite=False):
     config_path = config_path_for(output)
     if not overwrite:
         for path in (output, config_path):
-            if os.path.exists(path):
+            if tf.io.gfile.exists(path):
                 raise ConversionError(f"{path} exists (pass --overwrite to replace it)")
-    directory = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(directory):
-        raise ConversionError(f"output directory {directory} does not exist")
-    fd, tmp_model = tempfile.mkstemp(prefix=".tmp-convert-", suffix=".keras", dir=directory)
-    os.close(fd)
-    fd, tmp_config = tempfile.mkstemp(prefix=".tmp-convert-", suffix=".json", dir=directory)
-    os.close(fd)
+    local = is_local(output)
+    if local:
+        directory = os.path.dirname(output if "://" in output else os.path.abspath(output))
+        if not tf.io.gfile.isdir(directory):
+            raise ConversionError(f"output directory {directory} does not exist")
+    else:  # a bucket has no directories to check: staged in a local temporary directory
+        staging = tempfile.TemporaryDirectory(prefix="tfxl-convert-")
+        directory = staging.name
+    tag = os.path.join(directory, f".tmp-convert-{secrets.token_hex(4)}")
+    tmp_model, tmp_config = tag + ".keras", tag + ".config.json"
     try:
         model.save(tmp_model, overwrite=True)
-        with open(tmp_config, "w", encoding="utf-8") as f:
+        with tf.io.gfile.GFile(tmp_config, "w") as f:
             f.write(model.config.to_json() + "\n")
-        os.replace(tmp_model, output)
-        os.replace(tmp_config, config_path)
+        for tmp, path in ((tmp_model, output), (tmp_config, config_path)):
+            if local:
+                tf.io.gfile.rename(tmp, path, overwrite=overwrite)
+            else:
+                tf.io.gfile.copy(tmp, path, overwrite=overwrite)
     finally:
         for tmp in (tmp_model, tmp_config):
-            if os.path.exists(tmp):
-                os.remove(tmp)
+            remove_quietly(tmp)
+        if not local:
+            staging.cleanup()
     return output, config_path
 
 

@@ -15,6 +15,7 @@ import os
 import sys
 import time
 
+import tensorflow as tf
 from absl import flags
 
 from tfxl import cli
@@ -44,17 +45,21 @@ def define_flags():
                             "--format=tf1 (tf.contrib.layers.layer_norm).")
 
 
+def _is_file(path):
+    return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+
+
 def resolve_input():
-    """(checkpoint path, hf config path or None)."""
+    """(checkpoint path, hf config path or None); any tf.io.gfile path (gs://...)."""
     path, hf_config = FLAGS.input, FLAGS.hf_config
-    if FLAGS.format == "huggingface" and os.path.isdir(path):
+    if FLAGS.format == "huggingface" and tf.io.gfile.isdir(path):
         for name in ("model.safetensors", "pytorch_model.bin"):
-            if os.path.isfile(os.path.join(path, name)):
-                if hf_config is None and os.path.isfile(os.path.join(path, "config.json")):
+            if _is_file(os.path.join(path, name)):
+                if hf_config is None and _is_file(os.path.join(path, "config.json")):
                     hf_config = os.path.join(path, "config.json")
                 return os.path.join(path, name), hf_config
         raise ValueError(f"{path}: no model.safetensors or pytorch_model.bin in the directory")
-    if FLAGS.format != "tf1" and not os.path.isfile(path):
+    if FLAGS.format != "tf1" and not _is_file(path):
         raise ValueError(f"--input {path}: no such file")
     return path, hf_config
 
@@ -81,7 +86,7 @@ def main(argv):
         raise ValueError(f"--output must end with .keras, got {FLAGS.output!r}")
     if not FLAGS.overwrite:
         for path in (FLAGS.output, config_path_for(FLAGS.output)):
-            if os.path.exists(path):
+            if tf.io.gfile.exists(path):
                 raise ValueError(f"{path} exists (pass --overwrite to replace it)")
     path, hf_config = resolve_input()
     config = config_from_flags(hf_config)

@@ -13,6 +13,10 @@ Formats:
   * `.safetensors`: the `safetensors` package's numpy API (the optional `convert` extra).
   * `.npz`: numpy archives (no pickled objects allowed).
   * TF1 checkpoints (a prefix such as `model.ckpt-0`, or a directory): `tf.train.load_checkpoint`.
+
+Any path may be a bucket (gs://...): `open_checkpoint` reads through tf.io.gfile, and copies a
+remote torch, safetensors or npz file to a local temporary file first (TF1 checkpoints are read
+by TensorFlow from the bucket itself).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import io
 import os
 import pickle
 import re
+import tempfile
 import zipfile
 
 import numpy as np
@@ -29,6 +34,7 @@ import tensorflow as tf
 
 from tfxl.cli import one_line
 from tfxl.convert.errors import ConversionError
+from tfxl.files import is_local
 
 
 class TensorSource:
@@ -38,6 +44,7 @@ class TensorSource:
         self.shapes = {str(k): tuple(int(d) for d in v) for k, v in shapes.items()}
         self._loader = loader
         self.description = description
+        self.local_copy = None  # a remote file's local copy, kept while tensors may be read
 
     def __contains__(self, name):
         return name in self.shapes
@@ -202,18 +209,18 @@ class RestrictedUnpickler(pickle.Unpickler):
 
 
 class _TorchArchive:
-    def __init__(self, path):
-        self.path = path
+    def __init__(self, path, name):
+        self.path = name  # what messages call it (the user's path, not a local copy)
         try:
             self.zip = zipfile.ZipFile(path)
         except zipfile.BadZipFile:
             raise ConversionError(
-                f"{path}: not a torch zip checkpoint (files written by torch.save with torch >= "
+                f"{name}: not a torch zip checkpoint (files written by torch.save with torch >= "
                 f"1.6; re-save older files with torch.save(state_dict, path))") from None
         pickles = [n for n in self.zip.namelist() if n.endswith("data.pkl")
                    and n.count("/") == 1]
         if len(pickles) != 1:
-            raise ConversionError(f"{path}: expected one <root>/data.pkl in the torch zip, found "
+            raise ConversionError(f"{name}: expected one <root>/data.pkl in the torch zip, found "
                                   f"{len(pickles)}")
         self.root = pickles[0][: -len("data.pkl")]
 
@@ -228,8 +235,10 @@ class _TorchArchive:
                                   f"archive") from None
 
 
-def read_torch_zip(path) -> TensorSource:
-    archive = _TorchArchive(path)
+def read_torch_zip(path, name=None) -> TensorSource:
+    """A torch zip file; `name` (default `path`) is what messages call it."""
+    name = name or path
+    archive = _TorchArchive(path, name)
     byteorder = "little"
     if archive.root + "byteorder" in archive.zip.namelist():
         byteorder = archive.read("byteorder").decode("ascii", "replace").strip() or "little"
@@ -239,8 +248,8 @@ def read_torch_zip(path) -> TensorSource:
     except ConversionError:
         raise
     except Exception as e:  # truncated/garbled pickles raise all sorts of things
-        raise ConversionError(f"{path}: cannot read data.pkl ({type(e).__name__}: {e})") from None
-    return _state_dict_source(obj, path)
+        raise ConversionError(f"{name}: cannot read data.pkl ({type(e).__name__}: {e})") from None
+    return _state_dict_source(obj, name)
 
 
 def _state_dict_source(obj, path):
@@ -265,17 +274,19 @@ SAFETENSORS_MISSING = ("reading .safetensors files needs the safetensors package
                        "pip install 'tfxl[convert]'")
 
 
-def read_safetensors(path) -> TensorSource:
+def read_safetensors(path, name=None) -> TensorSource:
     """A `.safetensors` file through the `safetensors` package's numpy API (no torch).
 
     The header (names, dtypes, shapes) is read up front and validated by the library; each
-    tensor is read when asked for. bfloat16 tensors are widened to float32 (exact).
+    tensor is read when asked for. bfloat16 tensors are widened to float32 (exact). `name`
+    (default `path`) is what messages call it.
     """
+    name = name or path
     # Imported here: the library works without the optional package until a file needs it.
     try:
         from safetensors import SafetensorError, safe_open
     except ImportError:
-        raise ConversionError(f"{path}: {SAFETENSORS_MISSING}") from None
+        raise ConversionError(f"{name}: {SAFETENSORS_MISSING}") from None
     # Registers numpy's bfloat16, which safetensors' numpy API needs for BF16 tensors (ml_dtypes
     # comes with TensorFlow).
     import ml_dtypes
@@ -284,7 +295,7 @@ def read_safetensors(path) -> TensorSource:
         try:
             return safe_open(path, framework="np")
         except SafetensorError as e:
-            raise ConversionError(f"{path}: not a valid safetensors file ({one_line(e)})") \
+            raise ConversionError(f"{name}: not a valid safetensors file ({one_line(e)})") \
                 from None
 
     with opened() as f:
@@ -295,20 +306,22 @@ def read_safetensors(path) -> TensorSource:
             array = f.get_tensor(name)
         return array.astype(np.float32) if array.dtype == ml_dtypes.bfloat16 else array
 
-    return TensorSource(shapes, load, f"safetensors {path}")
+    return TensorSource(shapes, load, f"safetensors {name}")
 
 
-def read_npz(path) -> TensorSource:
+def read_npz(path, name=None) -> TensorSource:
+    """A numpy .npz archive; `name` (default `path`) is what messages call it."""
+    name = name or path
     try:
         archive = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as e:
-        raise ConversionError(f"{path}: cannot read as .npz ({e})") from None
+        raise ConversionError(f"{name}: cannot read as .npz ({e})") from None
     if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise ConversionError(f"{path}: not an .npz archive")
+        raise ConversionError(f"{name}: not an .npz archive")
     shapes = {}
-    for name in archive.files:
-        shapes[name] = archive[name].shape
-    return TensorSource(shapes, lambda name: archive[name], f"npz {path}")
+    for key in archive.files:
+        shapes[key] = archive[key].shape
+    return TensorSource(shapes, lambda key: archive[key], f"npz {name}")
 
 
 def read_tf1(path) -> TensorSource:
@@ -327,7 +340,8 @@ def read_tf1(path) -> TensorSource:
 
 
 def open_checkpoint(path, kind="auto") -> TensorSource:
-    """Opens `path` as `kind` (torch | safetensors | npz | tf1 | auto: by suffix/content)."""
+    """Opens `path` as `kind` (torch | safetensors | npz | tf1 | auto: by suffix/content); any
+    tf.io.gfile path (gs://...)."""
     path = os.fspath(path)
     if kind == "auto":
         kind = sniff(path)
@@ -335,13 +349,25 @@ def open_checkpoint(path, kind="auto") -> TensorSource:
                "tf1": read_tf1}
     if kind not in readers:
         raise ConversionError(f"unknown checkpoint file kind {kind!r}")
-    if kind != "tf1" and not os.path.isfile(path):
+    if kind == "tf1":  # TensorFlow reads its checkpoints through gfile itself
+        return read_tf1(path)
+    if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
         raise ConversionError(f"{path}: no such file")
-    return readers[kind](path)
+    if is_local(path):
+        return readers[kind](path)
+    # zipfile seeks all over the file, safetensors maps it into memory and np.load wants a real
+    # file: a remote checkpoint is copied to a local temporary file first, which lives as long
+    # as the TensorSource (its tensors are read lazily) and is removed with it.
+    copy = tempfile.TemporaryDirectory(prefix="tfxl-convert-")
+    local = os.path.join(copy.name, os.path.basename(path))
+    tf.io.gfile.copy(path, local)
+    source = readers[kind](local, name=path)
+    source.local_copy = copy
+    return source
 
 
 def sniff(path) -> str:
-    if (os.path.isdir(path) or not os.path.exists(path)
+    if (tf.io.gfile.isdir(path) or not tf.io.gfile.exists(path)
             or re.search(r"\.(index|meta|data-\d{5}-of-\d{5})$", path)):
         return "tf1"
     lower = path.lower()
@@ -349,7 +375,7 @@ def sniff(path) -> str:
         return "safetensors"
     if lower.endswith(".npz"):
         return "npz"
-    with open(path, "rb") as f:
+    with tf.io.gfile.GFile(path, "rb") as f:
         magic = f.read(4)
     if magic == b"PK\x03\x04":
         return "npz" if lower.endswith(".npz") else "torch"

@@ -10,10 +10,11 @@ Shape glossary used throughout the package:
 Public API (imported lazily, so ``import tfxl.data`` does not load TensorFlow):
 `input_fn`, `InputParams`, `eval_steps`, `verify_shards` (pipeline),
 `load_manifest`, `check_manifest` (manifest), `load_tokenizer`,
-`tokenizer_from_spec` (tokenizers), `PrepareConfig` (run it with
-`tfxl.data.prepare.prepare`) and `DataError`.  Modules: `records` (the
-segment record), `sources`, `formats`, `segments`, `staging` (tfxl-prepare's
-parts).
+`tokenizer_from_spec` (tokenizers), `PrepareConfig` (options: tfxl-prepare's options,
+each declared once; run it with `tfxl.data.prepare.prepare`) and `DataError`.
+Modules: `records` (the segment record), `sources`, `formats`, `segments`,
+`staging` (tfxl-prepare's parts), `storage` (every user-given path goes
+through `tf.io.gfile`: ``gs://`` works like a local path).
 The package knows nothing about the model; see docs/data.md.
 """
 
@@ -25,7 +26,7 @@ _LAZY = {
     "input_fn": "pipeline", "InputParams": "pipeline", "eval_steps": "pipeline",
     "load_tokenizer": "tokenizers", "verify_shards": "pipeline", "load_manifest": "manifest",
     "check_manifest": "manifest",
-    "tokenizer_from_spec": "tokenizers", "PrepareConfig": "prepare",
+    "tokenizer_from_spec": "tokenizers", "PrepareConfig": "options",
 }
 
 __all__ = ["DataError", *_LAZY]

@@ -12,13 +12,15 @@ import dataclasses
 import hashlib
 import itertools
 import json
-import zipfile
 from typing import Iterator, List
 
 import numpy as np
+import tensorflow as tf
 
+from tfxl.data import storage
 from tfxl.data.errors import DataError
-from tfxl.data.sources import CHUNK_BYTES, FilePiece, decode, open_piece, raw_chunks
+from tfxl.data.sources import (CHUNK_BYTES, FilePiece, decode, open_piece, raw_chunks,
+                               zip_members)
 
 # What --documents=auto means: keep the format's documents (a reset between them) or not.
 DOCUMENTS = ("auto", "none", "file")
@@ -72,10 +74,9 @@ class Enwik8Format(CorpusFormat):
     splits_single_file = True
 
     def file_piece(self, path):
-        if not zipfile.is_zipfile(path):
+        names = zip_members(path)
+        if names is None:
             return FilePiece(path)
-        with zipfile.ZipFile(path) as archive:
-            names = [i.filename for i in archive.infolist() if not i.is_dir()]
         if not names:
             raise DataError(f"{path}: zip archive is empty")
         return FilePiece(path, member=self.name if self.name in names else names[0])
@@ -157,8 +158,9 @@ class JsonLinesFormat(CorpusFormat):
                     return
                 try:
                     raw = handle.readline()
-                except OSError as e:
-                    raise DataError(f"cannot read {piece.label}: {e.strerror}") from None
+                except (OSError, tf.errors.OpError) as e:
+                    raise DataError(f"cannot read {piece.label}: {storage.reason(e, piece.path)}"
+                                    ) from None
                 if not raw:
                     return
                 line = decode(raw, piece.label, offset, errors)

@@ -1,8 +1,12 @@
 """The JSON manifest that describes a prepared data directory.
 
 `tfxl-prepare` writes ``manifest.json`` last (after every shard and vocabulary
-file is in place), so its presence means the directory is complete.  Fields
-(see docs/data.md for an example):
+file is in place), so its presence means the directory is complete, on a local
+disk (renamed into place) and on an object store like GCS (one object, written
+last): readers trust the manifest and read only the files it lists (their
+paths are relative to the data directory; on an object store they lie in the
+run's ``gen-<id>/`` directory).  Read through `tf.io.gfile`: ``gs://`` works.
+Fields (see docs/data.md for an example):
 
 ``format_version``   int, `FORMAT_VERSION`; readers refuse other versions.
 ``tokenizer``        the tokenizer's `spec()`: type, vocabulary file, sha256.
@@ -25,6 +29,9 @@ from __future__ import annotations
 import json
 import os
 
+import tensorflow as tf
+
+from tfxl.data import storage
 from tfxl.data.errors import DataError
 
 FORMAT_VERSION = 1
@@ -34,16 +41,15 @@ MANIFEST_NAME = "manifest.json"
 def load_manifest(data_dir: str) -> dict:
     """Reads ``data_dir/manifest.json``; a `DataError` says what is wrong."""
     path = os.path.join(data_dir, MANIFEST_NAME)
-    if not os.path.isdir(data_dir):
-        raise DataError(f"data directory {data_dir} does not exist; run tfxl-prepare first")
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
+        if not tf.io.gfile.isdir(data_dir):
+            raise DataError(f"data directory {data_dir} does not exist; run tfxl-prepare first")
+        raw = storage.read_bytes(path)
+    except tf.errors.NotFoundError:
         raise DataError(f"{path} not found: {data_dir} is not a prepared data directory "
                         "(or tfxl-prepare was interrupted); run tfxl-prepare") from None
-    except OSError as e:
-        raise DataError(f"cannot read {path}: {e.strerror}") from None
+    except (OSError, tf.errors.OpError) as e:
+        raise DataError(f"cannot read {path}: {storage.reason(e, path)}") from None
     try:
         manifest = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

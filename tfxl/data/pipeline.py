@@ -53,7 +53,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tfxl.data import records
+from tfxl.data import records, storage
 from tfxl.data.errors import DataError
 from tfxl.data.manifest import check_manifest, load_manifest, split_info
 
@@ -102,9 +102,11 @@ def verify_shards(data_dir: str, streams: Sequence[dict], crc: bool = True) -> N
     for info in streams:
         path = os.path.join(data_dir, info["file"])
         try:
-            size = os.path.getsize(path)
-        except OSError:
+            size = tf.io.gfile.stat(path).length
+        except tf.errors.NotFoundError:
             raise DataError(f"shard {path} is missing") from None
+        except tf.errors.OpError as e:
+            raise DataError(f"cannot read shard {path}: {storage.reason(e, path)}") from None
         if size != info["bytes"]:
             raise DataError(f"shard {path} is truncated or modified: {size} bytes, the "
                             f"manifest says {info['bytes']}")

@@ -9,14 +9,19 @@ lm1b file while it is shuffled, and the vocabulary counters):
    embedded ``--corpus=python_stdlib``.
 2. Tokenizer (`tfxl.data.tokenizers`): learned from the training split
    (chars/words/wordpiece, sentencepiece with --sentencepiece_vocab_size), or fixed.
-3. Tokenise each split into a flat temporary token file; ``<eod>`` is written
-   before every document (before the whole split when documents are not kept).
+3. Tokenise each split into a flat temporary token file on a local disk (next to the
+   staged output, or in TMPDIR when the output is on an object store); ``<eod>`` is
+   written before every document (before the whole split when documents are not kept).
 4. Cut the token sequence into S contiguous streams and each stream into
    segments of T targets (`tfxl.data.segments`); write one TFRecord file per
    stream, one record per segment (`tfxl.data.records`).
-5. Write vocabulary and manifest; move everything into place, manifest last
-   (`tfxl.data.staging`: a killed prepare never leaves a manifest pointing at
-   partial shards).
+5. Write vocabulary and manifest, the manifest last (`tfxl.data.staging`: on a local
+   disk everything is renamed into place; on an object store such as GCS the files go to
+   a fresh ``gen-<id>/`` directory and the manifest naming them is written after them;
+   either way a killed prepare never leaves a manifest pointing at partial shards).
+
+Every path a user gives (inputs, --output_dir, --sentencepiece_model) goes through
+`tf.io.gfile` (`tfxl.data.storage`): ``gs://`` works wherever a local path does.
 
 On a terminal, each pass shows a Keras progress bar with rate and ETA (on stdout; the
 log lines go to stderr); nothing of it when stdout is not a terminal.
@@ -28,7 +33,7 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional
 
 import keras
 import numpy as np
@@ -37,46 +42,16 @@ from absl import flags
 
 from tfxl import cli
 from tfxl.data import manifest as manifest_lib
-from tfxl.data import records, tokenizers
+from tfxl.data import records, storage, tokenizers
 from tfxl.data.errors import DataError
 from tfxl.data.formats import DOCUMENTS, FORMATS, get_format
+from tfxl.data.options import (DEFAULT_TGT_LEN, ERRORS, STDLIB_MAX_EVAL_BYTES,
+                               STDLIB_MAX_TRAIN_BYTES, STDLIB_TGT_LEN, PrepareConfig,
+                               VocabularyOptions, define_flags_of, from_flags)
 from tfxl.data.segments import TokenReader, iter_segments, shard_name, stream_bounds
 from tfxl.data.sources import CORPORA, capped, piece_bytes, split_pieces
-from tfxl.data.staging import StagingDirectory
+from tfxl.data.staging import open_output_dir
 from tfxl.data.tokenizers import TOKENIZERS
-
-# python_stdlib demo corpus defaults (keep `make demo` quick on 2 CPU cores).
-STDLIB_TGT_LEN = 64
-STDLIB_MAX_TRAIN_BYTES = 4 << 20
-STDLIB_MAX_EVAL_BYTES = 256 << 10
-
-
-@dataclasses.dataclass
-class PrepareConfig:
-    """Everything `prepare` needs; the CLI flags map onto these fields 1:1."""
-
-    output_dir: str
-    train: Sequence[str] = ()
-    valid: Sequence[str] = ()
-    test: Sequence[str] = ()
-    corpus: Optional[str] = None
-    format: str = "text"
-    tokenizer: Optional[str] = None          # None: per-format default
-    sentencepiece_model: Optional[str] = None
-    sentencepiece_vocab_size: Optional[int] = None  # learn a model of this size instead
-    min_freq: int = 1
-    max_size: int = 0
-    wordpiece_vocab_size: int = 8000
-    wordpiece_sample_bytes: int = 32 << 20   # wordpiece and a learned sentencepiece
-    tgt_len: Optional[int] = None            # None: 64 for python_stdlib, else 512
-    num_streams: int = 16
-    documents: str = "auto"                  # auto | none | file
-    max_train_bytes: int = -1                # -1: per-corpus default, 0: no cap
-    max_eval_bytes: int = -1
-    overwrite: bool = False
-    errors: str = "strict"
-    seed: int = 0
-
 
 def _resolve(config: PrepareConfig) -> PrepareConfig:
 
@@ -97,14 +72,14 @@ def _resolve(config: PrepareConfig) -> PrepareConfig:
         if config.max_eval_bytes < 0:
             config.max_eval_bytes = STDLIB_MAX_EVAL_BYTES
     config.tokenizer = config.tokenizer or corpus_format.default_tokenizer
-    config.tgt_len = 512 if config.tgt_len is None else config.tgt_len
+    config.tgt_len = DEFAULT_TGT_LEN if config.tgt_len is None else config.tgt_len
     config.max_train_bytes = max(0, config.max_train_bytes)
     config.max_eval_bytes = max(0, config.max_eval_bytes)
     if config.tokenizer not in TOKENIZERS:
         raise DataError(f"--tokenizer: unknown tokenizer {config.tokenizer!r} "
                         f"(choose from {', '.join(TOKENIZERS)})")
-    if config.errors not in ("strict", "replace"):
-        raise DataError(f"--errors must be strict or replace, not {config.errors!r}")
+    if config.errors not in ERRORS:
+        raise DataError(f"--errors must be {' or '.join(ERRORS)}, not {config.errors!r}")
     if config.documents == "auto":
         config.documents = "file" if corpus_format.keeps_documents else "none"
     if config.documents not in DOCUMENTS[1:]:
@@ -148,15 +123,23 @@ def prepare(config: PrepareConfig, log=print, progress: Optional[bool] = None) -
     caps = {"train": config.max_train_bytes, "valid": config.max_eval_bytes,
             "test": config.max_eval_bytes}
     pieces = {name: capped(p, caps[name]) for name, p in pieces.items()}
-    staging = StagingDirectory(config.output_dir, config.overwrite)
+    staging = open_output_dir(config.output_dir, config.overwrite)
     if progress is None:
         progress = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
     try:
         staging.create()
         return _prepare_into(config, pieces, staging, log, progress)
     except BaseException as err:
+        scratch = staging.scratch
         staging.discard()
         # Inputs were checked above: what fails here is writing (read-only, full disk, quota).
+        if (isinstance(err, OSError) and scratch and scratch != staging.path
+                and str(err.filename or "").startswith(storage.local_path(scratch))):
+            # The token scratch files of an object-store prepare are on the local disk.
+            raise DataError(f"cannot write the scratch token file {err.filename} of "
+                            f"--output_dir {config.output_dir}: {err.strerror or err} (set "
+                            "TMPDIR to a local disk with room for the largest split's tokens, "
+                            "2 or 4 bytes each)") from None
         if isinstance(err, OSError):
             raise DataError(f"cannot write into --output_dir {config.output_dir}: "
                             f"{err.strerror or err} ({err.filename or staging.path})") from None
@@ -193,19 +176,48 @@ def _input_bytes(pieces) -> int:
 
 
 def _prepare_into(config, pieces, staging, log, progress) -> dict:
-
-    tokenizer_class = tokenizers.TOKENIZERS[config.tokenizer]
-    text = tokenizer_class.reads_text
-    corpus_format = FORMATS[config.format]
-    keep_documents = config.documents == "file"
+    """The steps of a prepare whose inputs and output directory were checked: learn the
+    tokenizer; per split, tokenise into a scratch file, then cut it into one shard per stream;
+    write the vocabulary and the manifest (`staging` puts them in place, manifest last)."""
     started = time.time()
+    corpus_format = FORMATS[config.format]
 
     def documents(split):
-        return corpus_format.documents(pieces.get(split, []), keep_documents, text, config.errors)
+        return corpus_format.documents(pieces.get(split, []), config.documents == "file",
+                                       TOKENIZERS[config.tokenizer].reads_text, config.errors)
+
+    tokenizer = _learn_tokenizer(config, pieces.get("train", []), documents, log, progress)
+    dtype = np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.int32
+    files, splits = [], {}
+    train_counts = np.zeros(tokenizer.vocab_size, np.int64)
+    for split, inputs in pieces.items():
+        tokens = _tokenize_split(split, inputs, documents(split), tokenizer, dtype,
+                                 staging.scratch, progress,
+                                 train_counts if split == "train" else None)
+        _check_split_size(split, inputs, tokens.num_targets, config)
+        streams = _write_shards(split, tokens, tokenizer, config, staging, progress)
+        tf.io.gfile.remove(tokens.path)
+        files += [stream["file"] for stream in streams]
+        splits[split] = _split_entry(inputs, tokens, streams, config)
+        log(f"{split}: {tokens.num_targets} tokens, {splits[split]['segments']} segments in "
+            f"{config.num_streams} streams")
+    manifest = _write_vocabulary_and_manifest(config, tokenizer, train_counts, splits, files,
+                                              staging)
+    input_bytes = sum(split["input_bytes"] for split in splits.values())
+    seconds = time.time() - started
+    log(f"wrote {config.output_dir}: {input_bytes / 1e6:.1f} MB in {seconds:.1f} s "
+        f"({input_bytes / 1e6 / max(seconds, 1e-9):.2f} MB/s)")
+    return manifest
+
+
+def _learn_tokenizer(config, train_pieces, documents, log, progress) -> tokenizers.Tokenizer:
+    """Step 2: the tokenizer, learned from the training split (or fixed: bytes, a given
+    SentencePiece model)."""
+    tokenizer_class = TOKENIZERS[config.tokenizer]
 
     def training_text() -> Iterator:
         bar = _Progress(f"train: reading for the {config.tokenizer} vocabulary",
-                        _input_bytes(pieces.get("train", [])), "kB", progress, scale=1000)
+                        _input_bytes(train_pieces), "kB", progress, scale=1000)
         try:
             for document in documents("train"):
                 for chunk in document:
@@ -216,86 +228,113 @@ def _prepare_into(config, pieces, staging, log, progress) -> dict:
 
     if tokenizer_class is not tokenizers.BytesTokenizer and not config.sentencepiece_model:
         log(f"building the {config.tokenizer} vocabulary from the training split")
-    tokenizer = tokenizer_class.learn(training_text, tokenizers.VocabularyOptions(
-        min_freq=config.min_freq, max_size=config.max_size,
-        wordpiece_vocab_size=config.wordpiece_vocab_size,
-        sample_bytes=config.wordpiece_sample_bytes,
-        sentencepiece_model=config.sentencepiece_model,
-        sentencepiece_vocab_size=config.sentencepiece_vocab_size))
-    dtype = np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.int32
-    T, S = config.tgt_len, config.num_streams
-    files, splits, input_bytes_total = [], {}, 0
-    train_counts = np.zeros(tokenizer.vocab_size, np.int64)
-    for split, inputs in pieces.items():
-        # --- tokenise into a flat temporary token file -----------------------
-        bar = _Progress(f"{split}: tokenizing", _input_bytes(inputs), "kB", progress,
-                        scale=1000)
-        token_path = os.path.join(staging.path, f"{split}.tokens.bin")
-        doc_starts, total, input_bytes = [], 0, 0
-        with open(token_path, "wb") as out:
-            for document in documents(split):
-                doc_starts.append(total)
-                out.write(np.array([tokenizer.eod_id], dtype).tobytes())
-                total += 1
-                for chunk in document:
-                    size = len(chunk) if not text else len(chunk.encode("utf-8"))
-                    input_bytes += size
-                    bar.add(size)
-                    ids = tokenizer.encode(chunk)
-                    # (file.write, not ndarray.tofile: a full disk is ENOSPC, not a count)
-                    out.write(ids.astype(dtype, copy=False).tobytes())
-                    total += ids.size
-                    if split == "train":
-                        train_counts += np.bincount(ids, minlength=tokenizer.vocab_size)[
-                            :tokenizer.vocab_size]
-        bar.finish()
-        input_bytes_total += input_bytes
-        num_targets = total - len(doc_starts)
-        where = ", ".join(p.label for p in inputs[:3]) + (" ..." if len(inputs) > 3 else "")
-        if num_targets == 0:
-            raise DataError(f"split {split!r} is empty (no tokens in {where or 'no files'})")
-        if num_targets < S * T:
-            raise DataError(f"split {split!r} has {num_targets} tokens, fewer than one segment "
-                            f"per stream (--num_streams={S} x --tgt_len={T} = {S * T}); "
-                            "lower --num_streams or --tgt_len, or give more data")
-        # --- cut into streams and segments, one TFRecord file per stream -----
-        bar = _Progress(f"{split}: writing {S} shards", num_targets, "token", progress)
-        reader = TokenReader(token_path, dtype)
-        starts = np.asarray(doc_starts, np.int64)
-        bounds = stream_bounds(total, S)
-        streams = []
-        for s in range(S):
-            name = shard_name(split, s, S)
-            path = os.path.join(staging.path, name)
-            segments = targets = 0
-            with tf.io.TFRecordWriter(path) as writer:
-                for tokens, reset in iter_segments(reader, bounds[s], bounds[s + 1], starts, T):
-                    writer.write(records.encode(tokens, T, tokenizer.pad_id, reset, s, segments))
-                    segments += 1
-                    targets += tokens.size - 1
-                    bar.add(tokens.size - 1)
-            if segments == 0:
-                raise DataError(f"split {split!r}: stream {s} has no tokens (too many empty "
-                                "documents for --num_streams); lower --num_streams")
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
-            streams.append({"file": name, "bytes": os.path.getsize(path),
-                            "segments": segments, "tokens": targets})
-            files.append(name)
-        bar.finish()
-        os.remove(token_path)
-        assert sum(s["tokens"] for s in streams) == num_targets
-        splits[split] = {
-            "tokens": num_targets, "segments": sum(s["segments"] for s in streams),
-            "documents": len(doc_starts), "input_bytes": input_bytes,
-            "resets_inside": bool(keep_documents and len(doc_starts) > 1),
-            "input_files": [p.label for p in inputs][:1000],
-            "streams": streams,
-        }
-        log(f"{split}: {num_targets} tokens, {splits[split]['segments']} segments in {S} streams")
+    return tokenizer_class.learn(training_text, VocabularyOptions.of(config))
 
-    spec = tokenizer.save(staging.path)
-    files += tokenizers.spec_files(spec)
+
+@dataclasses.dataclass
+class _TokenFile:
+    """A split tokenised into a flat scratch file of `dtype` ids: positions 0..total-1, an
+    ``<eod>`` at each of `doc_starts`."""
+
+    path: str
+    dtype: type
+    doc_starts: List[int]
+    total: int
+    input_bytes: int
+
+    @property
+    def num_targets(self) -> int:
+        return self.total - len(self.doc_starts)  # every position but the <eod>s is a target
+
+
+def _tokenize_split(split, inputs, documents, tokenizer, dtype, scratch, progress,
+                    counts=None) -> _TokenFile:
+    """Step 3: a split's documents -> a flat token file in the local directory `scratch`,
+    ``<eod>`` before each document; `counts` (train) adds up every id's count, for the suggested
+    cutoffs. (Plain file calls: scratch is prepare's own, always on a local disk.)"""
+    text = tokenizer.reads_text
+    bar = _Progress(f"{split}: tokenizing", _input_bytes(inputs), "kB", progress, scale=1000)
+    path = os.path.join(storage.local_path(scratch), f"{split}.tokens.bin")
+    tokens = _TokenFile(path, dtype, [], 0, 0)
+    with open(tokens.path, "wb") as out:
+        for document in documents:
+            tokens.doc_starts.append(tokens.total)
+            out.write(np.array([tokenizer.eod_id], dtype).tobytes())
+            tokens.total += 1
+            for chunk in document:
+                size = len(chunk) if not text else len(chunk.encode("utf-8"))
+                tokens.input_bytes += size
+                bar.add(size)
+                ids = tokenizer.encode(chunk)
+                # (file.write, not ndarray.tofile: a full disk is ENOSPC, not a count)
+                out.write(ids.astype(dtype, copy=False).tobytes())
+                tokens.total += ids.size
+                if counts is not None:
+                    counts += np.bincount(ids, minlength=tokenizer.vocab_size)[
+                        :tokenizer.vocab_size]
+    bar.finish()
+    return tokens
+
+
+def _check_split_size(split, inputs, num_targets, config) -> None:
+    """A split must fill at least one segment per stream."""
+    T, S = config.tgt_len, config.num_streams
+    where = ", ".join(p.label for p in inputs[:3]) + (" ..." if len(inputs) > 3 else "")
+    if num_targets == 0:
+        raise DataError(f"split {split!r} is empty (no tokens in {where or 'no files'})")
+    if num_targets < S * T:
+        raise DataError(f"split {split!r} has {num_targets} tokens, fewer than one segment "
+                        f"per stream (--num_streams={S} x --tgt_len={T} = {S * T}); "
+                        "lower --num_streams or --tgt_len, or give more data")
+
+
+def _write_shards(split, tokens, tokenizer, config, staging, progress) -> List[dict]:
+    """Step 4: the token file cut into S streams of segments, one TFRecord shard per stream
+    in `staging.path` (any file system); returns the manifest's `streams` entries."""
+    T, S = config.tgt_len, config.num_streams
+    bar = _Progress(f"{split}: writing {S} shards", tokens.num_targets, "token", progress)
+    reader = TokenReader(tokens.path, tokens.dtype)
+    starts = np.asarray(tokens.doc_starts, np.int64)
+    bounds = stream_bounds(tokens.total, S)
+    streams = []
+    for s in range(S):
+        name = shard_name(split, s, S)
+        path = os.path.join(staging.path, name)
+        segments = targets = 0
+        with tf.io.TFRecordWriter(path) as writer:
+            for ids, reset in iter_segments(reader, bounds[s], bounds[s + 1], starts, T):
+                writer.write(records.encode(ids, T, tokenizer.pad_id, reset, s, segments))
+                segments += 1
+                targets += ids.size - 1
+                bar.add(ids.size - 1)
+        if segments == 0:
+            raise DataError(f"split {split!r}: stream {s} has no tokens (too many empty "
+                            "documents for --num_streams); lower --num_streams")
+        storage.fsync_local(path)
+        streams.append({"file": staging.listed(name), "bytes": tf.io.gfile.stat(path).length,
+                        "segments": segments, "tokens": targets})
+    bar.finish()
+    assert sum(stream["tokens"] for stream in streams) == tokens.num_targets
+    return streams
+
+
+def _split_entry(inputs, tokens, streams, config) -> dict:
+    """The manifest's `splits.<split>` entry."""
+    return {
+        "tokens": tokens.num_targets, "segments": sum(s["segments"] for s in streams),
+        "documents": len(tokens.doc_starts), "input_bytes": tokens.input_bytes,
+        "resets_inside": bool(config.documents == "file" and len(tokens.doc_starts) > 1),
+        "input_files": [p.label for p in inputs][:1000],
+        "streams": streams,
+    }
+
+
+def _write_vocabulary_and_manifest(config, tokenizer, train_counts, splits, files,
+                                   staging) -> dict:
+    """Step 5: the vocabulary file(s) and the manifest; `staging.commit` publishes them, the
+    manifest last (`tfxl.data.staging`: renamed into place on a local disk, written after every
+    file it names on an object store)."""
+    spec = tokenizers.with_spec_files(tokenizer.save(staging.path), staging.listed)
     manifest = {
         "format_version": manifest_lib.FORMAT_VERSION,
         "created_by": "tfxl-prepare",
@@ -306,19 +345,16 @@ def _prepare_into(config, pieces, staging, log, progress) -> dict:
         "eod_id": tokenizer.eod_id,
         "is_character_level": tokenizer.is_character_level,
         "cutoffs": suggest_cutoffs(train_counts, tokenizer.frequency_ordered),
-        "tgt_len": T,
-        "num_streams": S,
-        "record": records.manifest_entry(T),
+        "tgt_len": config.tgt_len,
+        "num_streams": config.num_streams,
+        "record": records.manifest_entry(config.tgt_len),
         "source": {"corpus": config.corpus, "format": config.format,
                    "documents": config.documents, "errors": config.errors,
                    "seed": config.seed, "max_train_bytes": config.max_train_bytes,
                    "max_eval_bytes": config.max_eval_bytes},
         "splits": splits,
     }
-    staging.commit(files, manifest)
-    seconds = time.time() - started
-    log(f"wrote {config.output_dir}: {input_bytes_total / 1e6:.1f} MB in {seconds:.1f} s "
-        f"({input_bytes_total / 1e6 / max(seconds, 1e-9):.2f} MB/s)")
+    staging.commit(files + tokenizers.spec_files(spec), manifest)
     return manifest
 
 
@@ -344,63 +380,13 @@ def suggest_cutoffs(counts: np.ndarray, frequency_ordered: bool) -> List[int]:
 # Command line
 # ---------------------------------------------------------------------------
 def define_flags(flag_values=flags.FLAGS) -> None:
-    """Registers the tfxl-prepare flags (only when the CLI runs, never on import)."""
-    fv = flag_values
-    flags.DEFINE_enum("corpus", None, list(CORPORA),
-                      "Embedded corpus instead of --train/--valid/--test.", flag_values=fv)
-    flags.DEFINE_list("train", [], "Training files or globs (comma-separated).", flag_values=fv)
-    flags.DEFINE_list("valid", [], "Validation files or globs.", flag_values=fv)
-    flags.DEFINE_list("test", [], "Test files or globs.", flag_values=fv)
-    flags.DEFINE_enum("format", "text", list(FORMATS), "Input format (jsonl: one JSON object "
-                      "per line, its \"text\" is a document).", flag_values=fv)
-    defaults = ", ".join(f"{f.default_tokenizer} for {f.name}" for f in FORMATS.values())
-    flags.DEFINE_enum("tokenizer", None, list(TOKENIZERS),
-                      f"Tokenizer (default: {defaults}).", flag_values=fv)
-    flags.DEFINE_string("sentencepiece_model", None, "A SentencePiece .model file.",
-                        flag_values=fv)
-    flags.DEFINE_integer("sentencepiece_vocab_size", None, "Learn a SentencePiece model of this "
-                         "size from the training split instead (needs the sentencepiece "
-                         "package: pip install 'tfxl[sentencepiece]').", flag_values=fv)
-    flags.DEFINE_integer("min_freq", 1, "words/chars: minimum training count.", flag_values=fv)
-    flags.DEFINE_integer("max_size", 0, "words/chars: maximum vocabulary size including "
-                         "specials (0 = unlimited).", flag_values=fv)
-    flags.DEFINE_integer("wordpiece_vocab_size", 8000, "wordpiece: target vocabulary size.",
-                         flag_values=fv)
-    flags.DEFINE_integer("wordpiece_sample_bytes", 32 << 20,
-                         "wordpiece, learned sentencepiece: learn the vocabulary from this "
-                         "many training bytes.",
-                         flag_values=fv)
-    flags.DEFINE_integer("tgt_len", None, "Tokens per segment T (default 64 for "
-                         "python_stdlib, else 512).", flag_values=fv)
-    flags.DEFINE_integer("num_streams", 16, "Streams per split S.", flag_values=fv)
-    flags.DEFINE_enum("documents", "auto", list(DOCUMENTS),
-                      "Document boundaries: file = keep the format's documents (memory reset "
-                      "between them): an input file, a jsonl line; none = one long document; "
-                      "auto = file for lm1b and jsonl.", flag_values=fv)
-    flags.DEFINE_integer("max_train_bytes", -1, "Cap on training input bytes (-1: 4 MiB for "
-                         "python_stdlib, else none; 0: none).", flag_values=fv)
-    flags.DEFINE_integer("max_eval_bytes", -1, "Cap on valid/test input bytes each (-1: "
-                         "256 KiB for python_stdlib, else none; 0: none).", flag_values=fv)
-    flags.DEFINE_string("output_dir", None, "Output directory.", flag_values=fv)
-    flags.DEFINE_bool("overwrite", False, "Replace prepared data in a non-empty --output_dir.",
-                      flag_values=fv)
-    flags.DEFINE_enum("errors", "strict", ["strict", "replace"],
-                      "Invalid UTF-8 for text tokenizers: strict = fail naming file and "
-                      "offset; replace = substitute U+FFFD.", flag_values=fv)
-    flags.DEFINE_integer("seed", 0, "Seed for lm1b sentence shuffling.", flag_values=fv)
+    """Registers the tfxl-prepare flags (only when the CLI runs, never on import): one per
+    `PrepareConfig` field, generated from it (`tfxl.data.options`)."""
+    define_flags_of(PrepareConfig, flag_values, module_name=__name__)
 
 
-def config_from_flags(fv) -> PrepareConfig:
-    return PrepareConfig(
-        output_dir=fv.output_dir, train=fv.train, valid=fv.valid, test=fv.test,
-        corpus=fv.corpus, format=fv.format, tokenizer=fv.tokenizer,
-        sentencepiece_model=fv.sentencepiece_model,
-        sentencepiece_vocab_size=fv.sentencepiece_vocab_size, min_freq=fv.min_freq,
-        max_size=fv.max_size, wordpiece_vocab_size=fv.wordpiece_vocab_size,
-        wordpiece_sample_bytes=fv.wordpiece_sample_bytes, tgt_len=fv.tgt_len,
-        num_streams=fv.num_streams, documents=fv.documents,
-        max_train_bytes=fv.max_train_bytes, max_eval_bytes=fv.max_eval_bytes,
-        overwrite=fv.overwrite, errors=fv.errors, seed=fv.seed)
+def config_from_flags(flag_values) -> PrepareConfig:
+    return from_flags(PrepareConfig, flag_values)
 
 
 def main(argv, flag_values=flags.FLAGS):

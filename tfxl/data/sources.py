@@ -1,6 +1,9 @@
 """Where a split's text comes from: input files (checked up front), the embedded corpus, the
 train/valid/test split, byte caps, and reading a byte range of a file in validated chunks.
 
+Input files, globs and zip archives are read through `tf.io.gfile` (`tfxl.data.storage`), so
+``--train=gs://bucket/enwik8.zip`` works like a local path.
+
 A split is a list of `FilePiece`s (byte ranges of files or zip members) in corpus order; how the
 pieces turn into documents is the corpus format's business (`tfxl.data.formats`).
 """
@@ -8,13 +11,15 @@ pieces turn into documents is the corpus format's business (`tfxl.data.formats`)
 from __future__ import annotations
 
 import dataclasses
-import glob
 import hashlib
 import os
 import sysconfig
 import zipfile
 from typing import Iterator, List, Optional, Sequence
 
+import tensorflow as tf
+
+from tfxl.data import storage
 from tfxl.data.errors import DataError
 
 SPLITS = ("train", "valid", "test")
@@ -40,12 +45,52 @@ class FilePiece:
 
     def open(self):
         if self.member:
-            handle = zipfile.ZipFile(self.path).open(self.member)
+            handle = _ZipMember(self.path, self.member)
             _skip(handle, self.start)
             return handle
-        handle = open(self.path, "rb")
+        handle = storage.open_read(self.path)
         handle.seek(self.start)
         return handle
+
+
+class _ZipMember:
+    """A member of a zip archive on any file system, read through the archive's open file (which
+    `zipfile` seeks in); closing it closes the archive and the file."""
+
+    def __init__(self, path: str, member: str):
+        self._file = storage.open_read(path)
+        try:
+            self._archive = zipfile.ZipFile(self._file)
+            self._member = self._archive.open(member)
+        except BaseException:
+            self._file.close()
+            raise
+
+    def read(self, size: int = -1) -> bytes:
+        return self._member.read(size)
+
+    def readline(self) -> bytes:
+        return self._member.readline()
+
+    def close(self) -> None:
+        self._member.close()
+        self._archive.close()
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def zip_members(path: str) -> Optional[List[str]]:
+    """The file members of a zip archive, or None when `path` is not one."""
+    with storage.open_read(path) as f:
+        if not zipfile.is_zipfile(f):
+            return None
+        with zipfile.ZipFile(f) as archive:
+            return [i.filename for i in archive.infolist() if not i.is_dir()]
 
 
 def _skip(handle, count: int) -> None:
@@ -61,30 +106,34 @@ def expand_paths(flag: str, patterns: Sequence[str]) -> List[str]:
     paths = []
     for pattern in patterns:
         if any(ch in pattern for ch in "*?["):
-            matches = sorted(glob.glob(pattern))
+            try:
+                matches = sorted(tf.io.gfile.glob(pattern))
+            except tf.errors.OpError as e:
+                raise DataError(f"--{flag}: cannot list {pattern!r}: {storage.reason(e)}"
+                                ) from None
             if not matches:
                 raise DataError(f"--{flag}: no files match {pattern!r}")
             paths.extend(matches)
         else:
             paths.append(pattern)
     for path in paths:
-        if not os.path.exists(path):
-            raise DataError(f"--{flag}: file not found: {path}")
-        if os.path.isdir(path):
-            raise DataError(f"--{flag}: {path} is a directory, expected a file or glob")
         try:
-            with open(path, "rb") as f:
+            if not tf.io.gfile.exists(path):
+                raise DataError(f"--{flag}: file not found: {path}")
+            if tf.io.gfile.isdir(path):
+                raise DataError(f"--{flag}: {path} is a directory, expected a file or glob")
+            with storage.open_read(path) as f:
                 f.read(1)
-        except OSError as e:
-            raise DataError(f"--{flag}: cannot read {path}: {e.strerror}") from None
+        except (OSError, tf.errors.OpError) as e:
+            raise DataError(f"--{flag}: cannot read {path}: {storage.reason(e, path)}") from None
     return paths
 
 
 def piece_size(piece: FilePiece) -> int:
     if piece.member:
-        with zipfile.ZipFile(piece.path) as archive:
+        with storage.open_read(piece.path) as f, zipfile.ZipFile(f) as archive:
             return archive.getinfo(piece.member).file_size
-    return os.path.getsize(piece.path)
+    return tf.io.gfile.stat(piece.path).length
 
 
 def piece_bytes(piece: FilePiece) -> int:
@@ -96,8 +145,8 @@ def open_piece(piece: FilePiece):
     """`piece.open()`, a DataError naming the file when it cannot be opened."""
     try:
         return piece.open()
-    except (OSError, zipfile.BadZipFile, KeyError) as e:
-        raise DataError(f"cannot read {piece.label}: {getattr(e, 'strerror', None) or e}") from None
+    except (OSError, tf.errors.OpError, zipfile.BadZipFile, KeyError) as e:
+        raise DataError(f"cannot read {piece.label}: {storage.reason(e, piece.path)}") from None
 
 
 def _next_line_start(piece: FilePiece, pos: int, size: int) -> int:
@@ -126,7 +175,7 @@ def stdlib_files() -> List[str]:
     """Sorted *.py files of the running Python's standard library (no site-packages)."""
     root = sysconfig.get_paths()["stdlib"]
     found = []
-    for directory, subdirs, files in os.walk(root):
+    for directory, subdirs, files in tf.io.gfile.walk(root):
         subdirs[:] = sorted(d for d in subdirs
                             if d not in ("site-packages", "dist-packages", "__pycache__"))
         found.extend(os.path.join(directory, f) for f in sorted(files) if f.endswith(".py"))
@@ -224,8 +273,9 @@ def raw_chunks(piece: FilePiece, whole_lines: bool) -> Iterator[tuple]:
             want = CHUNK_BYTES if remaining is None else min(CHUNK_BYTES, remaining)
             try:
                 block = handle.read(want) if want > 0 else b""
-            except OSError as e:
-                raise DataError(f"cannot read {piece.label}: {e.strerror}") from None
+            except (OSError, tf.errors.OpError) as e:
+                raise DataError(f"cannot read {piece.label}: {storage.reason(e, piece.path)}"
+                                ) from None
             if remaining is not None:
                 remaining -= len(block)
             data = carry + block

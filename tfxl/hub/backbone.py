@@ -7,6 +7,7 @@ import keras
 from keras_hub.models import Backbone
 
 from tfxl.config import TransfoXLConfig
+from tfxl.hub.presets import save_preset
 from tfxl.models import TransfoXLLM
 
 
@@ -48,6 +49,11 @@ class TransfoXLHubBackbone(Backbone):
     @property
     def vocabulary_size(self):
         return self.config.vocab_size
+
+    def save_to_preset(self, preset_dir, max_shard_size=10):
+        """keras-hub's `save_to_preset`, into a local directory or a bucket
+        (`tfxl.hub.presets`)."""
+        save_preset(super().save_to_preset, preset_dir, max_shard_size=max_shard_size)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(),

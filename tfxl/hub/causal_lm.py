@@ -25,6 +25,7 @@ from keras_hub.src.utils.tensor_utils import any_equal
 
 from tfxl.hub.backbone import TransfoXLHubBackbone
 from tfxl.hub.preprocessor import TransfoXLCausalLMPreprocessor
+from tfxl.hub.presets import save_preset
 from tfxl.layers.memory import KEYS, VALUES
 
 PROMPT_LENGTH = "prompt_length"
@@ -180,6 +181,11 @@ class TransfoXLCausalLM(CausalLM):
         else:
             padding_mask = ops.ones_like(token_ids, dtype="bool")
         return {"token_ids": token_ids, "padding_mask": padding_mask}
+
+    def save_to_preset(self, preset_dir, max_shard_size=10):
+        """keras-hub's `save_to_preset`, into a local directory or a bucket
+        (`tfxl.hub.presets`)."""
+        save_preset(super().save_to_preset, preset_dir, max_shard_size=max_shard_size)
 
     def get_config(self):
         return {**super().get_config(), "mem_len": self.mem_len}

@@ -5,6 +5,7 @@ import keras
 from keras_hub.models import CausalLMPreprocessor
 
 from tfxl.hub.backbone import TransfoXLHubBackbone
+from tfxl.hub.presets import save_preset
 from tfxl.hub.tokenizer import TransfoXLTokenizer
 
 
@@ -23,3 +24,8 @@ class TransfoXLCausalLMPreprocessor(CausalLMPreprocessor):
 
     backbone_cls = TransfoXLHubBackbone
     tokenizer_cls = TransfoXLTokenizer
+
+    def save_to_preset(self, preset_dir):
+        """keras-hub's `save_to_preset`, into a local directory or a bucket
+        (`tfxl.hub.presets`)."""
+        save_preset(super().save_to_preset, preset_dir)

@@ -19,6 +19,7 @@ from keras_hub.src.utils.tensor_utils import (canonicalize_python_string_inputs,
                                               restore_outer_shape)
 
 from tfxl.data.tokenizers import spec_files, tokenizer_from_spec
+from tfxl.hub.presets import save_preset
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -134,6 +135,11 @@ class TransfoXLTokenizer(Tokenizer):
         decode = self._loaded().decode
         texts = [decode(row) for row in ids]
         return texts if batched else texts[0]
+
+    def save_to_preset(self, preset_dir):
+        """keras-hub's `save_to_preset`, into a local directory or a bucket
+        (`tfxl.hub.presets`)."""
+        save_preset(super().save_to_preset, preset_dir)
 
     def get_config(self):
         return {**super().get_config(), "spec": self.spec}

@@ -55,7 +55,8 @@ import os
 import keras
 import tensorflow as tf
 
-from tfxl.model_dir import write_export_record
+from tfxl.files import StagedDirectory
+from tfxl.model_dir import SAVED_MODEL, write_export_record
 from tfxl.layers.memory import KEYS, VALID, VALUES
 from tfxl.models.generation import generate
 from tfxl.models.sampling import sampling_rules
@@ -65,12 +66,32 @@ from tfxl.serving.checks import (checked, has_rank, ids_rule, padded_shape, shap
 
 
 def next_version(output_dir):
-    """1 + the largest integer version directory under `output_dir` (1 when there is none)."""
+    """1 + the largest integer version under `output_dir` (1 when there is none).
+
+    Only integer names are versions: a staging directory (".tmp-export-...") never counts. A
+    version directory without saved_model.pb (an object-store publish killed midway, which no
+    reader loads) still counts: its number is not reused, since TF Serving may have seen it.
+    """
     if not tf.io.gfile.isdir(output_dir):
         return 1
     versions = [int(name.strip("/")) for name in tf.io.gfile.listdir(output_dir)
                 if name.strip("/").isdigit()]
     return max(versions, default=0) + 1
+
+
+def check_version(version):
+    """A version is a positive integer (TF Serving's directory names); ValueError otherwise."""
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"--version must be a positive integer, got {version!r}")
+    return version
+
+
+def _exists_message(path):
+    if tf.io.gfile.exists(os.path.join(path, SAVED_MODEL)):
+        return f"{path} already exists; exports are never overwritten"
+    return (f"{path} already exists without {SAVED_MODEL} (an export still being published, or "
+            "one interrupted midway; delete it to reuse the version); exports are never "
+            "overwritten")
 
 
 def _wire(memory):
@@ -283,7 +304,7 @@ def write_signatures(signatures, path, data_dir=None, verbose=False):
         archive.add_endpoint(name, function)
     archive.write_out(path, verbose=verbose)
     write_export_record(path, signatures.model.config.vocab_size,
-                             tokenizer.vocab_sha256 if tokenizer is not None else None, data_dir)
+                        tokenizer.vocab_sha256 if tokenizer is not None else None, data_dir)
 
 
 def export_saved_model(model, output_dir, version=None, tgt_len=None, mem_len=None,
@@ -292,21 +313,35 @@ def export_saved_model(model, output_dir, version=None, tgt_len=None, mem_len=No
     """Writes `<output_dir>/<version>/saved_model.pb` with the signatures above; returns its path.
 
     tgt_len/mem_len/clamp_len/same_length default to the config's evaluation settings;
-    score_top_k is the size K of `score`'s top-k output (0: full log-probs). An existing version
-    directory is never overwritten. data_dir: where `tokenizer` came from, recorded with its
-    vocabulary hash in assets.extra/tfxl_data.json (`tfxl.model_dir`).
+    score_top_k is the size K of `score`'s top-k output (0: full log-probs). version: a positive
+    integer, default the next free one (`next_version`). An existing version directory is never
+    overwritten. The version is built under a temporary name and published whole
+    (`tfxl.files.StagedDirectory`, saved_model.pb last on object stores), so TF Serving watching
+    `output_dir` never loads half an export. data_dir: where `tokenizer` came from, recorded with
+    its vocabulary hash in assets.extra/tfxl_data.json (`tfxl.model_dir`).
     """
     signatures = Signatures(model, tokenizer, tgt_len, mem_len, clamp_len, same_length,
                             score_top_k)
+    if version is not None:
+        check_version(version)
     if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
         raise ValueError(f"--output_dir={output_dir} is a file, not a directory")
-    version = next_version(output_dir) if version is None else int(version)
-    path = os.path.join(output_dir, str(version))
+    number = next_version(output_dir) if version is None else version
+    path = os.path.join(output_dir, str(number))
     if tf.io.gfile.exists(path):
-        raise ValueError(f"{path} already exists; exports are never overwritten (pick another "
-                         "--version)")
-    write_signatures(signatures, path, data_dir)
-    return path
+        raise ValueError(f"{_exists_message(path)} (pick another --version)")
+    with StagedDirectory(path, "export") as staged:
+        write_signatures(signatures, staged.path, data_dir)
+        while True:
+            try:
+                staged.publish(last=(SAVED_MODEL,))
+                return path
+            except FileExistsError:
+                if version is not None:  # given: never another one
+                    raise ValueError(f"{_exists_message(path)} (pick another --version)") \
+                        from None
+                # Another export took this number meanwhile: the next free one.
+                path = os.path.join(output_dir, str(next_version(output_dir)))
 
 
 def export_model(model, filepath, verbose=None, *, tgt_len=None, mem_len=None, clamp_len=None,
@@ -314,14 +349,22 @@ def export_model(model, filepath, verbose=None, *, tgt_len=None, mem_len=None, c
     """`TransfoXLLM.export`: the signatures above written at `filepath` itself (no version
     directory), as `keras.Model.export` writes; the text signatures only with a `tokenizer`.
 
-    An existing file or non-empty directory at `filepath` is never overwritten. verbose (default
-    True, as in Keras) prints the signatures.
+    An existing file or non-empty directory at `filepath` is never overwritten. The export is
+    built beside `filepath` and published whole as tfxl-export publishes a version
+    (`tfxl.files.StagedDirectory`). verbose (default True, as in Keras) prints the signatures.
     """
     signatures = Signatures(model, tokenizer, tgt_len, mem_len, clamp_len, same_length,
                             score_top_k)
     filepath = os.fspath(filepath)
+    message = (f"{filepath} already exists and is not an empty directory; exports are never "
+               "overwritten")
     if tf.io.gfile.exists(filepath) and (not tf.io.gfile.isdir(filepath)
                                          or tf.io.gfile.listdir(filepath)):
-        raise ValueError(f"{filepath} already exists and is not an empty directory; exports are "
-                         "never overwritten")
-    write_signatures(signatures, filepath, verbose=True if verbose is None else verbose)
+        raise ValueError(message)
+    with StagedDirectory(filepath, "export") as staged:
+        write_signatures(signatures, staged.path,
+                         verbose=True if verbose is None else verbose)
+        try:
+            staged.publish(last=(SAVED_MODEL,))
+        except FileExistsError:
+            raise ValueError(message) from None

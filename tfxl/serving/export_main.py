@@ -17,7 +17,8 @@ def define_flags():
     flags.DEFINE_string("model", None, "A .keras file or a tfxl-train model_dir.")
     flags.DEFINE_string("checkpoint", None, "Checkpoint path inside a model_dir (default latest).")
     flags.DEFINE_string("output_dir", None, "Export base directory; versions go below it.")
-    flags.DEFINE_integer("version", None, "Version number (default: next free integer).")
+    flags.DEFINE_integer("version", None, "Version number, a positive integer (default: the next "
+                         "free one).")
     flags.DEFINE_string("data_dir", None, "tfxl-prepare directory whose tokenizer is embedded "
                         "for generate_text and score_text (optional).")
     cli.define_eval_flags(note="; fixed in the export's signatures")
@@ -27,11 +28,13 @@ def define_flags():
 
 def main(argv):
     del argv
-    from tfxl.serving.export import export_saved_model
+    from tfxl.serving.export import check_version, export_saved_model
     from tfxl.serving.loading import load_checked_tokenizer, load_language_model
     for name in ("model", "output_dir"):
         if not FLAGS[name].value:
             raise ValueError(f"--{name} is required")
+    if FLAGS.version is not None:  # before the (slow) load
+        check_version(FLAGS.version)
     model = load_language_model(FLAGS.model, FLAGS.checkpoint)
     tokenizer = None
     if FLAGS.data_dir:

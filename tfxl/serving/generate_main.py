@@ -12,7 +12,6 @@ export's record). Every token is one segment step on the key/value memory. The s
 seed give the same text.
 """
 
-import os
 import sys
 
 from absl import flags
@@ -95,6 +94,16 @@ class _ExportTokenizer:
         return text.numpy().decode("utf-8")
 
 
+def read_prompt(path):
+    """The text of --prompt_file (UTF-8), local or a bucket (tf.io.gfile)."""
+    import tensorflow as tf
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f:
+            return f.read().decode("utf-8")
+    except (OSError, tf.errors.OpError, UnicodeDecodeError) as err:
+        raise ValueError(f"--prompt_file={path}: cannot read ({cli.one_line(err)})") from None
+
+
 def main(argv):
     del argv
     if not FLAGS.model:
@@ -103,17 +112,11 @@ def main(argv):
         raise ValueError("give exactly one of --prompt and --prompt_file")
     from tfxl.models.sampling import check_sampling
     check_sampling(FLAGS.max_new_tokens, FLAGS.temperature, FLAGS.top_k, FLAGS.top_p)
-    if FLAGS.prompt_file:
-        try:
-            with open(FLAGS.prompt_file, encoding="utf-8") as f:
-                prompt = f.read()
-        except (OSError, UnicodeDecodeError) as err:
-            raise ValueError(f"--prompt_file={FLAGS.prompt_file}: {err}") from None
-    else:
-        prompt = FLAGS.prompt
+    prompt = read_prompt(FLAGS.prompt_file) if FLAGS.prompt_file else FLAGS.prompt
     from tfxl.model_dir import export_vocab_size
-    from tfxl.serving.loading import load_checked_tokenizer, load_language_model
-    if os.path.isfile(os.path.join(FLAGS.model, "saved_model.pb")):
+    from tfxl.serving.loading import (EXPORT, load_checked_tokenizer, load_language_model,
+                                      model_kind)
+    if model_kind(FLAGS.model) == EXPORT:
         if FLAGS.data_dir:  # checked before the (slow) load
             tokenizer = load_checked_tokenizer(FLAGS.data_dir, FLAGS.model,
                                                export_vocab_size(FLAGS.model))

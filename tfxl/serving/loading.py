@@ -1,15 +1,41 @@
-"""Loading a trained language model from a `.keras` file or a training model_dir."""
+"""Loading a trained language model from a `.keras` file or a training model_dir, and telling
+what a `--model` path holds. Every path may be a bucket (gs://...): tf.io.gfile throughout."""
 
 import os
 
 import keras
+import tensorflow as tf
 
 from tfxl.checkpoints import restore_weights
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import load_manifest
 from tfxl.data.tokenizers import load_tokenizer
-from tfxl.model_dir import ModelDir, check_data_fingerprint, check_vocab_size
+from tfxl.model_dir import (EXPORT_RECORD, SAVED_MODEL, ModelDir, check_data_fingerprint,
+                            check_vocab_size)
 from tfxl.models import TransfoXLLM
+
+KERAS, EXPORT, MODEL_DIR = "keras", "export", "model_dir"
+
+
+def model_kind(source):
+    """What `source` holds: KERAS (a `.keras` file), EXPORT (a SavedModel version directory,
+    saved_model.pb present) or MODEL_DIR (config.json present). ValueError naming what is
+    missing otherwise; an export directory without saved_model.pb is still being published or
+    was interrupted, and is never loaded."""
+    if source.endswith(".keras"):
+        if not tf.io.gfile.exists(source) or tf.io.gfile.isdir(source):
+            raise ValueError(f"{source}: no such .keras file")
+        return KERAS
+    if tf.io.gfile.exists(os.path.join(source, SAVED_MODEL)):
+        return EXPORT
+    if tf.io.gfile.exists(ModelDir(source).config):
+        return MODEL_DIR
+    if any(tf.io.gfile.exists(os.path.join(source, name))
+           for name in ("variables", EXPORT_RECORD)):
+        raise ValueError(f"{source} is an export without {SAVED_MODEL}: still being published, "
+                         "or its publishing was interrupted; use a complete version")
+    raise ValueError(f"{ModelDir(source).config} not found; pass a .keras file or a model_dir "
+                     "written by tfxl-train")
 
 
 def load_checked_tokenizer(data_dir, model_source, vocab_size):
@@ -18,7 +44,7 @@ def load_checked_tokenizer(data_dir, model_source, vocab_size):
     there. Another vocabulary of the same size would silently give wrong text."""
     manifest = load_manifest(data_dir)
     check_vocab_size(manifest, data_dir, vocab_size, model_source)
-    if os.path.isdir(model_source):
+    if not model_source.endswith(".keras"):  # a model_dir or an export, local or a bucket
         check_data_fingerprint(model_source, manifest, data_dir)
     return load_tokenizer(data_dir, manifest)
 
@@ -30,25 +56,24 @@ def load_language_model(source, checkpoint=None, log=None):
     newer ones are reported through `log` (default stderr). Raises ValueError naming the file
     when it is missing, damaged or does not fit.
     """
-    if source.endswith(".keras"):
-        if not os.path.isfile(source):
-            raise ValueError(f"{source}: no such .keras file")
+    kind = model_kind(source)
+    if kind == KERAS:
         try:
+            # Keras reads a remote .keras file through tf.io.gfile (a copy in a local temporary
+            # directory, removed after loading).
             model = keras.saving.load_model(source)
-        except (ValueError, OSError, KeyError, TypeError) as err:
+        except (ValueError, OSError, KeyError, TypeError, tf.errors.OpError) as err:
             raise ValueError(f"{source} is not a valid .keras file ({type(err).__name__}: "
                              f"{str(err).splitlines()[0] if str(err) else ''})") from None
         if not isinstance(model, TransfoXLLM):
             raise ValueError(f"{source} holds a {type(model).__name__}, not a TransfoXLLM")
         return model
+    if kind == EXPORT:
+        raise ValueError(f"{source} is an exported SavedModel; this needs a .keras file or a "
+                         "model_dir written by tfxl-train")
     layout = ModelDir(source)
-    config_path = layout.config
-    if not os.path.isfile(config_path):
-        raise ValueError(f"{config_path} not found; pass a .keras file or a model_dir written by "
-                         "tfxl-train")
-    config = TransfoXLConfig.from_file(config_path)
+    config = TransfoXLConfig.from_file(layout.config)
     model = TransfoXLLM(config)
     model.build((None, config.tgt_len))
-    restore_weights(model, checkpoint, layout.checkpoints, fits=config_path,
-                    log=log)
+    restore_weights(model, checkpoint, layout.checkpoints, fits=layout.config, log=log)
     return model

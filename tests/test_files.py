@@ -1,0 +1,82 @@
+"""tfxl.files: which paths are local, copying a tree with some names last, publishing a staged
+directory whole, and checking an output path before the work."""
+
+import os
+
+import pytest
+import tensorflow as tf
+
+import tfxl.files
+from tfxl.files import StagedDirectory, check_writable, copy_tree, is_local, list_files
+
+
+def test_only_plain_paths_and_file_urls_are_local():
+    for path in ("runs/x", "/abs/x", "file:///abs/x", "FILE:///x", "./a://b", "c:dir"):
+        assert is_local(path), path
+    for path in ("gs://bucket/x", "s3://b/x", "ram://x", "hdfs://host/x", "GS://b"):
+        assert not is_local(path), path
+
+
+def make_tree(root):
+    for relative in ("saved_model.pb", "a/b/c.txt", "fingerprint.pb", "a/d.txt"):
+        path = os.path.join(root, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(relative)
+
+
+def test_copy_tree_copies_every_file_with_the_last_names_last(tmp_path):
+    make_tree(tmp_path / "src")
+    order = copy_tree(str(tmp_path / "src"), str(tmp_path / "dst"),
+                      last=("saved_model.pb", "missing.pb"))
+    assert order == ["a/b/c.txt", "a/d.txt", "fingerprint.pb", "saved_model.pb"]
+    assert list_files(str(tmp_path / "dst")) == sorted(order)
+    assert (tmp_path / "dst" / "a" / "b" / "c.txt").read_text() == "a/b/c.txt"
+    with pytest.raises(tf.errors.AlreadyExistsError):
+        copy_tree(str(tmp_path / "src"), str(tmp_path / "dst"))
+
+
+@pytest.mark.parametrize("local", [True, False], ids=["local", "object store"])
+def test_staged_directory_publishes_whole_and_never_over_anything(tmp_path, monkeypatch, local):
+    if not local:
+        monkeypatch.setattr(tfxl.files, "is_local", lambda path: False)
+    final = tmp_path / "out" / "1"
+    (tmp_path / "out").mkdir()
+    with StagedDirectory(str(final), "export") as staged:
+        assert os.path.basename(staged.path).startswith(".tmp-export-1-")
+        assert (os.path.dirname(staged.path) == str(tmp_path / "out")) == local
+        make_tree(staged.path)
+        assert not final.exists()
+        staged.publish(last=("saved_model.pb",))
+    assert list_files(str(final)) == ["a/b/c.txt", "a/d.txt", "fingerprint.pb", "saved_model.pb"]
+    assert os.listdir(tmp_path / "out") == ["1"]  # nothing of the temporary name is left
+    with StagedDirectory(str(final), "export") as staged:
+        make_tree(staged.path)
+        with pytest.raises(FileExistsError):
+            staged.publish()
+    assert os.listdir(tmp_path / "out") == ["1"]
+    (tmp_path / "out" / "2").mkdir()  # an empty directory may be published into
+    with StagedDirectory(str(tmp_path / "out" / "2"), "export") as staged:
+        make_tree(staged.path)
+        staged.publish()
+    assert len(list_files(str(tmp_path / "out" / "2"))) == 4
+
+
+def test_a_failed_block_leaves_nothing_behind(tmp_path):
+    with pytest.raises(RuntimeError):
+        with StagedDirectory(str(tmp_path / "v"), "export") as staged:
+            make_tree(staged.path)
+            raise RuntimeError("killed")
+    assert os.listdir(tmp_path) == []
+
+
+def test_check_writable_names_the_path(tmp_path, monkeypatch):
+    check_writable(str(tmp_path / "out.json"), "--output")
+    assert os.listdir(tmp_path) == []  # the probe is gone
+    with pytest.raises(ValueError, match="does not exist"):
+        check_writable(str(tmp_path / "no" / "out.json"), "--output")
+    with pytest.raises(ValueError, match="is a directory"):
+        check_writable(str(tmp_path), "--output")
+    monkeypatch.chdir(tmp_path)
+    check_writable("ram://files-test/out.json", "--output")  # a bucket: no directories to check
+    assert os.listdir(tmp_path) == []

@@ -1,0 +1,188 @@
+"""tfxl-train's plan before the first step: parameters, tokens per step and the memory estimate
+(tfxl/models/footprint.py), the refusal of a run that cannot fit, and --dry_run."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import factories
+from tfxl.config import get_preset
+from tfxl.data.prepare import PrepareConfig, prepare
+from tfxl.models import footprint
+from tfxl.models.footprint import parameter_count, training_footprint
+from tfxl.train import plan as training_plan
+from tfxl.train.optimization import OptimizerParams, make_optimizer
+from tfxl.train.plan import GIB, TrainingPlan
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def size_of(variables):
+    return sum(int(np.prod(v.shape)) for v in variables)
+
+
+@pytest.mark.parametrize("config", [
+    factories.tiny_config(),
+    factories.tiny_config(d_embed=8, untie_r=True),  # one table, projected
+    factories.tiny_config(cutoffs=(5, 12), tie_weight=False),
+    factories.adaptive_config(),  # div_val 2, projected tails, tied projections
+    factories.adaptive_config(tie_weight=False, tie_projs=(True, False, True)),
+    factories.adaptive_config(proj_same_dim=False, d_embed=16, d_model=16),
+], ids=["tiny", "projected", "untied_cutoffs", "adaptive", "untied_adaptive", "same_dim"])
+def test_parameter_count_is_the_models(config):
+    model = factories.TransfoXLLM(config)
+    model.build((None, config.tgt_len))
+    assert parameter_count(config) == size_of(model.trainable_variables)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_state_items_are_the_sizes_of_the_trainers_tensors(policy):
+    """Weights, gradients, optimizer slots and the memory state, against the tensors of a real
+    model, optimizer and memory (the activations are checked against measurements:
+    test_the_estimate_is_within_its_factor_of_a_measured_step)."""
+    keras.config.set_dtype_policy(policy)
+    config, batch = factories.tiny_config(mem_len=7), 3
+    model = factories.TransfoXLLM(config)
+    model.build((None, config.tgt_len))
+    optimizer, _ = make_optimizer(OptimizerParams(), policy)
+    optimizer.build(model.trainable_variables)
+    estimate = training_footprint(config, batch, policy, "adam")
+    weights = 4 * size_of(model.trainable_variables)
+    assert estimate.weights == weights * (1 if policy == "float32" else 1.5)
+    assert estimate.gradients == weights
+    slots = [v for v in optimizer.variables if v.shape.rank and v.dtype == "float32"]
+    assert estimate.optimizer == 4 * size_of(slots) == 2 * weights
+    states = model.init_memory(batch)["states"]
+    assert estimate.memory_state == 2 * states.numpy().nbytes  # the variable and the new one
+
+
+def test_the_plan_printed_for_tiny():
+    plan = TrainingPlan(get_preset("tiny", vocab_size=258), 16)
+    first, second = plan.lines()
+    assert first == ("plan: 124,546 parameters (2 layers, d_model 64); 1,024 tokens per step "
+                     "(16 x tgt_len 64, mem_len 64); 1 replica (CPU), batch 16 per replica; "
+                     "float32")
+    f = plan.footprint
+    assert second.startswith("memory per replica (estimate): ")
+    for name in ("weights", "gradients", "optimizer (adam: 2 slots)", "memory state",
+                 "activations", "attention", "feed-forward", "softmax"):
+        assert name in second, name
+    assert "evaluation memory" not in second and f.evaluation_memory == 0
+    two = TrainingPlan(get_preset("tiny", vocab_size=258), 16, replicas=2, local_replicas=2,
+                       eval_settings={"tgt_len": 32, "mem_len": 128})
+    assert "2 replicas (CPU), batch 8 per replica" in two.lines()[0]
+    assert "evaluation memory" in two.lines()[1] and two.footprint.evaluation_memory > 0
+    with pytest.raises(ValueError, match="--train_batch_size=16 is not divisible by the 3 "
+                                         "replicas"):
+        TrainingPlan(get_preset("tiny", vocab_size=258), 16, replicas=3)
+
+
+def readme_plan(**changes):
+    """The README's enwik8_base command on one CPU replica."""
+    return TrainingPlan(get_preset("enwik8_base", vocab_size=204), **{**dict(
+        global_batch=24, mixed_precision="mixed_bfloat16"), **changes})
+
+
+def test_a_run_over_the_limit_is_refused_with_what_to_lower():
+    plan = readme_plan()
+    with pytest.raises(ValueError) as raised:
+        plan.check_memory(limit=16 * GIB, runtime=GIB // 2)
+    message = str(raised.value)
+    assert message.startswith("the estimated memory, ")
+    for needle in ("on this host (runtime 512.0 MiB + 1 x ", " per replica + ",
+                   "exceeds its 16.0 GiB", "lower --train_batch_size (24), --tgt_len (512) or "
+                   "--mem_len (512)", "or pass --ignore_memory_estimate to train anyway"):
+        assert needle in message, message
+    warning = plan.check_memory(limit=16 * GIB, ignore=True, runtime=GIB // 2)
+    assert warning.startswith("warning: the estimated memory") and warning.endswith(
+        "training anyway (--ignore_memory_estimate)")
+    fits = readme_plan(global_batch=4).check_memory(limit=24 * GIB, runtime=GIB // 2)
+    assert fits.startswith("memory: ") and fits.endswith("of 24.0 GiB")
+
+
+def test_gpus_are_checked_per_replica_and_unknown_memory_is_not_checked(monkeypatch):
+    plan = readme_plan(replicas=8, global_batch=24 * 8, local_replicas=8, device="GPU")
+    monkeypatch.setattr(training_plan, "gpu_memory_bytes", lambda: 16 * GIB)
+    with pytest.raises(ValueError, match=r"per replica, exceeds the 16.0 GiB of each GPU"):
+        plan.check_memory()
+    assert plan.check_memory(limit=80 * GIB).endswith("of the 80.0 GiB of each GPU")
+    monkeypatch.setattr(training_plan, "gpu_memory_bytes", lambda: None)
+    assert plan.check_memory().startswith("memory: not checked (GPU memory is not reported")
+    assert readme_plan(device="TPU").check_memory().startswith("memory: not checked (TPU")
+
+
+def test_host_memory_is_the_smaller_of_ram_and_the_cgroup_limit():
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert 0 < training_plan.host_memory_bytes() <= ram
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("plan")
+    rng = np.random.default_rng(0)
+    for split, size in (("train", 8000), ("valid", 2000), ("test", 2000)):
+        (root / f"{split}.txt").write_bytes(rng.choice(np.frombuffer(b"abcdefgh", np.uint8),
+                                                       size).tobytes())
+    out = root / "data"
+    prepare(PrepareConfig(output_dir=str(out), train=[str(root / "train.txt")],
+                          valid=[str(root / "valid.txt")], test=[str(root / "test.txt")],
+                          tokenizer="bytes", tgt_len=64, num_streams=4), log=lambda *a: None)
+    return str(out)
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "tfxl.train.main", *args], capture_output=True,
+                          text=True, env=ENV, timeout=300)
+
+
+@pytest.mark.slow
+def test_cli_dry_run_prints_the_plan_and_writes_nothing(data_dir, tmp_path):
+    flags = [f"--data_dir={data_dir}", f"--model_dir={tmp_path / 'm'}", "--train_batch_size=4",
+             "--train_steps=2"]
+    dry = run_cli(*flags, "--dry_run")
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    lines = dry.stdout.splitlines()
+    assert lines[0].startswith("plan: 124,546 parameters (2 layers, d_model 64); 256 tokens per "
+                               "step (4 x tgt_len 64, mem_len 64); 1 replica (CPU), batch 4 per "
+                               "replica; float32"), dry.stdout
+    assert lines[1].startswith("memory per replica (estimate): ")
+    assert lines[2].startswith("memory: ") and "on this host (runtime " in lines[2]
+    assert lines[3] == "dry run: nothing written"
+    assert not (tmp_path / "m").exists()
+
+    refused = run_cli(*flags, "--memory_limit_gib=0.01")
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+    assert errors[0].startswith("error: the estimated memory, ") and "exceeds its 10.2 MiB; " \
+        "lower --train_batch_size (4), --tgt_len (64) or --mem_len (64)" in errors[0], errors[0]
+    assert not (tmp_path / "m").exists()
+
+    anyway = run_cli(*flags, "--memory_limit_gib=0.01", "--ignore_memory_estimate")
+    assert anyway.returncode == 0, anyway.stderr[-2000:]
+    assert "warning: the estimated memory" in anyway.stdout
+    assert json.loads((tmp_path / "m" / "metrics.json").read_text())["step"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,policy,jit", [("bench", "float32", False),
+                                             ("bench", "mixed_bfloat16", False)])
+def test_the_estimate_is_within_its_factor_of_a_measured_step(name, policy, jit):
+    """Peak RSS of real training steps (benchmarks/memory_bench.py, a fresh process) against the
+    plan's estimate for the whole process (runtime + one replica). BENCHMARKS.md has more."""
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.memory_bench", "--child", f"--configs={name}",
+         f"--dtypes={policy}", "--batch=16", "--mem_lens=128", f"--jit={'on' if jit else 'off'}",
+         "--steps=1"], cwd=REPO, capture_output=True, text=True, env=ENV, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    measured = json.loads(result.stdout.split("RESULT ", 1)[1])
+    assert measured["est_parameters"] == measured["n_params"]
+    assert 0.8 <= measured["ratio"] <= footprint.STATED_FACTOR, measured

@@ -1,0 +1,41 @@
+"""keras-hub presets in a bucket (gs://...).
+
+keras-hub writes a preset with os.makedirs and open() (its KerasPresetSaver) while Keras writes
+the weights through tf.io.gfile, so `save_to_preset("gs://b/p")` would put the weights in the
+bucket and the configs in a local folder named "gs:/b/p". tfxl's preset classes save a remote
+preset into a local temporary directory with keras-hub's own code and upload that tree, the
+`config.json` that keras-hub's loader looks for first uploaded last: a preset whose upload has
+not finished (or failed) is refused by `from_preset` instead of loaded half-written. Saving over
+an existing preset replaces its files, as keras-hub does locally; a save that writes a new
+config.json removes the old one first, so no reader combines the old preset's files with the
+new one's.
+
+Loading needs nothing of tfxl: keras-hub's `from_preset` reads a preset under any scheme
+TensorFlow's file system knows (gs://, ...) file by file into its cache ($KERAS_HOME/models or
+~/.keras/models) and reuses the cached files after that.
+"""
+
+import os
+import tempfile
+
+import tensorflow as tf
+from keras_hub.src.utils.preset_utils import CONFIG_FILE
+
+from tfxl.files import copy_tree, is_local
+
+
+def save_preset(save, preset_dir, **kwargs):
+    """`save(preset_dir, **kwargs)` (a keras-hub `save_to_preset`), for a local directory or a
+    bucket (see the module docstring)."""
+    preset_dir = os.fspath(preset_dir)
+    if is_local(preset_dir):
+        return save(preset_dir, **kwargs)
+    with tempfile.TemporaryDirectory(prefix="tfxl-preset-") as local:
+        save(local, **kwargs)
+        config = os.path.join(preset_dir, CONFIG_FILE)
+        # Only a save that writes config.json (a backbone's, a task's) replaces it: a tokenizer or
+        # preprocessor saved into an existing preset leaves the preset's config.json alone.
+        if os.path.exists(os.path.join(local, CONFIG_FILE)) and tf.io.gfile.exists(config):
+            tf.io.gfile.remove(config)
+        copy_tree(local, preset_dir, last=(CONFIG_FILE,), overwrite=True)
+    return None

@@ -1,0 +1,166 @@
+"""What a model costs before it runs: its parameter count and the memory of one training step.
+
+Computed from the config alone (no model is built, nothing is allocated), so `tfxl-train` can
+print its plan and refuse a run that cannot fit before the first step, and the memory benchmark
+(`benchmarks/memory_bench.py`) compares the same numbers with the peak RSS of real steps.
+
+Shape glossary: b per-replica batch, L layers, T segment length, M memory length, K = M + T keys,
+D model size, N heads, H head size, F d_inner, V vocabulary, S shortlist (cutoffs[0], or V),
+C tail clusters, P parameters.
+
+One training step of one replica holds (`training_footprint`):
+
+* weights: 4 B per parameter (variables stay float32 under a mixed policy); a mixed policy adds
+  the compute-dtype copy of every weight that the layers cast and the backward pass keeps;
+* gradients: 4 B per parameter (the variables' dtype, dense: the trainer densifies them);
+* optimizer: its slots, 4 B per parameter each (Adam, AdamW and LAMB keep two);
+* memory state: the training memory [b, L, M, D] in the compute dtype, twice (the variable and the
+  new memory the step computes before it is assigned);
+* activations: what the backward pass keeps, per layer (`activation_bytes`), plus the softmax;
+* evaluation memory, when the run evaluates: the evaluator's key/value memory [b, L, N, H, M'] x 2
+  and position keys [L, N, H, K' + 1] (M', K' the evaluation settings), kept between passes.
+"""
+
+import dataclasses
+
+from tfxl.layers.adaptive_clusters import cluster_layout
+
+FLOAT32 = 4
+# How many float32 slots each optimizer of tfxl-train keeps per parameter.
+OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "lamb": 2, "sgd": 0}
+# The share of the tokens whose target falls into the tail clusters of an adaptive softmax, all
+# counted against the largest tail cluster (a cluster's logits exist only for its own tokens).
+# Cutoffs are chosen so that the shortlist covers most tokens: wt103's 20,000 shortlist covers
+# about 90% of its tokens; 0.2 leaves a margin.
+TAIL_TOKEN_SHARE = 0.2
+# Measured peak RSS / (runtime + estimate) of real training steps on CPU stayed within
+# [0.89, 1.26] over tiny, bench and enwik8_base, float32 and mixed_bfloat16, XLA on and off
+# (BENCHMARKS.md); tests/test_plan.py holds the estimate to this factor.
+STATED_FACTOR = 1.3
+
+
+def compute_bytes(mixed_precision):
+    """Bytes of one element in the compute dtype of a Keras dtype policy name."""
+    return FLOAT32 if mixed_precision in (None, "float32") else 2
+
+
+def parameter_count(config):
+    """The number of trainable parameters of `TransfoXLLM(config)`, counted from the config (the
+    sum of its trainable variables' sizes, tested against a built model)."""
+    c = config
+    clusters = cluster_layout(c.vocab_size, c.cutoffs, c.embed_dim, c.d_model, c.div_val,
+                              c.proj_same_dim)
+    # Adaptive embedding: one table [V, d_embed] when div_val == 1, else one per cluster.
+    groups = clusters[:1] if c.div_val == 1 else clusters
+    embedding = sum((c.vocab_size if c.div_val == 1 else g.size) * g.dim
+                    + (g.dim * c.d_model if g.projected else 0) for g in groups)
+    # Adaptive softmax: own tables unless tied, own projections unless tied, one bias [V], and
+    # the tail clusters' logits in the head.
+    softmax = c.vocab_size
+    for cluster, tied_projection in zip(clusters, c.cluster_tie_projs):
+        if not c.tie_weight:
+            softmax += cluster.size * cluster.dim
+        if cluster.projected and not tied_projection:
+            softmax += c.d_model * cluster.dim
+    tails = len(clusters) - 1
+    if tails:
+        softmax += tails * clusters[0].dim + tails
+    nh = c.n_head * c.d_head
+    attention = 5 * c.d_model * nh + 2 * c.d_model  # W_q, W_k,E, W_v, W_k,R, W_o; LayerNorm
+    feed_forward = 2 * c.d_model * c.d_inner + c.d_inner + c.d_model + 2 * c.d_model
+    biases = 2 * (c.n_layer if c.untie_r else 1) * nh  # u and v
+    return embedding + softmax + c.n_layer * (attention + feed_forward) + biases
+
+
+def activation_bytes(config, batch, mem_len=None, mixed_precision="float32"):
+    """{"attention", "feed_forward", "softmax": bytes} the backward pass keeps for one
+    [batch, T] segment over K = mem_len + T keys, summed over the layers.
+
+    Per layer, attention: the key/value input [b, K, D], k and v [b, K, NH], q + u and q + v
+    [b, T, NH], the position projection [K, NH], the context [b, T, NH], the output, its dropout
+    mask and the LayerNorm input [b, T, D]; the scores [b, N, T, K]: the float32 softmax output,
+    the probabilities cast to the compute dtype and, at the peak of the backward pass, the
+    float32 gradient of the scores (plus a dropout mask with dropatt). Feed-forward: its input
+    [b, T, D], the ReLU output and its dropout mask [b, T, F], the output, its dropout mask and the
+    LayerNorm input [b, T, D]. Softmax: head logits, log-probabilities and their gradient
+    [b, T, S + C], and as many for the tail clusters' tokens (see TAIL_TOKEN_SHARE).
+
+    Every tensor is counted at 4 bytes but the probabilities, which are in the compute dtype:
+    under a mixed policy the saved tensors measured as large as float32 ones (LayerNorm, the
+    softmax and the loss run in float32, and a matmul's bfloat16 output is kept beside its
+    float32 neighbours), while the probabilities are the one large tensor that stays narrow.
+    (BENCHMARKS.md, "Peak RSS of training steps vs the analytic estimate".)
+    """
+    c = config
+    mem_len = c.mem_len if mem_len is None else mem_len
+    e = compute_bytes(mixed_precision)
+    b, t, k = batch, c.tgt_len, mem_len + c.tgt_len
+    d, nh, f, n = c.d_model, c.n_head * c.d_head, c.d_inner, c.n_head
+    drop = 1 if c.dropout > 0 else 0
+    w = FLOAT32
+    scores = b * n * t * k * (w + e + w + (w if c.dropatt > 0 else 0))
+    attention = w * (b * k * d + 2 * b * k * nh + 2 * b * t * nh + k * nh + b * t * nh
+                     + (2 + drop) * b * t * d) + scores
+    feed_forward = w * (b * t * d + (1 + drop) * b * t * f + (2 + drop) * b * t * d)
+    clusters = cluster_layout(c.vocab_size, c.cutoffs, c.embed_dim, c.d_model, c.div_val,
+                              c.proj_same_dim)
+    tails = len(clusters) - 1
+    head = clusters[0].size + tails
+    tail = TAIL_TOKEN_SHARE * max((cl.size for cl in clusters[1:]), default=0)
+    softmax = 3 * FLOAT32 * b * t * int(head + tail)
+    return {"attention": c.n_layer * attention, "feed_forward": c.n_layer * feed_forward,
+            "softmax": softmax}
+
+
+@dataclasses.dataclass
+class Footprint:
+    """The memory of one replica's training step, in bytes, itemised (see the module docstring).
+    `activations` holds {"attention", "feed_forward", "softmax"}."""
+
+    parameters: int
+    weights: int
+    gradients: int
+    optimizer: int
+    memory_state: int
+    activations: dict
+    evaluation_memory: int = 0
+
+    @property
+    def total(self):
+        return (self.weights + self.gradients + self.optimizer + self.memory_state
+                + sum(self.activations.values()) + self.evaluation_memory)
+
+    def items(self):
+        """[(name, bytes)] in the order of the module docstring; zero items left out."""
+        items = [("weights", self.weights), ("gradients", self.gradients),
+                 ("optimizer", self.optimizer), ("memory state", self.memory_state),
+                 ("activations", sum(self.activations.values())),
+                 ("evaluation memory", self.evaluation_memory)]
+        return [(name, value) for name, value in items if value]
+
+
+def training_footprint(config, batch, mixed_precision="float32", optimizer="adam",
+                       eval_settings=None):
+    """The `Footprint` of one replica training `config` on [batch, T] segments.
+
+    mixed_precision: the Keras dtype policy name. optimizer: a key of OPTIMIZER_SLOTS.
+    eval_settings: the run's evaluation settings ({"tgt_len", "mem_len"}: config.eval_settings())
+      when it evaluates during training, else None.
+    """
+    if optimizer not in OPTIMIZER_SLOTS:
+        raise ValueError(f"unknown optimizer {optimizer!r}: one of {sorted(OPTIMIZER_SLOTS)}")
+    c = config
+    e = compute_bytes(mixed_precision)
+    p = parameter_count(c)
+    weights = FLOAT32 * p + (e * p if e != FLOAT32 else 0)
+    memory_state = 2 * e * batch * c.n_layer * c.mem_len * c.d_model
+    evaluation_memory = 0
+    if eval_settings:
+        m, keys = eval_settings["mem_len"], eval_settings["mem_len"] + eval_settings["tgt_len"]
+        nh = c.n_head * c.d_head
+        evaluation_memory = e * c.n_layer * nh * (2 * batch * m + keys + 1)
+    return Footprint(parameters=p, weights=weights, gradients=FLOAT32 * p,
+                     optimizer=OPTIMIZER_SLOTS[optimizer] * FLOAT32 * p,
+                     memory_state=memory_state,
+                     activations=activation_bytes(c, batch, c.mem_len, mixed_precision),
+                     evaluation_memory=evaluation_memory)

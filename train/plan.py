@@ -1,0 +1,198 @@
+"""`tfxl-train`'s plan, printed before the first step: the model, the tokens of a step and an
+estimate of the memory a replica needs; a run whose estimate exceeds the machine's memory is
+refused before it allocates anything (`--ignore_memory_estimate` runs it anyway), and
+`--dry_run` prints the plan and stops.
+
+The estimate is tfxl/models/footprint.py's (weights, gradients, optimizer slots, memory state,
+activations, evaluation memory), computed from the config. What it is compared with:
+
+* CPU: the host's physical memory (or the cgroup limit of the container, when lower), against
+  the whole process: the runtime already resident (TensorFlow, the input pipeline), every local
+  replica's estimate, and the global copy of the training memory a checkpoint is saved from;
+* GPU: each GPU's memory as TensorFlow's allocator reports it, against one replica's estimate;
+* TPU, or a GPU whose memory TensorFlow does not report: not checked (the plan says so);
+  `--memory_limit_gib` gives the limit by hand on any device.
+"""
+
+import os
+import resource
+import sys
+
+from absl import flags
+
+from tfxl.models.footprint import OPTIMIZER_SLOTS, compute_bytes, training_footprint
+
+GIB = 2**30
+MIB = 2**20
+
+
+def define_flags():
+    flags.DEFINE_bool("dry_run", False, "Print the plan (parameters, tokens per step, memory "
+                      "estimate per replica) and exit; nothing is written.")
+    flags.DEFINE_bool("ignore_memory_estimate", False, "Train even when the memory estimate "
+                      "exceeds the machine's memory.")
+    flags.DEFINE_float("memory_limit_gib", None, "The memory to plan against, in GiB (default: "
+                       "the host's RAM on CPU, for the whole process; each GPU's memory on GPU, "
+                       "per replica; TPU: not checked).")
+
+
+def _size(n):
+    if n >= GIB:
+        return f"{n / GIB:.1f} GiB"
+    return f"{n / MIB:.1f} MiB" if n >= MIB else f"{n / 1024:.0f} KiB"
+
+
+def local_devices(strategy):
+    """The devices of this host's replicas (the default strategy: where TensorFlow places ops)."""
+    try:
+        return list(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy has none: the first GPU, else the CPU
+        import tensorflow as tf
+        return ["/device:GPU:0" if tf.config.list_logical_devices("GPU") else "/device:CPU:0"]
+
+
+def device_kind(devices):
+    """"TPU", "GPU" or "CPU": what `devices` are."""
+    devices = " ".join(devices).upper()
+    return next((kind for kind in ("TPU", "GPU") if f"{kind}:" in devices), "CPU")
+
+
+def host_memory_bytes():
+    """The host's physical memory, or the container's cgroup limit when that is lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                limit = f.read().strip()
+        except OSError:
+            continue
+        if limit.isdigit():
+            total = min(total, int(limit))
+    return total
+
+
+def gpu_memory_bytes():
+    """The memory TensorFlow's allocator may use on each GPU (the smallest), or None when it does
+    not say. Read once the devices are initialised (the strategy is created)."""
+    try:
+        from tensorflow.python.client import device_lib
+        limits = [d.memory_limit for d in device_lib.list_local_devices()
+                  if d.device_type == "GPU" and d.memory_limit]
+    except Exception:  # no answer is "not checked", never a failed run
+        return None
+    return min(limits) if limits else None
+
+
+def resident_bytes():
+    """This process's peak resident memory so far (TensorFlow's runtime and the inputs)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+class TrainingPlan:
+    """What a training run will do and need, before it does anything.
+
+    Args:
+      config: the model. global_batch: streams per step. replicas, local_replicas: in the whole
+        run and on this host. device: "CPU", "GPU" or "TPU". mixed_precision, optimizer: the
+        flags'. eval_settings: config.eval_settings() when the run evaluates, else None.
+    """
+
+    def __init__(self, config, global_batch, replicas=1, local_replicas=1, device="CPU",
+                 mixed_precision="float32", optimizer="adam", eval_settings=None):
+        if global_batch % replicas:
+            raise ValueError(f"--train_batch_size={global_batch} is not divisible by the "
+                             f"{replicas} replicas")
+        self.config, self.global_batch, self.replicas = config, global_batch, replicas
+        self.local_replicas, self.device = local_replicas, device
+        self.mixed_precision, self.optimizer = mixed_precision, optimizer
+        self.per_replica_batch = global_batch // replicas
+        self.footprint = training_footprint(config, self.per_replica_batch, mixed_precision,
+                                            optimizer, eval_settings)
+
+    @classmethod
+    def for_strategy(cls, config, strategy, global_batch, mixed_precision, optimizer,
+                     evaluates=False):
+        devices = local_devices(strategy)
+        return cls(config, global_batch, strategy.num_replicas_in_sync, len(devices),
+                   device_kind(devices), mixed_precision, optimizer,
+                   config.eval_settings() if evaluates else None)
+
+    @property
+    def tokens_per_step(self):
+        return self.global_batch * self.config.tgt_len
+
+    @property
+    def checkpoint_copy_bytes(self):
+        """The global training memory [B, L, M, D] a checkpoint is saved from (host memory)."""
+        c = self.config
+        return (compute_bytes(self.mixed_precision) * self.global_batch * c.n_layer * c.mem_len
+                * c.d_model)
+
+    def host_bytes(self, runtime):
+        """CPU: what the process needs with `runtime` bytes already resident."""
+        return (runtime + self.local_replicas * self.footprint.total
+                + self.checkpoint_copy_bytes)
+
+    def lines(self):
+        """The plan, a few lines for stdout."""
+        c, f = self.config, self.footprint
+        replicas = f"{self.replicas} replica{'s' * (self.replicas > 1)} ({self.device})"
+        items = []
+        for name, value in f.items():
+            if name == "optimizer":
+                name = f"optimizer ({self.optimizer}: {OPTIMIZER_SLOTS[self.optimizer]} slots)"
+            item = f"{name} {_size(value)}"
+            if name == "activations":
+                item += " (" + ", ".join(f"{k.replace('_', '-')} {_size(v)}"
+                                         for k, v in f.activations.items()) + ")"
+            items.append(item)
+        return [
+            f"plan: {f.parameters:,} parameters ({c.n_layer} layer{'s' * (c.n_layer > 1)}, "
+            f"d_model {c.d_model}); "
+            f"{self.tokens_per_step:,} tokens per step ({self.global_batch} x tgt_len "
+            f"{c.tgt_len}, mem_len {c.mem_len}); {replicas}, batch {self.per_replica_batch} "
+            f"per replica; {self.mixed_precision}",
+            f"memory per replica (estimate): {_size(f.total)} = " + " + ".join(items),
+        ]
+
+    def check_memory(self, limit=None, ignore=False, runtime=None):
+        """A line on the memory the run may use; ValueError when the estimate exceeds it.
+
+        limit: bytes (--memory_limit_gib), else the device's (see the module docstring).
+        ignore: say so and return instead of raising. runtime: the resident bytes of the
+        process (default: measured now; CPU only).
+        """
+        lower = (f"lower --train_batch_size ({self.global_batch}), --tgt_len "
+                 f"({self.config.tgt_len}) or --mem_len ({self.config.mem_len}): the attention "
+                 "grows with batch x tgt_len x (mem_len + tgt_len)")
+        if self.device == "CPU":
+            runtime = resident_bytes() if runtime is None else runtime
+            need = self.host_bytes(runtime)
+            limit = host_memory_bytes() if limit is None else limit
+            what = (f"{_size(need)} on this host (runtime {_size(runtime)} + "
+                    f"{self.local_replicas} x {_size(self.footprint.total)} per replica + "
+                    f"{_size(self.checkpoint_copy_bytes)} checkpoint copy of the memory)")
+            of = f"its {_size(limit)}"
+        else:
+            need = self.footprint.total
+            limit = (gpu_memory_bytes() if self.device == "GPU" else None) if limit is None \
+                else limit
+            if limit is None:
+                return (f"memory: not checked ({self.device} memory is not reported by "
+                        "TensorFlow; --memory_limit_gib sets it)")
+            what = f"{_size(need)} per replica"
+            of = f"the {_size(limit)} of each {self.device}"
+        if need <= limit:
+            return f"memory: {what}, of {of.removeprefix('its ')}"
+        message = f"the estimated memory, {what}, exceeds {of}; {lower}"
+        if ignore:
+            return f"warning: {message}; training anyway (--ignore_memory_estimate)"
+        raise ValueError(f"{message}; or pass --ignore_memory_estimate to train anyway")
+
+
+def print_plan(plan, limit_gib=None, ignore=False, out=sys.stdout):
+    """Prints `plan` and its memory line; raises ValueError when it does not fit."""
+    for line in plan.lines():
+        print(line, file=out)
+    limit = None if limit_gib is None else int(limit_gib * GIB)
+    print(plan.check_memory(limit, ignore), file=out, flush=True)
