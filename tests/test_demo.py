@@ -39,13 +39,15 @@ def test_plots_and_log_in_a_bucket_go_through_gfile(tmp_path, monkeypatch):
     tf.io.gfile; no local folder named like the bucket appears."""
     import tensorflow as tf
     monkeypatch.chdir(tmp_path)
-    parts = write_log(tmp_path / "model", [5.0, 4.0, 3.5]) / "train_log"
-    for part in parts.iterdir():
+    local = write_log(tmp_path / "model", [5.0, 4.0, 3.5])
+    tf.io.gfile.makedirs("ram://demo-test/model/train_log")
+    for part in sorted((local / "train_log").iterdir()):
         tf.io.gfile.copy(str(part), f"ram://demo-test/model/train_log/{part.name}")
     paths = demo.write_plots("ram://demo-test", RESULTS, 64, "ram://demo-test/model")
     for path in paths:
         with tf.io.gfile.GFile(path, "rb") as f:
             assert f.read().startswith(PNG_SIGNATURE)
+    assert [r["loss"] for r in demo.read_train_log("ram://demo-test/model")] == [5.0, 4.0, 3.5]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 

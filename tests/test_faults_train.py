@@ -209,6 +209,7 @@ GOOD_FLAGS = dict(train_batch_size=4, train_steps=10, steps_per_loop=5, save_eve
     ("eval_tgt_len", 0), ("eval_mem_len", -1), ("eval_clamp_len", -5), ("dropout", 1.0),
     ("dropatt", -0.1), ("d_model", 0), ("weight_decay", -1.0), ("num_gpus", -1),
     ("schedule_steps", 9), ("lease_timeout", 0.0), ("lease_settle", -1.0),
+    ("train_log_seconds", -1.0),
 ])
 def test_a_numeric_flag_out_of_range_is_named(flag, value):
     train_flags.check_flag_ranges(GOOD_FLAGS)  # the edges themselves are allowed

@@ -17,12 +17,13 @@ import tensorflow as tf
 
 import factories
 from tfxl.data.prepare import PrepareConfig, prepare
-from tfxl.model_dir import check_or_store_config
+from tfxl.model_dir import ModelDir, check_or_store_config
 from tfxl.train.controller import Controller
 from tfxl.train.loop import Runner
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train.preemption import (StopOnSignals, StopRequest, StopRequests, TrainingStopped,
                                    worker_tasks)
+from tfxl.train.train_log import read_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 8    # streams per split (the global batch)
@@ -51,7 +52,7 @@ def cli_flags(data_dir, model_dir, dropout=0.1, steps=STEPS, steps_per_loop=2, s
             "--n_head=2", "--d_head=8", "--d_inner=32", f"--dropout={dropout}", f"--tgt_len={T}",
             f"--mem_len={T}", f"--train_batch_size={STREAMS}", f"--train_steps={steps}",
             f"--steps_per_loop={steps_per_loop}", f"--save_every={save_every}",
-            "--learning_rate=0.003"]
+            "--learning_rate=0.003", "--train_log_seconds=0", "--lease_settle=0.1"]
 
 
 STARTED = []  # every process a test starts; one still running when the test ends is killed
@@ -86,28 +87,23 @@ def run_cli(flags):
 
 
 def logged_losses(model_dir):
-    with open(os.path.join(model_dir, "train_log.jsonl")) as f:
-        return {r["step"]: r["loss"] for r in map(json.loads, f)}
+    return {r["step"]: r["loss"] for r in read_train_log(str(model_dir))}
 
 
-def logged_steps(path):
-    try:
-        with open(path) as f:
-            return sum(1 for line in f if line.endswith("\n"))
-    except FileNotFoundError:
-        return 0
+def logged_steps(model_dir):
+    """The steps logged so far (--train_log_seconds=0: a part after every host loop)."""
+    return len(read_train_log(str(model_dir)))
 
 
 def signal_at_a_random_moment(proc, model_dir, signum, rng):
     """Sends `signum` to `proc` a random time (up to 1 s) after its first step is logged, or as
     soon as half the steps are: a random moment inside the run, whatever the machine's speed."""
-    log = os.path.join(model_dir, "train_log.jsonl")
     deadline = time.time() + 300
-    while logged_steps(log) == 0 and proc.poll() is None and time.time() < deadline:
+    while logged_steps(model_dir) == 0 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    assert logged_steps(log) > 0, "no step was logged"
+    assert logged_steps(model_dir) > 0, "no step was logged"
     until = time.time() + rng.uniform(0.0, 1.0)
-    while time.time() < until and logged_steps(log) < STEPS // 2:
+    while time.time() < until and logged_steps(model_dir) < STEPS // 2:
         time.sleep(0.005)
     proc.send_signal(signum)
 
@@ -124,8 +120,8 @@ def the_stop_line(out, err):
 def assert_resumes_exactly(model_dir, reference, stopped_at):
     losses = logged_losses(model_dir)
     assert sorted(losses) == list(range(1, STEPS + 1))
-    with open(os.path.join(model_dir, "train_log.jsonl")) as f:  # no step logged twice
-        assert len(f.readlines()) == STEPS
+    parts = ModelDir(str(model_dir)).train_log_part_list()  # no step logged twice
+    assert sum(len(open(path).readlines()) for _, _, path in parts) == STEPS
     for step in range(1, STEPS + 1):
         assert losses[step] == pytest.approx(reference[step], abs=1e-5), (step, stopped_at)
 

@@ -18,6 +18,7 @@ from tfxl.model_dir import check_or_store_config
 from tfxl.train import warm_start
 from tfxl.train.loop import Runner, build_model
 from tfxl.train.optimization import OptimizerParams
+from tfxl.train.train_log import read_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 4    # streams per split
@@ -85,8 +86,7 @@ def first_batch_loss(model, run):
 
 
 def logged_losses(model_dir):
-    with open(os.path.join(model_dir, "train_log.jsonl")) as f:
-        return [r["loss"] for r in map(json.loads, f)]
+    return [r["loss"] for r in read_train_log(str(model_dir))]
 
 
 def assert_warm_started(data_dir, model_dir, init, expected_model, expected_path):

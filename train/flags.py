@@ -24,7 +24,8 @@ FLAG_RULES = {
         "train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop",
         "max_eval_batches", "learning_rate", "lease_timeout", "memory_limit_gib")},
     **{name: NON_NEGATIVE for name in (
-        "mem_len", "eval_mem_len", "weight_decay", "seed", "num_gpus", "lease_settle")},
+        "mem_len", "eval_mem_len", "weight_decay", "seed", "num_gpus", "lease_settle",
+        "train_log_seconds")},
     "clamp_len": CLAMP,
     "eval_clamp_len": CLAMP,
     "dropout": PROBABILITY,

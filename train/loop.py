@@ -30,7 +30,7 @@ from tfxl.train.evaluator import EvalProgress, Evaluator
 from tfxl.train.preemption import StopRequests, TrainingStopped
 from tfxl.train.lease import Lease, LeaseParams
 from tfxl.train.run_record import RunRecord, run_settings
-from tfxl.train.train_log import TrainLog, resume_train_log
+from tfxl.train.train_log import FLUSH_SECONDS, TrainLog, resume_train_log
 from tfxl.train.trainer import Trainer, TrainingDiverged
 
 __all__ = ["Runner", "TrainingDiverged", "TrainingStopped", "build_model", "make_evaluator"]
@@ -70,14 +70,17 @@ class Runner:
 
     def __init__(self, config, strategy, data_dir, model_dir, global_batch, opt_params,
                  mixed_precision="float32", jit_compile=False, steps_per_loop=100, seed=0,
-                 is_chief=True, allow_run_changes=False, lease=None):
+                 is_chief=True, allow_run_changes=False, lease=None,
+                 train_log_seconds=FLUSH_SECONDS):
         """allow_run_changes: continue a checkpoint with settings other than run.json's
-        (train/run_record.py). lease: the model_dir lease's `LeaseParams` (train/lease.py)."""
+        (train/run_record.py). lease: the model_dir lease's `LeaseParams` (train/lease.py).
+        train_log_seconds: how often the train log writes its new lines (train/train_log.py)."""
         self.config, self.strategy, self.model_dir = config, strategy, model_dir
         self.data = _data(config, strategy, data_dir, model_dir, mixed_precision, seed)
         self.global_batch, self.steps_per_loop = global_batch, steps_per_loop
         self.train_steps, self.is_chief = opt_params.train_steps, is_chief
         self.lease_params = lease or LeaseParams()
+        self.train_log_seconds = train_log_seconds
         # The run's recorded settings (run.json) decide the schedule's length; reads only.
         self.run_record = RunRecord.resolve(
             model_dir, run_settings(opt_params, global_batch, mixed_precision, seed,
@@ -175,7 +178,7 @@ class Runner:
         before_save, after_save = [], []  # hooks around every checkpoint save
         if self.is_chief:
             resume_train_log(self.model_dir, step, log)  # the log continues at `step`
-            train_log = TrainLog(self.model_dir)
+            train_log = TrainLog(self.model_dir, self.train_log_seconds)
             tensorboard = TensorBoardScalars(layout.tensorboard, metric, tokens_per_step)
             # A trainer whose lease was taken over stops before it writes anything more.
             train_actions += [lease.ensure_held, tensorboard, train_log]

@@ -11,7 +11,7 @@ from absl import flags, logging
 from tfxl import cli
 from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
-from tfxl.train import flags as train_flags, lease, run_record
+from tfxl.train import flags as train_flags, lease, run_record, train_log
 from tfxl.train.loop import Runner, TrainingDiverged, TrainingStopped, build_model
 from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
@@ -38,6 +38,7 @@ def define_flags():
     flags.DEFINE_float("weight_decay", 0.0, "Weight decay for adamw/lamb.")
     run_record.define_flags()  # --schedule_steps, --allow_run_changes
     lease.define_flags()  # --take_over, --lease_timeout, --lease_settle
+    train_log.define_flags()  # --train_log_seconds
     training_plan.define_flags()
     warm_start.define_flags()
 
@@ -80,7 +81,8 @@ def main(argv):
                     FLAGS.train_batch_size, opt, FLAGS.mixed_precision, FLAGS.jit_compile,
                     FLAGS.steps_per_loop, FLAGS.seed, chief,
                     allow_run_changes=FLAGS.allow_run_changes,
-                    lease=lease.params_from_flags())
+                    lease=lease.params_from_flags(),
+                    train_log_seconds=FLAGS.train_log_seconds)
     # Before the model_dir is claimed: a source that does not fit leaves nothing there.
     runner.init_checkpoint = warm_start.warm_start(FLAGS.init_checkpoint, runner.model,
                                                    FLAGS.model_dir, manifest, FLAGS.data_dir)

@@ -7,7 +7,8 @@ temporary file, or one object write on a bucket). Nothing is ever appended: an o
 only append by rewriting the whole object, which would make a long run's log cost O(steps²).
 
 * Writing (`TrainLog`, a train action of the controller): the lines of each host loop are kept in
-  memory and written as a part when `flush_seconds` have passed since the last part, before every
+  memory and written as a part when `flush_seconds` have passed since the last part
+  (`--train_log_seconds`, default 60; 0: after every host loop), before every
   checkpoint save (so the lines of the steps a checkpoint holds are stored before it is) and when
   the run ends or fails. After a save, the parts written since the previous save are merged into
   one (from memory; up to MERGE_LINES lines, beyond which they stay as they are): a run leaves
@@ -28,14 +29,23 @@ import json
 import time
 
 import tensorflow as tf
+from absl import flags
 
 from tfxl.files import write_text_atomically
 from tfxl.model_dir import ModelDir
 
-__all__ = ["TrainLog", "read_train_log", "resume_train_log"]
+__all__ = ["TrainLog", "define_flags", "read_train_log", "resume_train_log"]
 
 FLUSH_SECONDS = 60.0
 MERGE_LINES = 100_000  # the lines kept in memory to merge the parts of one checkpoint interval
+
+
+def define_flags():
+    flags.DEFINE_float("train_log_seconds", FLUSH_SECONDS, "Write the train log's new lines "
+                       "after a host loop once this many seconds have passed since the last "
+                       "write (0: after every host loop); they are also written before every "
+                       "checkpoint and at the end. Each write is a new part under "
+                       "model_dir/train_log/.")
 
 
 def _lines(records):
@@ -63,13 +73,18 @@ def read_train_log(model_dir):
 
     Where two files hold the same step (only after an interrupted rewrite, with identical lines)
     the part later in step order wins, and parts win over an old single-file train_log.jsonl.
+    While a trainer runs, a part it merges away after the listing is skipped (a later read finds
+    its lines in the merged part).
     """
     layout = ModelDir(model_dir)
     by_step = {}
     if tf.io.gfile.exists(layout.train_log):
         by_step.update((r["step"], r) for r in _read_records(layout.train_log))
     for _, _, path in layout.train_log_part_list():
-        by_step.update((r["step"], r) for r in _read_records(path))
+        try:
+            by_step.update((r["step"], r) for r in _read_records(path))
+        except tf.errors.NotFoundError:  # merged away by a running trainer since the listing
+            continue
     return [by_step[step] for step in sorted(by_step)]
 
 
