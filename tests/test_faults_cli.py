@@ -153,7 +153,8 @@ def test_tools_are_quiet_unless_verbose(trained):
             if any(word in line for word in CHATTER)] == []
     verbose = run_tool(*evaluate, "--verbosity=1")
     assert verbose.returncode == 0 and verbose.stdout == quiet.stdout
-    assert "I0000" in verbose.stderr and "oneDNN" in verbose.stderr
+    # "I0000": a TensorFlow C++ INFO line, which every host prints (oneDNN's only with AVX-512).
+    assert "I0000" in verbose.stderr
 
 
 @pytest.mark.slow
