@@ -28,3 +28,20 @@ def adaptive_config(**overrides):
     return tiny_config(**{**dict(vocab_size=40, d_head=8, d_inner=32, d_embed=16,
                                  cutoffs=(10, 25), div_val=2, untie_r=True, tgt_len=6, mem_len=5,
                                  init_std=0.1), **overrides})
+
+
+def random_bytes_data(root, tgt_len, num_streams, train_bytes=20000):
+    """A tfxl-prepare data dir under `root` of random bytes from "abcdefgh" (train, valid, test):
+    the trainer tests' data, where only its shape matters. Returns its path."""
+    import numpy as np
+    from tfxl.data.prepare import PrepareConfig, prepare
+    rng = np.random.default_rng(0)
+    for split, size in (("train", train_bytes), ("valid", 2000), ("test", 2000)):
+        (root / f"{split}.txt").write_bytes(rng.choice(np.frombuffer(b"abcdefgh", np.uint8),
+                                                       size).tobytes())
+    out = root / "data"
+    prepare(PrepareConfig(output_dir=str(out), train=[str(root / "train.txt")],
+                          valid=[str(root / "valid.txt")], test=[str(root / "test.txt")],
+                          tokenizer="bytes", tgt_len=tgt_len, num_streams=num_streams),
+            log=lambda *a: None)
+    return str(out)

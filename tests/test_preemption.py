@@ -16,7 +16,6 @@ import pytest
 import tensorflow as tf
 
 import factories
-from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.model_dir import ModelDir, check_or_store_config
 from tfxl.train.controller import Controller
 from tfxl.train.loop import Runner
@@ -35,16 +34,8 @@ STOPPED = re.compile(r"^stopped by (SIGTERM|SIGINT)(?: to (worker \d))? at step 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("preemption")
-    rng = np.random.default_rng(0)
-    for split, size in (("train", 40000), ("valid", 2000), ("test", 2000)):
-        (root / f"{split}.txt").write_bytes(rng.choice(np.frombuffer(b"abcdefgh", np.uint8),
-                                                       size).tobytes())
-    out = root / "data"
-    prepare(PrepareConfig(output_dir=str(out), train=[str(root / "train.txt")],
-                          valid=[str(root / "valid.txt")], test=[str(root / "test.txt")],
-                          tokenizer="bytes", tgt_len=T, num_streams=STREAMS), log=lambda *a: None)
-    return str(out)
+    return factories.random_bytes_data(tmp_path_factory.mktemp("preemption"), T, STREAMS,
+                                       train_bytes=40000)
 
 
 def cli_flags(data_dir, model_dir, dropout=0.1, steps=STEPS, steps_per_loop=2, save_every=50):

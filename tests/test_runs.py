@@ -18,7 +18,6 @@ import pytest
 import tensorflow as tf
 
 import factories
-from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.model_dir import ModelDir, check_or_store_config
 from tfxl.train.lease import Lease, LeaseHeld, LeaseLost, LeaseParams
 from tfxl.train.loop import Runner, TrainingDiverged
@@ -35,16 +34,7 @@ FAST = LeaseParams(settle=0.05)  # in-process runs: nothing else starts on their
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("runs")
-    rng = np.random.default_rng(0)
-    for split, size in (("train", 20000), ("valid", 2000), ("test", 2000)):
-        (root / f"{split}.txt").write_bytes(rng.choice(np.frombuffer(b"abcdefgh", np.uint8),
-                                                       size).tobytes())
-    out = root / "data"
-    prepare(PrepareConfig(output_dir=str(out), train=[str(root / "train.txt")],
-                          valid=[str(root / "valid.txt")], test=[str(root / "test.txt")],
-                          tokenizer="bytes", tgt_len=T, num_streams=STREAMS), log=lambda *a: None)
-    return str(out)
+    return factories.random_bytes_data(tmp_path_factory.mktemp("runs"), T, STREAMS)
 
 
 def tiny_config(data_dir):

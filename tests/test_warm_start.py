@@ -13,7 +13,6 @@ import tensorflow as tf
 
 import factories
 from tfxl.checkpoints import restore_weights
-from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.model_dir import check_or_store_config
 from tfxl.train import warm_start
 from tfxl.train.loop import Runner, build_model
@@ -27,16 +26,7 @@ ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("warm")
-    rng = np.random.default_rng(0)
-    for split, size in (("train", 20000), ("valid", 2000), ("test", 2000)):
-        (root / f"{split}.txt").write_bytes(rng.choice(np.frombuffer(b"abcdefgh", np.uint8),
-                                                       size).tobytes())
-    out = root / "data"
-    prepare(PrepareConfig(output_dir=str(out), train=[str(root / "train.txt")],
-                          valid=[str(root / "valid.txt")], test=[str(root / "test.txt")],
-                          tokenizer="bytes", tgt_len=T, num_streams=STREAMS), log=lambda *a: None)
-    return str(out)
+    return factories.random_bytes_data(tmp_path_factory.mktemp("warm"), T, STREAMS)
 
 
 def manifest(data_dir):
