@@ -45,3 +45,24 @@ def random_bytes_data(root, tgt_len, num_streams, train_bytes=20000):
                           tokenizer="bytes", tgt_len=tgt_len, num_streams=num_streams),
             log=lambda *a: None)
     return str(out)
+
+
+# A tfxl-train that, inside the save of one checkpoint, marks a file and waits to be killed:
+# `python -c HANG_IN_SAVE module function checkpoint marker <tfxl-train flags>` (kill -9 tests).
+HANG_IN_SAVE = """
+import importlib, sys, time
+module_name, function_name, checkpoint, marker = sys.argv[1:5]
+module = importlib.import_module(module_name)
+original = getattr(module, function_name)
+
+def hang(*args, **kwargs):  # inside the save of `checkpoint`: say so, then wait for the kill
+    if checkpoint in repr(args) + repr(kwargs):
+        open(marker, "w").close()
+        time.sleep(600)
+    return original(*args, **kwargs)
+
+setattr(module, function_name, hang)
+sys.argv = ["tfxl-train"] + sys.argv[5:]
+from tfxl.train.main import run
+run()
+"""

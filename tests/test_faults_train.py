@@ -315,25 +315,6 @@ def test_a_corrupt_valid_shard_stops_training_before_the_first_step(data_dir, tm
 
 # -- 2. a run killed while it writes a checkpoint resumes from the previous one exactly -----------
 
-HANG_IN_SAVE = """
-import importlib, sys, time
-module_name, function_name, checkpoint, marker = sys.argv[1:5]
-module = importlib.import_module(module_name)
-original = getattr(module, function_name)
-
-def hang(*args, **kwargs):  # inside the save of `checkpoint`: say so, then wait for the kill
-    if checkpoint in repr(args) + repr(kwargs):
-        open(marker, "w").close()
-        time.sleep(600)
-    return original(*args, **kwargs)
-
-setattr(module, function_name, hang)
-sys.argv = ["tfxl-train"] + sys.argv[5:]
-from tfxl.train.main import run
-run()
-"""
-
-
 @pytest.fixture(scope="module")
 def straight_run(data_dir, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("straight") / "m"
@@ -352,7 +333,8 @@ def straight_run(data_dir, tmp_path_factory):
 def test_kill_9_during_a_save_resumes_exactly(data_dir, tmp_path, straight_run, module,
                                               function):
     model_dir, marker = tmp_path / "m", tmp_path / "in_save"
-    proc = subprocess.Popen([sys.executable, "-c", HANG_IN_SAVE, module, function, "ckpt-20",
+    proc = subprocess.Popen([sys.executable, "-c", factories.HANG_IN_SAVE, module, function,
+                             "ckpt-20",
                              str(marker), *cli_flags(data_dir, model_dir, 30)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     deadline = time.time() + 240

@@ -232,25 +232,6 @@ def test_an_old_single_file_log_with_a_partial_last_line_resumes(data_dir, tmp_p
     assert_continues_exactly(model_dir, straight)
 
 
-HANG_IN_SAVE = """
-import importlib, sys, time
-module_name, function_name, checkpoint, marker = sys.argv[1:5]
-module = importlib.import_module(module_name)
-original = getattr(module, function_name)
-
-def hang(*args, **kwargs):  # inside the save of `checkpoint`: say so, then wait for the kill
-    if checkpoint in repr(args) + repr(kwargs):
-        open(marker, "w").close()
-        time.sleep(600)
-    return original(*args, **kwargs)
-
-setattr(module, function_name, hang)
-sys.argv = ["tfxl-train"] + sys.argv[5:]
-from tfxl.train.main import run
-run()
-"""
-
-
 @pytest.fixture(scope="module")
 def straight_cli(data_dir, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("straight_cli") / "m"
@@ -266,7 +247,8 @@ def test_kill_9_between_the_log_and_its_checkpoint_logs_each_step_once(data_dir,
     """Killed in the save of `checkpoint`, after its steps were logged: ckpt-10, the run's
     first (no checkpoint yet: the next run starts at step 1), or ckpt-20 (it resumes at 10)."""
     model_dir, marker = tmp_path / "m", tmp_path / "in_save"
-    proc = subprocess.Popen([sys.executable, "-c", HANG_IN_SAVE, "tensorflow.python.ops.gen_io_ops",
+    proc = subprocess.Popen([sys.executable, "-c", factories.HANG_IN_SAVE,
+                             "tensorflow.python.ops.gen_io_ops",
                              "merge_v2_checkpoints", checkpoint, str(marker),
                              *cli_flags(data_dir, model_dir, 30)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
