@@ -89,3 +89,19 @@ def test_recent_window_merges_keep_the_tokens_exact(lm, monkeypatch, window, mem
         np.testing.assert_allclose(got_memory[name].numpy(), want_memory[name].numpy(),
                                    atol=1e-5)
     np.testing.assert_array_equal(got_memory["valid"].numpy(), want_memory["valid"].numpy())
+
+
+@pytest.mark.parametrize("where", ["keys", "values"])
+def test_generation_refuses_non_finite_log_probs_rather_than_draw_an_id_outside_the_vocabulary(
+        lm, where):
+    """A finite memory can still overflow (keys or values near float32's maximum give NaN
+    log-probs), from which the sampler drew id V for every token (41 here). Refused, in the
+    Python API as in the exported signatures (which refuse non-finite memory at the entry)."""
+    memory = lm.init_key_value_memory(2, mem_len=MEM)
+    memory = {**memory, "valid": tf.ones_like(memory["valid"]),
+              where: tf.fill(tf.shape(memory[where]), 3e38)}
+    prompt = np.ones((2, 3), np.int32)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="generate: the next-token log-probabilities are not finite"):
+        ids, _ = tf.function(lambda: generate(lm, prompt, memory, 4, temperature=1.0))()
+        assert ids.numpy().max() < 41, ids.numpy()

@@ -265,6 +265,14 @@ MEMORY = dict(keys=zeros(2, *KEYS_SHAPE), values=zeros(2, *VALUES_SHAPE),
 SAMPLING = dict(max_new_tokens=np.int32(3), temperature=np.float32(1.0), top_k=np.int32(0),
                 top_p=np.float32(1.0), seed=np.int32(0))
 IDS = np.ones((2, 3), np.int32)
+# Every slot valid, one NaN key and two infinite values in valid slots.
+VALID_MEMORY = dict(valid=np.ones((2, MEM), bool))
+NAN_KEYS = zeros(2, *KEYS_SHAPE)
+NAN_KEYS[0, 0, 0, 0, -1] = np.nan
+INF_VALUES = zeros(2, *VALUES_SHAPE)
+INF_VALUES[1, 1, 1, -1, :2] = [np.inf, -np.inf]
+# init_memory's batch bound: 2 GiB over one row's memory (float32 keys and values, bool valid).
+MAX_BATCH = 2**31 // (4 * 2 * math.prod(KEYS_SHAPE) + MEM)
 # keys: expected [B 2 2 16 M] for batch B, received {}.
 KEYS = (f"keys must have shape \\[B, L, N, H, M\\].*=\\] \\[{{}} 2 2 16 {MEM}\\] "
         "\\[but got\\] \\[{}\\]")
@@ -345,7 +353,36 @@ BAD_REQUESTS = {
         "generate_text", dict(prompt=np.array([b"a"]), **{**SAMPLING, "top_p": 1.5}),
         r"generate_text: top_p must be in \(0, 1\]"),
     "init_memory: batch_size 0": ("init_memory", dict(batch_size=0),
-                                  r"init_memory: batch_size must be >= 1, but got\] \[0\]"),
+                                  r"init_memory: batch_size must be in \[1, \d+\].*but got\] \[0\]"),
+    # A 4-byte request must not allocate [2^30, ...]: the bound is the memory a response can hold.
+    "init_memory: batch_size 2**30": (
+        "init_memory", dict(batch_size=2**30),
+        rf"init_memory: batch_size must be in \[1, {MAX_BATCH}\] \(a memory of at most 2 GiB\)"
+        r".*but got\] \[1073741824\]"),
+    "init_memory: batch_size rank 1": (
+        "init_memory", dict(batch_size=[1, 2]),
+        r"init_memory: batch_size must have shape \[\] \(a scalar\).*but got\] \[2\]"),
+    "generate: temperature rank 1": (
+        "generate", dict(prompt_ids=IDS, **MEMORY, **{**SAMPLING, "temperature": [1.0, 0.5]}),
+        r"generate: temperature must have shape \[\] \(a scalar\).*but got\] \[2\]"),
+    "generate_text: seed rank 1": (
+        "generate_text", dict(prompt=np.array([b"a"]), **{**SAMPLING, "seed": [1, 2]}),
+        r"generate_text: seed must have shape \[\] \(a scalar\).*but got\] \[2\]"),
+    "encode_text: text rank 2": ("encode_text", dict(text=np.array([[b"ab", b"cd"]])),
+                                 r"encode_text: text must have shape \[\] \(a scalar\).*"
+                                 r"but got\] \[1 2\]"),
+    "decode_ids: ids rank 2": ("decode_ids", dict(ids=[[65, 66], [67, 68]]),
+                               r"decode_ids: ids must have shape \[G\].*but got\] \[2 2\]"),
+    "decode_ids: id >= V": ("decode_ids", dict(ids=[65, 258]),
+                            r"decode_ids: ids must be token ids in \[0, 258\)"),
+    # Non-finite memory would give NaN log-probs (score) or an id outside [0, V) (generate).
+    "score: NaN keys": ("score", dict(token_ids=IDS, **{**MEMORY, **VALID_MEMORY,
+                                                           "keys": NAN_KEYS}),
+                        r"score: keys must be finite, but got\] \[1\] \[non-finite values\]"),
+    "generate: Inf values": (
+        "generate", dict(prompt_ids=IDS, **{**MEMORY, **VALID_MEMORY, "values": INF_VALUES},
+                         **SAMPLING),
+        r"generate: values must be finite, but got\] \[2\] \[non-finite values\]"),
 }
 
 

@@ -46,7 +46,7 @@ def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0
     seed = tf.cast(seed, tf.int32)
 
     def draw(step, last):
-        return sample_next(last, temperature, top_k, top_p, tf.stack([seed, step]))
+        return sample_next(_finite(last), temperature, top_k, top_p, tf.stack([seed, step]))
 
     def body(step, last, state, out):
         token = draw(step, last)
@@ -64,6 +64,21 @@ def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0
     out = out.write(step, draw(step, last))
     generated = tf.transpose(out.stack())  # [N, B] -> [B, N]
     return tf.reshape(generated, [batch, max_new_tokens]), window.memory(state)
+
+
+def _finite(log_probs):
+    """log_probs [B, V], once checked to hold no NaN and a finite maximum per row.
+
+    Otherwise the sampler has nothing to draw from and returns V, outside the vocabulary: a
+    non-finite memory gives that, and so can a finite one whose attention overflows. Raises
+    InvalidArgumentError rather than return a token that means nothing.
+    """
+    ok = tf.logical_and(tf.reduce_all(tf.math.is_finite(tf.reduce_max(log_probs, axis=-1))),
+                        tf.logical_not(tf.reduce_any(tf.math.is_nan(log_probs))))
+    with tf.control_dependencies([tf.debugging.Assert(ok, [
+            "generate: the next-token log-probabilities are not finite (NaN or infinite "
+            "values in, or an overflow of, the memory or the weights): no token can be drawn"])]):
+        return tf.identity(log_probs)
 
 
 class _RecentWindow:

@@ -11,18 +11,38 @@ A shape test written with tf.shape/tf.rank/tf.size folds to True before it ever 
 constants at trace time where the signature's shape (or rank) is static, and Grappler infers an
 input's rank from what the ops consuming it require (StringSplit: a vector) and folds Rank.
 `shape_of` therefore reads the shape with the raw Shape op through a serialize/parse round trip
-(a few bytes), which neither tracing nor Grappler can see through; tests feed such inputs.
+(a few bytes), which neither tracing nor Grappler can see through (of an input of a complete
+declared shape, a scalar, Grappler folds Shape itself: such an input goes through the round trip
+first); tests feed such inputs.
 TF orders only the asserts, not the computation of their predicates, so every predicate is
-computable for inputs of any shape (no op in it can fail).
+computable for inputs of any shape (no op in it can fail): a value test reads its input through
+`flat` (a vector whatever the input's rank; `opaque` first for a declared scalar, whose static
+shape [] Grappler would otherwise trust and reduce away).
 """
 
 import tensorflow as tf
 
 
+def opaque(x):
+    """x itself, of a shape neither constant folding nor shape inference can see (a copy: only
+    for small tensors)."""
+    return tf.io.parse_tensor(tf.io.serialize_tensor(x), x.dtype)
+
+
 def shape_of(x):
-    """x's shape at run time, int32 [rank], opaque to constant folding and shape inference."""
-    shape = tf.raw_ops.Shape(input=x, out_type=tf.int32)
-    return tf.io.parse_tensor(tf.io.serialize_tensor(shape), tf.int32)
+    """x's shape at run time, int32 [rank], opaque to constant folding and shape inference.
+
+    Where x's declared shape is complete (a scalar input), Grappler replaces Shape(x) by a
+    constant and folds the round trip after it, so x itself goes through `opaque` first.
+    """
+    if x.shape.is_fully_defined():
+        x = opaque(x)
+    return opaque(tf.raw_ops.Shape(input=x, out_type=tf.int32))
+
+
+def flat(x):
+    """x's values as a vector, whatever x's rank at run time (declared scalars: `opaque` first)."""
+    return tf.reshape(opaque(x) if x.shape.rank == 0 else x, [-1])
 
 
 def padded_shape(x, rank):
@@ -54,9 +74,22 @@ def tokens_rule(what, ids, length="T", min_length=1):
 
 def ids_rule(what, ids, vocab_size):
     """Every id is in [0, vocab_size)."""
+    ids = flat(ids)
     ok = tf.reduce_all(tf.logical_and(ids >= 0, ids < vocab_size))
     return ok, [f"{what} must be token ids in [0, {vocab_size}), but got ids from",
                 tf.reduce_min(ids), "to", tf.reduce_max(ids)]
+
+
+def range_rule(what, x, ok, requirement):
+    """`ok(values)` holds for every value of x (a bool tensor of the values' shape)."""
+    values = flat(x)
+    return tf.reduce_all(ok(values)), [f"{what} {requirement}, but got", values]
+
+
+def finite_rule(what, x):
+    """No NaN or infinity anywhere in x (a memory: the model would turn either into NaN)."""
+    bad = tf.reduce_sum(tf.cast(tf.logical_not(tf.math.is_finite(flat(x))), tf.int32))
+    return tf.equal(bad, 0), [f"{what} must be finite, but got", bad, "non-finite values"]
 
 
 def checked(rules, *tensors):

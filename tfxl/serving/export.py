@@ -39,9 +39,13 @@ With a tokenizer:
       the tokenizer itself, so that `tfxl-generate --model=EXPORT` needs no data directory. The
       export also records the tokenizer's vocabulary hash in assets.extra/tfxl_data.json.
 Bad requests (wrong rank or shape, memory of another export, batch mismatch, ids outside [0, V),
-empty inputs, sampling values out of range) fail at the signature's entry with one
-InvalidArgumentError naming the input, the expected and the received shape or value
-(`tfxl.serving.checks`): TF Serving feeds tensors into the graph unchecked.
+empty inputs, sampling values out of range, NaN or infinity in a memory, a batch over
+`max_batch_size`) fail at the signature's entry with one InvalidArgumentError naming the input,
+the expected and the received shape or value (`tfxl.serving.checks`): TF Serving feeds tensors
+into the graph unchecked. The batch bound: a signature that builds a memory from a few bytes
+(init_memory, generate_text, score_text, score_document*) would otherwise allocate B rows of it
+for a one-line request; max_batch_size is the largest B whose memory (keys, values, valid) fits
+in MAX_MEMORY_BYTES = 2 GiB, the most a protobuf response can carry back anyway.
 
 Code: each signature is a `Signatures` method marked `@signature(input=(shape, dtype), ...)`, the
 shape in the glossary's letters; `Signatures.functions` holds one tf.function per signature with
@@ -61,8 +65,8 @@ from tfxl.layers.memory import KEYS, VALID, VALUES
 from tfxl.models.generation import generate
 from tfxl.models.sampling import sampling_rules
 from tfxl.models.scoring import score_document
-from tfxl.serving.checks import (checked, has_rank, ids_rule, padded_shape, shape_of, shape_rule,
-                                 tokens_rule)
+from tfxl.serving.checks import (checked, finite_rule, flat, has_rank, ids_rule, padded_shape,
+                                 range_rule, shape_of, shape_rule, tokens_rule)
 
 
 def next_version(output_dir):
@@ -92,6 +96,11 @@ def _exists_message(path):
     return (f"{path} already exists without {SAVED_MODEL} (an export still being published, or "
             "one interrupted midway; delete it to reuse the version); exports are never "
             "overwritten")
+
+
+# The largest memory a request may make the server build: a protobuf message's limit (2 GiB), so
+# no larger memory could be returned to the client either.
+MAX_MEMORY_BYTES = 2**31
 
 
 def _wire(memory):
@@ -140,6 +149,8 @@ class Signatures:
         # The glossary's fixed sizes; the other letters are free (None) in the input signatures.
         # autograph=False, as ExportArchive.add_endpoint traces: the bodies use tf control flow.
         self.sizes = dict(L=c.n_layer, N=c.n_head, H=c.d_head, M=self.settings["mem_len"])
+        row_bytes = 4 * 2 * c.n_layer * c.n_head * c.d_head * self.sizes["M"] + self.sizes["M"]
+        self.max_batch_size = max(1, MAX_MEMORY_BYTES // max(1, row_bytes))
         self.functions = {
             name: tf.function(getattr(self, name), autograph=False, input_signature=[
                 tf.TensorSpec([self.sizes.get(d) for d in shape.split()], dtype, input_name)
@@ -154,12 +165,20 @@ class Signatures:
                 ids_rule(what, ids, self.model.config.vocab_size)]
 
     def _memory_rules(self, what, ids, keys, values, valid):
-        """The memory fits the export (MEMORY's shapes) and the batch B of `ids`."""
+        """The memory fits the export (MEMORY's shapes) and the batch B of `ids`; its keys and
+        values are finite (everywhere: a NaN in a valid slot makes every log-prob NaN)."""
         sizes = dict(self.sizes, B=padded_shape(ids, 2)[0])
         return [shape_rule(f"{what}: {name}", tensor, [sizes[d] for d in shape.split()],
                            f"[{', '.join(shape.split())}] (B: the token batch; the others fixed "
                            "by the export)")
-                for tensor, (name, (shape, _)) in zip((keys, values, valid), MEMORY.items())]
+                for tensor, (name, (shape, _)) in zip((keys, values, valid), MEMORY.items())] + [
+            finite_rule(f"{what}: {KEYS}", keys), finite_rule(f"{what}: {VALUES}", values)]
+
+    def _batch_rule(self, what, batch_size):
+        """batch_size (int32, any shape) is in [1, max_batch_size]: see MAX_MEMORY_BYTES."""
+        return range_rule(what, batch_size,
+                          lambda b: (b >= 1) & (b <= self.max_batch_size),
+                          f"must be in [1, {self.max_batch_size}] (a memory of at most 2 GiB)")
 
     @staticmethod
     def _sampling_rules(what, max_new_tokens, temperature, top_k, top_p, seed):
@@ -169,12 +188,13 @@ class Signatures:
                  for name, value in scalars.items()]
         return rules + [(tf.reduce_all(ok), [f"{what}: {name} {requirement}, but got", value])
                         for name, ok, requirement, value in sampling_rules(
-                            max_new_tokens, temperature, top_k, top_p)]
+                            flat(max_new_tokens), flat(temperature), flat(top_k), flat(top_p))]
 
-    @staticmethod
-    def _text_rules(what, text):
+    def _text_rules(self, what, text):
+        """text is [B] with 1 <= B <= max_batch_size."""
         return [(tf.logical_and(has_rank(text, 1), padded_shape(text, 1)[0] >= 1),
-                 [f"{what} must have shape [B] with B >= 1, but got", shape_of(text)])]
+                 [f"{what} must have shape [B] with B >= 1, but got", shape_of(text)]),
+                self._batch_rule(f"{what}: B", padded_shape(text, 1)[0])]
 
     def _memory(self, keys, values, valid):
         dtype = self.model.compute_dtype
@@ -201,8 +221,7 @@ class Signatures:
     def init_memory(self, batch_size):
         batch_size, = checked(
             [shape_rule("init_memory: batch_size", batch_size, [], "[] (a scalar)"),
-             (tf.reduce_all(batch_size >= 1),
-              ["init_memory: batch_size must be >= 1, but got", batch_size])], batch_size)
+             self._batch_rule("init_memory: batch_size", batch_size)], batch_size)
         return _wire(self.model.init_key_value_memory(batch_size, self.settings["mem_len"]))
 
     @signature(prompt_ids=("B P", tf.int32), **MEMORY, **SAMPLING)
@@ -227,7 +246,8 @@ class Signatures:
         return self._score_document("score_document_masked", token_ids, target_mask)
 
     def _score_document(self, what, token_ids, target_mask=None):
-        rules = self._token_rules(f"{what}: token_ids", token_ids, "S", min_length=2)
+        rules = self._token_rules(f"{what}: token_ids", token_ids, "S", min_length=2) + [
+            self._batch_rule(f"{what}: token_ids: B", padded_shape(token_ids, 2)[0])]
         if target_mask is not None:
             batch, length = tf.unstack(padded_shape(token_ids, 2))
             rules += [shape_rule(f"{what}: target_mask", target_mask, [batch, length - 1],
@@ -285,10 +305,14 @@ class Signatures:
 
     @signature(needs_tokenizer=True, text=("", tf.string))
     def encode_text(self, text):
+        text, = checked([shape_rule("encode_text: text", text, [], "[] (a scalar)")], text)
         return {"ids": tf.cast(self.tokenizer.tf_encode(text[None]).flat_values, tf.int32)}
 
     @signature(needs_tokenizer=True, ids=("G", tf.int32))
     def decode_ids(self, ids):
+        ids, = checked([(has_rank(ids, 1), ["decode_ids: ids must have shape [G], but got",
+                                            shape_of(ids)]),
+                        ids_rule("decode_ids: ids", ids, self.model.config.vocab_size)], ids)
         return {"text": self.tokenizer.tf_decode(ids[None])[0]}
 
 
