@@ -352,8 +352,9 @@ BAD_REQUESTS = {
     "generate_text: top_p > 1": (
         "generate_text", dict(prompt=np.array([b"a"]), **{**SAMPLING, "top_p": 1.5}),
         r"generate_text: top_p must be in \(0, 1\]"),
-    "init_memory: batch_size 0": ("init_memory", dict(batch_size=0),
-                                  r"init_memory: batch_size must be in \[1, \d+\].*but got\] \[0\]"),
+    "init_memory: batch_size 0": (
+        "init_memory", dict(batch_size=0),
+        r"init_memory: batch_size must be in \[1, \d+\].*but got\] \[0\]"),
     # A 4-byte request must not allocate [2^30, ...]: the bound is the memory a response can hold.
     "init_memory: batch_size 2**30": (
         "init_memory", dict(batch_size=2**30),
