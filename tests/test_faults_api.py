@@ -93,3 +93,19 @@ def test_generate_refuses_what_the_command_line_and_the_signatures_refuse(bad, m
 def test_generate_accepts_the_edges_of_each_range():
     lm = small_lm()
     assert lm.generate([[0, 10]], 1, temperature=0.0, top_k=0, top_p=1.0).shape == (1, 1)
+
+
+def test_memory_from_time_major_takes_n_layer_arrays_or_drops_pytorchs_last():
+    """PyTorch's MemTransformerLM keeps L + 1 mems (the last: the last layer's output, no
+    layer's input), TF1 and Hugging Face L: the L + 1-th was kept as a layer before."""
+    from tfxl.convert import ConversionError, memory_from_time_major
+    n_layer, m, batch, d = 2, 3, 1, 4
+    mems = [np.full((m, batch, d), layer, np.float32) for layer in range(n_layer + 2)]
+    for given in (n_layer, n_layer + 1):
+        memory = memory_from_time_major(mems[:given], n_layer)
+        assert memory["states"].shape == (batch, n_layer, m, d)
+        np.testing.assert_array_equal(memory["states"][0, :, 0, 0], range(n_layer))
+    for given in (n_layer - 1, n_layer + 2):
+        with pytest.raises(ConversionError, match=f"mems has {given} arrays; a model of "
+                           f"n_layer={n_layer} takes {n_layer} .* or {n_layer + 1}"):
+            memory_from_time_major(mems[:given], n_layer)

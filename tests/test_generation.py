@@ -25,7 +25,8 @@ def layer_input_generation(lm, prompt, n, temperature, top_k, top_p, seed):
     log_probs, memory = lm(prompt, lm.init_memory(len(prompt), mem_len=MEM), **run)
     last, out = log_probs[:, -1], []
     for i in range(n):
-        token = sample_next(last, temperature, top_k, top_p, tf.constant([seed, i]))
+        token = sample_next(last, temperature, top_k, top_p,
+                            tf.constant([generation.token_seed(seed, i), 0]))
         out.append(token.numpy())
         log_probs, memory = lm(token[:, None], memory, **run)
         last = log_probs[:, 0]
@@ -105,3 +106,23 @@ def test_generation_refuses_non_finite_log_probs_rather_than_draw_an_id_outside_
                        match="generate: the next-token log-probabilities are not finite"):
         ids, _ = tf.function(lambda: generate(lm, prompt, memory, 4, temperature=1.0))()
         assert ids.numpy().max() < 41, ids.numpy()
+
+
+@pytest.mark.parametrize("seed", [0, 2148, 2**31 - 1, -2**31])
+def test_one_token_per_call_with_token_seed_draws_the_tokens_of_one_call(lm, seed):
+    """tfxl-generate streams one token per call, seeded token_seed(seed, i): the same tokens as
+    TransfoXLLM.generate(seed=seed), over the whole int32 range (seed * 1_000_003 + i, its old
+    formula, drew other tokens and left int32 from --seed=2148)."""
+    prompt = np.array([[3, 1, 4, 1, 5]], np.int32)
+    want = lm.generate(prompt, 6, temperature=1.0, seed=seed)
+    memory, ids, got = lm.init_key_value_memory(1, mem_len=MEM), prompt, []
+    step = tf.function(lambda ids, memory, seed: generate(lm, ids, memory, 1, 1.0, 0, 1.0, seed,
+                                                          clamp_len=4, same_length=True))
+    for i in range(6):
+        stream_seed = generation.token_seed(seed, i)
+        assert generation.INT32_SEEDS[0] <= stream_seed <= generation.INT32_SEEDS[1]
+        token, memory = step(ids, memory, tf.constant(stream_seed, tf.int32))
+        got.append(int(token[0, 0]))
+        ids = token
+    np.testing.assert_array_equal(got, want[0])
+    assert generation.token_seed(seed, 5) == int(generation.token_seed(tf.constant(seed), 5))

@@ -514,12 +514,16 @@ def test_export_and_generate_command_lines(model, tmp_path):
     assert sorted(os.listdir(exports)) == ["1"]
 
     flags = [f"--data_dir={data_dir}", "--prompt=def f(", "--max_new_tokens=12",
-             "--temperature=0.9", "--top_k=50", "--seed=7"]
+             "--temperature=0.9", "--top_k=50", "--seed=2148"]  # seed * 1_000_003 > 2**31
     from_checkpoint = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags)
     from_export = run_cli("tfxl.serving.generate_main", f"--model={exports / '1'}", *flags)
     assert from_checkpoint.returncode == 0, from_checkpoint.stderr[-2000:]
     assert from_export.returncode == 0, from_export.stderr[-2000:]
     assert from_checkpoint.stdout == from_export.stdout  # same seed, same text, either backend
+    # ... and TransfoXLLM.generate's tokens for that seed (one call, not one per token).
+    want = model.generate(BytesTokenizer().encode("def f("), 12, temperature=0.9, top_k=50,
+                          seed=2148)
+    assert from_checkpoint.stdout == BytesTokenizer().decode(want) + "\n"
     assert len(from_checkpoint.stdout) > 1
     bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags,
                   "--prompt_file=x")
@@ -529,6 +533,22 @@ def test_export_and_generate_command_lines(model, tmp_path):
     assert bad.returncode == 2 and "--prompt_file" in bad.stderr and "none.txt" in bad.stderr
     bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags, "--top_p=0")
     assert bad.returncode == 2 and "top_p must be in (0, 1]" in bad.stderr
+
+
+@pytest.mark.slow
+def test_generate_names_a_prompt_or_seed_it_cannot_use(tmp_path):
+    """Refused before any model is loaded: a --prompt of bytes that are not UTF-8 (Python sees
+    surrogate escapes, which no encoder takes) and a --seed outside int32 (the signatures' type)."""
+    model = f"--model={tmp_path / 'never_read'}"
+    bad = subprocess.run([sys.executable, "-m", "tfxl.serving.generate_main", model,
+                          b"--prompt=caf\xe9 \xff"], capture_output=True, timeout=300)
+    assert bad.returncode == 2, bad.stderr[-2000:]
+    assert bad.stderr.decode().splitlines()[-1] == (
+        "error: --prompt is not UTF-8 text: byte 0xe9 at offset 3 (invalid continuation byte); "
+        "the tokenizers read UTF-8")
+    for seed in (2**31, -2**31 - 1):
+        bad = run_cli("tfxl.serving.generate_main", model, "--prompt=a", f"--seed={seed}")
+        assert bad.returncode == 2 and "--seed" in bad.stderr.splitlines()[-1], bad.stderr
 
 
 def test_readme_rest_requests_match_the_signatures(exported):

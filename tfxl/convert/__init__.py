@@ -161,19 +161,28 @@ def config_overrides_from_hf(hf):
     return out
 
 
-def memory_from_time_major(mems, mem_len=None, dtype="float32"):
-    """A tfxl memory from the reference implementations' `mems`.
+def memory_from_time_major(mems, n_layer, mem_len=None, dtype="float32"):
+    """A tfxl memory {"states": [B, L, M, D], "valid": [B, M]} from a reference implementation's
+    `mems`: a list of time-major [M, B, D] arrays, for a model of `n_layer` layers.
 
-    The PyTorch/TF1/HF code keeps, per layer, a time-major [M, B, D] tensor of that layer's
-    input (the first is the scaled embedding); tfxl keeps {"states": [B, L, M, D],
-    "valid": [B, M]}. `mem_len` (default M) pads on the left with invalid slots or keeps the
-    last `mem_len` positions.
+    What the list holds depends on the implementation, so `n_layer` says which arrays to take:
+      - n_layer arrays (TF1 `mems`, Hugging Face `TransfoXLLMHeadModel`): each layer's input,
+        the first the scaled embedding; all are used.
+      - n_layer + 1 arrays (PyTorch `MemTransformerLM`): the same, then the last layer's output,
+        which no layer reads; the last array is dropped.
+    Any other count raises ConversionError. `mem_len` (default M) pads on the left with invalid
+    slots or keeps the last `mem_len` positions.
     """
     arrays = [np.asarray(m) for m in mems]
     if not arrays or any(a.ndim != 3 or a.shape != arrays[0].shape for a in arrays):
         raise ConversionError("mems must be a non-empty list of equal [M, B, D] arrays")
-    states = np.stack(arrays, axis=0).transpose(2, 0, 1, 3)  # [B, L, M, D]
-    batch, n_layer, m, d = states.shape
+    if len(arrays) not in (n_layer, n_layer + 1):
+        raise ConversionError(
+            f"mems has {len(arrays)} arrays; a model of n_layer={n_layer} takes {n_layer} (TF1, "
+            f"Hugging Face: each layer's input) or {n_layer + 1} (PyTorch MemTransformerLM: "
+            "the same and the last layer's output, dropped)")
+    states = np.stack(arrays[:n_layer], axis=0).transpose(2, 0, 1, 3)  # [B, L, M, D]
+    batch, _, m, d = states.shape
     valid = np.ones((batch, m), bool)
     mem_len = m if mem_len is None else int(mem_len)
     if mem_len < m:

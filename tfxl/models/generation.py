@@ -17,6 +17,26 @@ from tfxl.layers.memory import KEYS, VALID, VALUES, per_layer, stacked
 from tfxl.models.sampling import sample_next
 
 RECENT_WINDOW = 32
+# Seeds s and s + 1 draw unrelated streams: token i of seed s is token j of seed s' only where
+# s - s' = (j - i) * SEED_STRIDE (mod 2^32), never for small seeds and lengths. A prime.
+SEED_STRIDE = 1_000_003
+INT32_SEEDS = (-2**31, 2**31 - 1)  # the seeds every front end accepts (signatures: int32)
+
+
+def token_seed(seed, step):
+    """The one seed -> stream rule: token `step` (0, 1, ...) of a generation seeded `seed` is drawn
+    with the stateless seed (token_seed(seed, step), 0), where token_seed = seed + step *
+    SEED_STRIDE wrapped to int32. The rule composes: token i of one call seeded s is token 0 of
+    a call seeded token_seed(s, i), so a client streaming one token per call (tfxl-generate,
+    through a model or an export's `generate`) draws the tokens of `TransfoXLLM.generate`.
+
+    Python ints give a Python int (what a client sends as `seed`); tensors an int32 tensor.
+    """
+    if isinstance(seed, int) and isinstance(step, int):
+        return (seed + step * SEED_STRIDE - INT32_SEEDS[0]) % 2**32 + INT32_SEEDS[0]
+    unsigned = (tf.bitcast(tf.cast(seed, tf.int32), tf.uint32)
+                + tf.cast(step, tf.uint32) * tf.constant(SEED_STRIDE, tf.uint32))
+    return tf.bitcast(unsigned, tf.int32)  # uint32 arithmetic wraps, int32's is undefined
 
 
 def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
@@ -27,8 +47,8 @@ def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0
     is read in one segment step on top of it; then every new token is one step (a tf.while_loop)
     that projects only that token's keys and values, with the position keys computed once before
     the loop. `prompt_valid` [B, P] marks left padding (False) for prompts of different lengths.
-    Token i is drawn with the stateless seed (seed, i). `same_length` changes nothing after the
-    prompt: a single query sees the M + 1 positions either way.
+    Token i is drawn with the stateless seed (token_seed(seed, i), 0). `same_length` changes
+    nothing after the prompt: a single query sees the M + 1 positions either way.
 
     Returns (generated ids int32 [B, N], key/value memory). The memory holds the prompt and every
     generated token but the last, which has not been read yet: to continue, pass
@@ -46,7 +66,8 @@ def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0
     seed = tf.cast(seed, tf.int32)
 
     def draw(step, last):
-        return sample_next(_finite(last), temperature, top_k, top_p, tf.stack([seed, step]))
+        return sample_next(_finite(last), temperature, top_k, top_p,
+                           tf.stack([token_seed(seed, step), 0]))
 
     def body(step, last, state, out):
         token = draw(step, last)

@@ -9,9 +9,11 @@
 the tokenizer it carries when exported with --data_dir: `encode_text`/`decode_ids`). --data_dir
 must hold the vocabulary the model was trained on (checked against model_dir/data.json or the
 export's record). Every token is one segment step on the key/value memory. The same flags and
-seed give the same text.
+seed give the same text, and the tokens `TransfoXLLM.generate` draws with that seed
+(`tfxl.models.generation.token_seed`).
 """
 
+import os
 import sys
 
 from absl import flags
@@ -31,7 +33,8 @@ def define_flags():
     flags.DEFINE_float("temperature", 1.0, "Sampling temperature; 0 = greedy.")
     flags.DEFINE_integer("top_k", 0, "Keep the k most likely tokens (0 = all).")
     flags.DEFINE_float("top_p", 1.0, "Nucleus sampling mass (1 = off).")
-    flags.DEFINE_integer("seed", 0, "Random seed.")
+    flags.DEFINE_integer("seed", 0, "Random seed (an int32: the exported signatures' type).",
+                         lower_bound=-2**31, upper_bound=2**31 - 1)
     cli.define_eval_flags(["mem_len"], note="; fixed by the export for SavedModels")
 
 
@@ -94,14 +97,24 @@ class _ExportTokenizer:
         return text.numpy().decode("utf-8")
 
 
+def utf8_text(data, where):
+    """bytes `data` as text; ValueError naming `where` (a flag) and the first invalid byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{where} is not UTF-8 text: byte {data[err.start]:#04x} at offset "
+                         f"{err.start} ({err.reason}); the tokenizers read UTF-8") from None
+
+
 def read_prompt(path):
     """The text of --prompt_file (UTF-8), local or a bucket (tf.io.gfile)."""
     import tensorflow as tf
     try:
         with tf.io.gfile.GFile(path, "rb") as f:
-            return f.read().decode("utf-8")
-    except (OSError, tf.errors.OpError, UnicodeDecodeError) as err:
+            data = f.read()
+    except (OSError, tf.errors.OpError) as err:
         raise ValueError(f"--prompt_file={path}: cannot read ({cli.one_line(err)})") from None
+    return utf8_text(data, f"--prompt_file={path}")
 
 
 def main(argv):
@@ -112,7 +125,9 @@ def main(argv):
         raise ValueError("give exactly one of --prompt and --prompt_file")
     from tfxl.models.sampling import check_sampling
     check_sampling(FLAGS.max_new_tokens, FLAGS.temperature, FLAGS.top_k, FLAGS.top_p)
-    prompt = read_prompt(FLAGS.prompt_file) if FLAGS.prompt_file else FLAGS.prompt
+    # A non-UTF-8 argument reaches Python as surrogate escapes (PEP 383): back to its bytes.
+    prompt = (read_prompt(FLAGS.prompt_file) if FLAGS.prompt_file
+              else utf8_text(os.fsencode(FLAGS.prompt), "--prompt"))
     from tfxl.model_dir import export_vocab_size
     from tfxl.serving.loading import (EXPORT, load_checked_tokenizer, load_language_model,
                                       model_kind)
@@ -137,13 +152,13 @@ def main(argv):
     if ids.size == 0:
         raise ValueError("the prompt encodes to no tokens")
 
+    from tfxl.models.generation import token_seed
     generated, shown = [], ""
     prompt_ids = ids[None, :]
     for i in range(FLAGS.max_new_tokens):
-        # Token i uses seed (seed, i): one token per call, so the stream is the same whichever
-        # backend serves it.
+        # One token per call, seeded as token i of one call: TransfoXLLM.generate's tokens.
         token = step(prompt_ids, FLAGS.temperature, FLAGS.top_k, FLAGS.top_p,
-                     FLAGS.seed * 1_000_003 + i)
+                     token_seed(FLAGS.seed, i))
         token = int(token[0, 0])
         generated.append(token)
         prompt_ids = [[token]]
