@@ -3,6 +3,7 @@
 import collections
 import itertools
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -96,6 +97,37 @@ def test_random_samplers_keep_the_prompt_and_draw_valid_ids(sampler):
     assert ids.min() >= 0 and ids.max() < 41
     for row, prompt in enumerate(prompts):
         np.testing.assert_array_equal(ids[row, :len(prompt)], prompt)
+
+
+@pytest.mark.parametrize("sampler", ["contrastive", keras_hub.samplers.ContrastiveSampler()],
+                         ids=["name", "instance"])
+def test_contrastive_sampler_is_refused_with_tfxls_message(sampler):
+    causal_lm = causal_lm_from_model(language_model())
+    causal_lm.compile(sampler="greedy")
+    with pytest.raises(ValueError, match="TransfoXLCausalLM: the contrastive sampler is not "
+                                         "supported .* use greedy, top_k, top_p, random or beam"):
+        causal_lm.compile(sampler=sampler)
+    assert isinstance(causal_lm.sampler, keras_hub.samplers.GreedySampler)  # kept
+
+
+def test_switching_samplers_does_not_warn_of_retracing():
+    """Each compile traces its own generate function once: no "triggered tf.function retracing"
+    warning (it came at the fifth sampler), and each sampler still draws valid ids."""
+    causal_lm = causal_lm_from_model(language_model())
+    prompts = padded(random_prompts(41, lengths=(2, 3), seed=6), length=6)
+    warnings = []
+    handler = logging.Handler()
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(handler)
+    try:
+        for sampler in ("greedy", "top_k", "top_p", "random", "beam", "greedy"):
+            causal_lm.compile(sampler=sampler)
+            ids = causal_lm.generate(prompts, stop_token_ids=None)["token_ids"]
+            assert ids.min() >= 0 and ids.max() < 41
+    finally:
+        logger.removeHandler(handler)
+    assert not [w for w in warnings if "retracing" in w], warnings
 
 
 def tfxl_step_log_probs(lm, prompts, continuations):

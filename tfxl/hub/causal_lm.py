@@ -18,9 +18,13 @@ mask, at relative distances t - j, so no slot ever moves: each step writes one s
 (in place under XLA).
 """
 
+import functools
+
 import keras
 from keras import ops
 from keras_hub.models import CausalLM
+from keras_hub.samplers import ContrastiveSampler
+from keras_hub.samplers import get as get_sampler
 from keras_hub.src.utils.tensor_utils import any_equal
 
 from tfxl.hub.backbone import TransfoXLHubBackbone
@@ -65,6 +69,33 @@ class TransfoXLCausalLM(CausalLM):
         self.mem_len = None if mem_len is None else int(mem_len)
         if self.mem_len is not None and self.mem_len < 0:
             raise ValueError(f"mem_len must be >= 0, got {mem_len}")
+
+    def compile(self, *args, sampler="top_k", **kwargs):
+        """keras-hub's `compile`; every keras-hub sampler but the contrastive one, which needs
+        each step's hidden states (the cache keeps only keys and values): refused here, with the
+        model's earlier compilation kept."""
+        sampler = get_sampler(sampler)
+        if isinstance(sampler, ContrastiveSampler):
+            raise ValueError("TransfoXLCausalLM: the contrastive sampler is not supported (it "
+                             "needs hidden states, which the key/value cache does not keep); use "
+                             "greedy, top_k, top_p, random or beam")
+        super().compile(*args, sampler=sampler, **kwargs)
+
+    def make_generate_function(self):
+        """keras-hub's, but on TensorFlow each compile's tf.function counts its own traces.
+
+        keras-hub makes a new tf.function of `generate_step` at every compile (a new sampler is
+        a new Python program), traced once per input shape. TensorFlow counts traces per code
+        object across all of them and, by the fifth sampler, warns of excessive retracing;
+        tracing a fresh `functools.partial` (no code object: counted by itself) keeps each
+        function's count its own. Other backends: keras-hub's own.
+        """
+        if (self.generate_function is None and keras.config.backend() == "tensorflow"
+                and not self.run_eagerly):
+            import tensorflow as tf
+            self.generate_function = tf.function(functools.partial(self.generate_step),
+                                                 jit_compile=getattr(self, "jit_compile", True))
+        return super().make_generate_function()
 
     def _settings(self):
         return self.backbone.config.eval_settings(mem_len=self.mem_len)
