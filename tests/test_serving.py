@@ -675,6 +675,48 @@ def test_local_export_is_built_aside_and_renamed_into_place(model, tmp_path, mon
     assert sorted(os.listdir(base)) == [".tmp-export-7-0a1b2c3d", "1"]
 
 
+# An export that, once its version is written under the temporary name, marks a file and waits
+# to be killed: `python -c HANG_BEFORE_PUBLISH TESTS_DIR OUTPUT_DIR MARKER`.
+HANG_BEFORE_PUBLISH = """
+import sys, time
+tests, output_dir, marker = sys.argv[1:4]
+sys.path.insert(0, tests)
+import tfxl.serving.export as export_lib
+from factories import tiny_lm
+write = export_lib.write_signatures
+
+def hang(*args, **kwargs):  # the export is complete, not yet published
+    write(*args, **kwargs)
+    open(marker, "w").close()
+    time.sleep(600)
+
+export_lib.write_signatures = hang
+export_lib.export_saved_model(tiny_lm(), output_dir)
+"""
+
+
+@pytest.mark.slow
+def test_export_killed_before_publishing_leaves_no_version(model, tmp_path):
+    """kill -9 of an export leaves only its ".tmp-export-1-..." directory, which neither TF
+    Serving (integer names only) nor the next export (then version 1, not 2) takes for a version."""
+    import time
+    base, marker = tmp_path / "exports", tmp_path / "written"
+    proc = subprocess.Popen([sys.executable, "-c", HANG_BEFORE_PUBLISH, HERE, str(base),
+                             str(marker)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), proc.stderr.read()[-2000:] if proc.poll() is not None else "timeout"
+    proc.kill()  # SIGKILL
+    proc.wait()
+    proc.stderr.close()
+    left = os.listdir(base)
+    assert len(left) == 1 and left[0].startswith(".tmp-export-1-"), left
+    assert next_version(str(base)) == 1
+    assert export_saved_model(model, str(base)) == str(base / "1")
+    assert "score" in tf.saved_model.load(str(base / "1")).signatures
+
+
 def test_versions_are_positive_integers_and_never_overwritten(model, tmp_path):
     base = tmp_path / "exports"
     for version in (0, -1, True, 1.5, "2"):
