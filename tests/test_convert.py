@@ -246,6 +246,35 @@ def test_torch_reader_half_precision_and_bad_files(tmp_path):
         open_checkpoint(tmp_path / "short.pt").get("a")
 
 
+def test_a_storage_larger_than_its_tensors_is_refused_before_it_is_inflated(tmp_path):
+    """A 64 KiB tensor whose deflated storage inflates to 256 MiB (the issue's had 3 GiB): the
+    zip directory's declared size is checked against the tensor, and nothing is inflated."""
+    import tracemalloc
+    path = tmp_path / "bomb.pt"
+    write_torch_zip(path, {"decoder.weight": np.zeros((128, 128), np.float32)})
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            if name != "archive/data/0":
+                z.writestr(name, data)
+        with z.open("archive/data/0", "w") as storage:
+            for _ in range(64):
+                storage.write(bytes(4 << 20))
+    assert path.stat().st_size < 1 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConversionError) as refused:
+            open_checkpoint(path).get("decoder.weight")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(refused.value) == (
+        f"{path}: storage 0 declares {256 << 20} bytes but the tensors on it need 65536 "
+        "(tensor 'decoder.weight' [128, 128]); refusing to inflate it")
+    assert peak < 8 << 20
+
+
 def test_safetensors_bfloat16_damaged_files_and_missing_package(tmp_path, monkeypatch,
                                                                   capsys):
     import ml_dtypes
