@@ -478,3 +478,15 @@ def test_checkpoints_and_outputs_in_a_bucket_go_through_gfile(tmp_path, monkeypa
                    pytorch_reference(plain_state, plain, segs), segs)
     assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors", "state.npz",
                                             "state.pt"]
+
+
+def test_an_input_directory_is_named_as_one(tmp_path, capsys):
+    output = tmp_path / "x.keras"
+    assert _cli(["--format=pytorch", f"--input={tmp_path}", f"--output={output}",
+                 "--preset=tiny"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: --input={tmp_path} is a directory; --format=pytorch reads one file (a torch zip "
+        ".bin/.pt, .safetensors or .npz)")
+    assert not output.exists()
+    with pytest.raises(ConversionError, match=f"^{tmp_path} is a directory, not a torch "):
+        open_checkpoint(tmp_path, "torch")

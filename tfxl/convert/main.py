@@ -59,8 +59,11 @@ def resolve_input():
                     hf_config = os.path.join(path, "config.json")
                 return os.path.join(path, name), hf_config
         raise ValueError(f"{path}: no model.safetensors or pytorch_model.bin in the directory")
+    if FLAGS.format != "tf1" and tf.io.gfile.isdir(path):
+        raise ValueError(f"--input={path} is a directory; --format={FLAGS.format} reads one file "
+                         "(a torch zip .bin/.pt, .safetensors or .npz)")
     if FLAGS.format != "tf1" and not _is_file(path):
-        raise ValueError(f"--input {path}: no such file")
+        raise ValueError(f"--input={path}: no such file")
     return path, hf_config
 
 

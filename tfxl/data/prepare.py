@@ -53,8 +53,18 @@ from tfxl.data.sources import CORPORA, capped, piece_bytes, split_pieces
 from tfxl.data.staging import open_output_dir
 from tfxl.data.tokenizers import TOKENIZERS
 
-def _resolve(config: PrepareConfig) -> PrepareConfig:
+# The least value of each numeric option that has one (-1 for the byte caps: -1 is their
+# default cap, 0 none); tgt_len, num_streams and sentencepiece_vocab_size are checked once
+# resolved.
+_LEAST = {"max_train_bytes": -1, "max_eval_bytes": -1, "min_freq": 1, "max_size": 0,
+          "wordpiece_vocab_size": 1, "wordpiece_sample_bytes": 1}
 
+
+def _resolve(config: PrepareConfig) -> PrepareConfig:
+    for name, least in _LEAST.items():
+        if getattr(config, name) < least:
+            raise DataError(f"--{name}={getattr(config, name)} is out of range: it must be "
+                            f">= {least}")
     config = dataclasses.replace(config)
     if config.corpus is not None and config.corpus not in CORPORA:
         raise DataError(f"--corpus: unknown corpus {config.corpus!r} "
