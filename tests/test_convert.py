@@ -3,6 +3,7 @@ of the original formulas on the original tensors (tests/convert_fixtures.py)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -490,3 +491,24 @@ def test_an_input_directory_is_named_as_one(tmp_path, capsys):
     assert not output.exists()
     with pytest.raises(ConversionError, match=f"^{tmp_path} is a directory, not a torch "):
         open_checkpoint(tmp_path, "torch")
+
+
+def test_a_mismatch_is_one_short_line_and_listed_whole_with_verbosity_1(tmp_path, capsys):
+    hp = hparams()
+    checkpoint = tmp_path / "model.pt"
+    write_torch_zip(checkpoint, pytorch_state(hp))
+    config = tmp_path / "deeper.json"
+    config.write_text(tfxl_config(hp, n_layer=40).to_json())  # 38 layers the file lacks
+    argv = ["--format=pytorch", f"--input={checkpoint}", f"--output={tmp_path / 'x.keras'}",
+            f"--config={config}"]
+    assert _cli(argv) == 2
+    error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and len(error[0]) < 1000, error
+    missing = int(re.search(r"missing (\d+) tensor\(s\): ", error[0]).group(1))
+    assert missing > 300 and f"and {missing - 5} more" in error[0]
+    assert error[0].endswith("(--verbosity=1 lists every tensor)")
+    assert _cli([*argv, "--verbosity=1"]) == 2
+    listed = capsys.readouterr().err.splitlines()
+    start = listed.index(f"missing {missing} tensor(s):") + 1
+    assert all(line.startswith("  layers.") for line in listed[start:start + missing])
+    assert listed[-1] == error[0]

@@ -19,8 +19,8 @@ import tensorflow as tf
 from absl import flags
 
 from tfxl import cli
-from tfxl.convert import (config_overrides_from_hf, config_path_for, convert_checkpoint,
-                          describe, save_converted)
+from tfxl.convert import (ConversionError, config_overrides_from_hf, config_path_for,
+                          convert_checkpoint, describe, save_converted)
 from tfxl.files import read_json
 
 FLAGS = flags.FLAGS
@@ -96,7 +96,12 @@ def main(argv):
     start = time.time()
     print(f"converting {FLAGS.format} checkpoint {path} with {describe(config)}",
           file=sys.stderr)
-    model = convert_checkpoint(FLAGS.format, path, config)
+    try:
+        model = convert_checkpoint(FLAGS.format, path, config)
+    except ConversionError as err:
+        if FLAGS.verbosity >= 1 and err.details:  # the whole list its error line summarises
+            print("\n".join(err.details), file=sys.stderr)
+        raise
     keras_path, config_path = save_converted(model, FLAGS.output, overwrite=FLAGS.overwrite)
     n_params = sum(int(w.numpy().size) for w in model.weights)
     print(f"wrote {keras_path} and {config_path} ({n_params:,} parameters, "
