@@ -193,3 +193,13 @@ def test_the_estimate_is_within_its_factor_of_a_measured_step(name, policy, jit)
     # alone at 0.86-1.13: the refusal must not be late (the upper bound); an estimate that
     # overshoots by up to 2x is a loose plan, not a wrong one.
     assert 0.5 <= measured["ratio"] <= footprint.STATED_FACTOR, measured
+
+
+def test_a_memory_no_host_holds_is_refused_on_a_tpu_too():
+    """TPU memory is not reported, but the checkpoint is saved from a host copy of the training
+    memory [B, L, M, D]: tfxl-train --mem_len=1000000000 is refused there, not an OOM."""
+    plan = TrainingPlan(get_preset("enwik8_base", vocab_size=204, mem_len=10**9),
+                        global_batch=24, device="TPU")
+    with pytest.raises(ValueError, match=r"^the checkpoint copy of the training memory, .* on "
+                                         r"this host .* exceeds its .*--mem_len \(1000000000\)"):
+        plan.check_memory(runtime=GIB // 2)

@@ -2,11 +2,11 @@
 
 import math
 
-import tensorflow as tf
 from absl import flags
 
 from tfxl import cli
 from tfxl.config import PRESETS
+from tfxl.data.manifest import data_dir_problem
 
 FLAGS = flags.FLAGS
 
@@ -88,5 +88,6 @@ def require_dir_flags(*names, flag_values=FLAGS):
     for name in names:
         if not flag_values[name].value:
             raise ValueError(f"--{name} is required")
-    if "data_dir" in names and not tf.io.gfile.isdir(flag_values.data_dir):
-        raise ValueError(f"--data_dir={flag_values.data_dir} does not exist; run tfxl-prepare")
+    problem = "data_dir" in names and data_dir_problem(flag_values.data_dir)
+    if problem:
+        raise ValueError(f"--data_dir={flag_values.data_dir} {problem}")

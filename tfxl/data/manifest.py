@@ -38,12 +38,23 @@ FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 
 
+def data_dir_problem(data_dir: str) -> str | None:
+    """Why `data_dir` cannot be a data directory ("does not exist; …", "is a file, …"), or
+    None."""
+    if tf.io.gfile.isdir(data_dir):
+        return None
+    if tf.io.gfile.exists(data_dir):
+        return "is a file, not a directory; give the --output_dir of tfxl-prepare"
+    return "does not exist; run tfxl-prepare first"
+
+
 def load_manifest(data_dir: str) -> dict:
     """Reads ``data_dir/manifest.json``; a `DataError` says what is wrong."""
     path = os.path.join(data_dir, MANIFEST_NAME)
     try:
-        if not tf.io.gfile.isdir(data_dir):
-            raise DataError(f"data directory {data_dir} does not exist; run tfxl-prepare first")
+        problem = data_dir_problem(data_dir)
+        if problem:
+            raise DataError(f"data directory {data_dir} {problem}")
         raw = storage.read_bytes(path)
     except tf.errors.NotFoundError:
         raise DataError(f"{path} not found: {data_dir} is not a prepared data directory "
