@@ -203,3 +203,22 @@ def test_a_memory_no_host_holds_is_refused_on_a_tpu_too():
     with pytest.raises(ValueError, match=r"^the checkpoint copy of the training memory, .* on "
                                          r"this host .* exceeds its .*--mem_len \(1000000000\)"):
         plan.check_memory(runtime=GIB // 2)
+
+
+def test_an_evaluation_is_checked_as_training_is(monkeypatch):
+    """tfxl-eval's check (plan.check_evaluation_memory): the host's memory on CPU, naming the
+    batch and each setting with its source; a device whose memory is not reported: not checked."""
+    import tensorflow as tf
+    check = training_plan.check_evaluation_memory
+    config, strategy = get_preset("enwik8_base", vocab_size=204), tf.distribute.get_strategy()
+    settings = dict(tgt_len=80, mem_len=2100, clamp_len=-1, same_length=True)
+    sources = {key: f"flag --{key}" for key in settings}
+    check(config, strategy, 16, settings, sources, limit=64 * GIB)
+    with pytest.raises(ValueError, match=r"^the estimated memory of this evaluation, .* exceeds "
+                                         r"this host's 1.0 GiB .* lower --eval_batch_size \(16\), "
+                                         r"--tgt_len \(80, flag --tgt_len\) or --mem_len "
+                                         r"\(2100, flag --mem_len\)"):
+        check(config, strategy, 16, settings, sources, limit=GIB)
+    monkeypatch.setattr(training_plan, "device_kind", lambda devices: "GPU")
+    monkeypatch.setattr(training_plan, "gpu_memory_bytes", lambda: None)
+    check(config, strategy, 16, {**settings, "mem_len": 10**12}, sources)

@@ -181,12 +181,12 @@ class TrainingPlan:
             # Whatever the device, a checkpoint is saved from a host copy of the training memory:
             # where the device's memory is not known (TPU) this is what still bounds mem_len.
             runtime = resident_bytes() if runtime is None else runtime
-            host = runtime + self.checkpoint_copy_bytes
-            if host > host_memory_bytes():
+            host, host_limit = runtime + self.checkpoint_copy_bytes, host_memory_bytes()
+            if host > host_limit:
                 message = (f"the checkpoint copy of the training memory, {_size(host)} on this "
                            f"host (runtime {_size(runtime)} + "
                            f"{_size(self.checkpoint_copy_bytes)}), exceeds its "
-                           f"{_size(host_memory_bytes())}; {lower}")
+                           f"{_size(host_limit)}; {lower}")
                 if ignore:
                     return f"warning: {message}; training anyway (--ignore_memory_estimate)"
                 raise ValueError(f"{message}; or pass --ignore_memory_estimate to train anyway")
@@ -236,9 +236,9 @@ def check_evaluation_memory(config, strategy, global_batch, settings, sources,
         of = f"this host's {_size(limit)} (with the runtime's {_size(runtime)})"
     else:
         limit = (gpu_memory_bytes() if device == "GPU" else None) if limit is None else limit
-        of = f"the {_size(limit)} of each {device}"
+        of = f"the {_size(limit or 0)} of each {device}"
     if limit is None or need <= limit:
-        return
+        return  # fits, or the device's memory is not known (TPU): not checked
     itemised = ", ".join(f"{name} {_size(value)}" for name, value in items.items())
     raise ValueError(
         f"the estimated memory of this evaluation, {_size(need)} ({itemised} per replica), "

@@ -135,8 +135,8 @@ def _check_fields(values, fields: dict, where: str, path: str) -> None:
 def check_schema(manifest: dict, path: str = MANIFEST_NAME) -> None:
     """Raises a `DataError` naming the first field of `manifest` (its tokenizer, splits and
     streams included) that is missing, of another type than tfxl-prepare writes, out of range,
-    or inconsistent with another field (the vocabulary against its tokenizer's, the streams of a
-    split against num_streams)."""
+    or inconsistent with another field (vocab_size against its tokenizer's, the pad and eod ids
+    and the cutoffs against vocab_size, the streams of a split against num_streams)."""
     _check_fields(manifest, _TOP_FIELDS, "", path)
     _check_fields(manifest["tokenizer"], _TOKENIZER_FIELDS, "tokenizer.", path)
     V, tokenizer = manifest["vocab_size"], manifest["tokenizer"]
