@@ -340,3 +340,14 @@ def test_a_truncated_keras_file_is_named_as_such(tmp_path):
         load_language_model(str(path))
     assert str(refused.value) == (f"{path} is not a valid .keras file (not a zip archive: File "
                                   "is not a zip file; truncated, or not a .keras file)")
+
+
+@pytest.mark.slow
+def test_train_refuses_a_memory_no_machine_holds_before_anything_is_written(trained, tmp_path):
+    """tfxl-train's plan (train/plan.py) names --mem_len and its value; no TensorFlow OOM."""
+    model_dir = tmp_path / "model"
+    refused = assert_refused(run_tool("tfxl.train.main", f"--data_dir={trained['data']}",
+                                      f"--model_dir={model_dir}", "--preset=tiny", "--tgt_len=4",
+                                      "--train_batch_size=1", "--mem_len=1000000000"),
+                             "the estimated memory", "--mem_len (1000000000)")
+    assert "OOM" not in refused and not model_dir.exists()
