@@ -93,7 +93,8 @@ def newest_readable_checkpoint(directory, log=None):
     Each damaged checkpoint passed over is reported through `log` (default: stderr), a newer one
     whose `.index` is missing included. If every checkpoint is damaged this raises
     DamagedCheckpoint rather than returning None, so that training never silently starts again
-    from scratch over them.
+    from scratch over them. Prefixes without an index alone are no checkpoint (a first save killed
+    before its index, as kill -9 leaves it): they are named, and the result is None.
     """
     log = log or (lambda message: print(message, file=sys.stderr))
     skipped = []
@@ -106,7 +107,8 @@ def newest_readable_checkpoint(directory, log=None):
         if reason is None:
             return path
         log(f"skipping damaged checkpoint {path}: {reason}")
-        skipped.append(f"{os.path.basename(path)}: {reason}")
+        if path not in without_index:
+            skipped.append(f"{os.path.basename(path)}: {reason}")
     if skipped:
         raise DamagedCheckpoint(f"no readable checkpoint in {directory}: every one is damaged "
                                 f"({'; '.join(skipped)}); move them away to start from scratch")
