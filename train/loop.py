@@ -12,19 +12,21 @@ checkpoint stopped.
 """
 
 import dataclasses
+import sys
 import time
 
 import keras
 import tensorflow as tf
 
 from tfxl.checkpoints import checkpoints_newest_first
+from tfxl.cli.quiet import stream_is_terminal
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.files import read_json, write_json_atomically
 from tfxl.model_dir import ModelDir, check_data_fingerprint, check_or_store_config, claim
 from tfxl.models import TransfoXLLM
 from tfxl.train.checkpointing import TrainingCheckpoint
-from tfxl.train.controller import Controller, ProgressBar, TensorBoardScalars
+from tfxl.train.controller import Controller, ProgressBar, ProgressLines, TensorBoardScalars
 from tfxl.train.datasets import DistributedData
 from tfxl.train.evaluator import EvalProgress, Evaluator
 from tfxl.train.preemption import StopRequests, TrainingStopped
@@ -187,7 +189,11 @@ class Runner:
             after_save += [train_log.merge]
         self.checkpoint.before_save += before_save
         self.checkpoint.after_save += after_save
-        progress = ProgressBar(self.train_steps, step, metric, verbose=1 if self.is_chief else 0)
+        verbose = 1 if self.is_chief else 0
+        # A Keras bar on a terminal; in a log or a pipe one plain line per host loop.
+        progress = (ProgressBar(self.train_steps, step, metric, verbose)
+                    if stream_is_terminal(sys.stdout) else
+                    ProgressLines(self.train_steps, step, metric, tokens_per_step, verbose))
         train_actions.append(progress)
         stops = StopRequests(self.strategy)
         controller = Controller(
