@@ -407,8 +407,8 @@ def config_from_flags(flag_values) -> PrepareConfig:
 
 def main(argv, flag_values=flags.FLAGS):
     """tfxl-prepare on parsed flags (`flag_values`: another FlagValues in in-process tests); a
-    DataError is the user's: tfxl/cli.py prints its one `error:` line and exits 2."""
-    del argv  # stray arguments are refused by tfxl/cli.py
+    DataError is the user's: tfxl/cli/runner.py prints its one `error:` line and exits 2."""
+    del argv  # stray arguments are refused by tfxl/cli/runner.py
     prepare(config_from_flags(flag_values), log=lambda msg: print(msg, file=sys.stderr))
     return 0
 
