@@ -12,7 +12,7 @@ import pytest
 PROBE = r"""
 import json, os, sys, threading
 stderr_before = os.fstat(2)
-import tfxl, tfxl.data, tfxl.cli, tfxl.config
+import tfxl, tfxl.data, tfxl.cli, tfxl.cli.scripts, tfxl.config
 stderr_after = os.fstat(2)
 children = [c for task in os.listdir("/proc/self/task")
             for c in open(f"/proc/self/task/{task}/children").read().split()]

@@ -67,6 +67,14 @@ def make_evaluator(config, strategy, data_dir, model_dir, global_batch,
                      steps_per_loop, jit_compile, EvalProgress(progress))
 
 
+def run_progress(train_steps, start_step, metric, tokens_per_step, verbose=1):
+    """The run's progress on stdout: a Keras bar on a terminal; in a log or a pipe one plain line
+    per host loop (a bar there is runs of backspaces, carriage returns and colour codes)."""
+    if stream_is_terminal(sys.stdout):
+        return ProgressBar(train_steps, start_step, metric, verbose)
+    return ProgressLines(train_steps, start_step, metric, tokens_per_step, verbose)
+
+
 class Runner:
     """One training job (tfxl-train, make demo): trains, checkpoints and evaluates a model."""
 
@@ -189,11 +197,8 @@ class Runner:
             after_save += [train_log.merge]
         self.checkpoint.before_save += before_save
         self.checkpoint.after_save += after_save
-        verbose = 1 if self.is_chief else 0
-        # A Keras bar on a terminal; in a log or a pipe one plain line per host loop.
-        progress = (ProgressBar(self.train_steps, step, metric, verbose)
-                    if stream_is_terminal(sys.stdout) else
-                    ProgressLines(self.train_steps, step, metric, tokens_per_step, verbose))
+        progress = run_progress(self.train_steps, step, metric, tokens_per_step,
+                                verbose=1 if self.is_chief else 0)
         train_actions.append(progress)
         stops = StopRequests(self.strategy)
         controller = Controller(
