@@ -22,6 +22,9 @@ _LAZY = {
 }
 
 __all__ = list(_LAZY)
+# Subpackages and modules, imported on first attribute access too (`tfxl.data.input_fn`).
+_SUBMODULES = ("checkpoints", "cli", "config", "convert", "data", "files", "hub", "layers",
+               "model_dir", "models", "serving", "tpu", "train")
 
 
 def __getattr__(name):
@@ -29,6 +32,8 @@ def __getattr__(name):
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value  # once
         return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"tfxl.{name}")
     raise AttributeError(f"module 'tfxl' has no attribute {name!r}")
 
 
