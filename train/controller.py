@@ -129,10 +129,9 @@ class ProgressLines:
     loop, `step 200/2000: loss 2.1234, bpc 3.0634, 81,234 tokens/s`, where a Keras bar would
     write runs of backspaces, carriage returns and colour codes."""
 
-    def __init__(self, train_steps, start_step, metric, tokens_per_step, verbose=1,
-                 stream=None):
+    def __init__(self, train_steps, metric, tokens_per_step, verbose=1):
         self.train_steps, self.metric, self.tokens_per_step = train_steps, metric, tokens_per_step
-        self.verbose, self.stream = verbose, stream
+        self.verbose = verbose
 
     def __call__(self, outputs):
         if not self.verbose:
@@ -141,7 +140,7 @@ class ProgressLines:
         rate = len(outputs["loss"]) * self.tokens_per_step / outputs["seconds"]
         print(f"step {outputs['step']}/{self.train_steps}: loss {loss:.4f}, {self.metric} "
               f"{metric_value(self.metric, loss):.4f}, {rate:,.0f} tokens/s",
-              file=self.stream or sys.stdout, flush=True)
+              file=sys.stdout, flush=True)
 
     def end(self):
         """Nothing to end: every line is whole."""

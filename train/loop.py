@@ -72,7 +72,7 @@ def run_progress(train_steps, start_step, metric, tokens_per_step, verbose=1):
     per host loop (a bar there is runs of backspaces, carriage returns and colour codes)."""
     if stream_is_terminal(sys.stdout):
         return ProgressBar(train_steps, start_step, metric, verbose)
-    return ProgressLines(train_steps, start_step, metric, tokens_per_step, verbose)
+    return ProgressLines(train_steps, metric, tokens_per_step, verbose)
 
 
 class Runner:
