@@ -41,8 +41,8 @@ def _field(default, help, rule=None):
 class TransfoXLConfig:
     """Hyper-parameters of a Transformer-XL language model.
 
-    Each field's help and range rule are in its metadata (`TransfoXLConfig.help(name)`,
-    `field_rules()`): the model flags of the tools are generated from them.
+    Each field's help and range rule are in its metadata (`{"help": ..., "rule": ...}`,
+    `field_rules()`): the tools' model flags are generated from them.
     """
 
     vocab_size: int = _field(256, "number of token ids V.", POSITIVE)
@@ -91,11 +91,6 @@ class TransfoXLConfig:
                                            "clamp_len).", CLAMP)
     eval_same_length: Optional[bool] = _field(None, "same_length for evaluation (None: "
                                               "same_length).")
-
-    @classmethod
-    def help(cls, name: str) -> str:
-        """The field's help: the model flag's help text."""
-        return next(f for f in dataclasses.fields(cls) if f.name == name).metadata["help"]
 
     def __post_init__(self):
         try:

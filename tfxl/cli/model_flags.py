@@ -20,7 +20,7 @@ import typing
 
 from absl import flags
 
-from tfxl.config import EVAL_SETTINGS, PRESETS, TransfoXLConfig, scalar_type
+from tfxl.config import EVAL_SETTINGS, PRESETS, TransfoXLConfig, field_rules, scalar_type
 
 
 def config_fields(exclude=()):
@@ -56,7 +56,7 @@ def define_config_flags(preset_default=None, exclude=(), config_help="", flag_va
     flags.DEFINE_string("config", None, "JSON file of TransfoXLConfig fields (all or some, e.g. "
                         "a model_dir's config.json), layered on --preset." + config_help,
                         **where)
-    rules = {f.name: f.metadata["rule"] for f in dataclasses.fields(TransfoXLConfig)}
+    rules = field_rules()
     for name, kind, help_ in config_fields(exclude):
         help_ = f"Model: {help_} (default: --preset/--config's)"
         if kind is int:
@@ -68,7 +68,7 @@ def define_config_flags(preset_default=None, exclude=(), config_help="", flag_va
         else:
             flags.DEFINE_list(name, None, help_ + " Comma-separated "
                               f"{'integers' if kind == 'ints' else 'true/false'}.", **where)
-        if rules[name]:
+        if name in rules:
             holds, rule = rules[name]
             flags.register_validator(name, lambda v, holds=holds: v is None or holds(v, None),
                                      f"out of range: it must be {rule}", flag_values=fv)
