@@ -22,7 +22,7 @@ def describe_flag(flag):
     name = f"--[no]{flag.name}" if flag.flag_type() == "bool" else f"--{flag.name}"
     lines = textwrap.wrap(f"{name}: {flag.help}", WIDTH, initial_indent="  ",
                           subsequent_indent="    ", break_on_hyphens=False, break_long_words=False)
-    if flag.default is not None:
+    if flag.default not in (None, "", [], ()):
         default = flag.default
         if isinstance(default, (list, tuple)):
             default = ",".join(map(str, default))

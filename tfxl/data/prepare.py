@@ -5,7 +5,7 @@ a manifest (docs/data.md: every format, tokenizer and option).
     tfxl-prepare --format=enwik8 --train=enwik8.zip --tgt_len=512 --num_streams=24 \
         --output_dir=data/enwik8
     tfxl-prepare --format=wikitext --train=wiki.train.tokens --valid=wiki.valid.tokens \
-        --test=wiki.test.tokens --tokenizer=words --output_dir=data/wt103
+        --test=wiki.test.tokens --tgt_len=150 --num_streams=64 --output_dir=data/wt103
 
 Every path may be a bucket (gs://...). The manifest is written last, so a reader never sees a
 half-written data directory; an existing one is replaced only with --overwrite. On a terminal,
