@@ -1,4 +1,4 @@
-"""`tfxl-eval`: token-weighted loss, bpc or perplexity of a trained model over a whole split.
+r"""`tfxl-eval`: token-weighted loss, bpc or perplexity of a trained model over a whole split.
 
     tfxl-eval --data_dir=data/stdlib --model_dir=runs/tiny --split=test \
         --tgt_len=32 --mem_len=256 --clamp_len=-1 --same_length
@@ -8,6 +8,10 @@ tfxl-train's --eval_*), else the training value; which one is printed to stderr 
 the result's "settings_from". The model comes from `model_dir/config.json` and its newest
 readable checkpoint (or --checkpoint). stdout carries only the result as one JSON line.
 """
+
+if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
+    from tfxl.cli.quiet import quiet_tensorflow
+    quiet_tensorflow()
 
 import json
 import sys

@@ -1,4 +1,4 @@
-"""tfxl-convert: a published Transformer-XL checkpoint -> a tfxl `.keras` model + config JSON.
+r"""tfxl-convert: a published Transformer-XL checkpoint -> a tfxl `.keras` model + config JSON.
 
     tfxl-convert --format=tf1 --input=pretrained_xl/tf_wt103/model/model.ckpt-0 \
         --preset=wt103_large --output=wt103.keras
@@ -10,6 +10,10 @@ Model hyper-parameters (tfxl.cli.resolve_config, the rule of every tool): --pres
 (JSON, full or partial TransfoXLConfig), then --hf_config (a Hugging Face config.json), then the
 override flags (one per TransfoXLConfig field), later ones winning. See docs/convert.md.
 """
+
+if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
+    from tfxl.cli.quiet import quiet_tensorflow
+    quiet_tensorflow()
 
 import os
 import sys

@@ -1,4 +1,4 @@
-"""`tfxl-generate`: sample text from a trained model, streamed to the terminal token by token.
+r"""`tfxl-generate`: sample text from a trained model, streamed to the terminal token by token.
 
     tfxl-generate --model=runs/tiny --data_dir=data/stdlib --prompt="def main(" \
         --max_new_tokens=200 --temperature=0.8 --top_p=0.95 --seed=1
@@ -11,6 +11,10 @@ must hold the vocabulary the model was trained on (checked against model_dir/dat
 export's record). Every token is one segment step on the key/value memory. The same flags and
 seed give the same text.
 """
+
+if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
+    from tfxl.cli.quiet import quiet_tensorflow
+    quiet_tensorflow()
 
 import sys
 
