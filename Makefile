@@ -3,8 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# No TF_CPP_MIN_LOG_LEVEL here: the tools are quiet by themselves (tfxl/cli.py) and an exported
-# level would replace their default of 3; tests/conftest.py sets its own.
+# No TF_CPP_MIN_LOG_LEVEL here: the tools are quiet by themselves (tfxl/cli/quiet.py) and an
+# exported level would replace their default of 3; tests/conftest.py sets its own.
 
 .PHONY: test lint demo install clean
 

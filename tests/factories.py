@@ -66,3 +66,10 @@ sys.argv = ["tfxl-train"] + sys.argv[5:]
 from tfxl.train.main import run
 run()
 """
+
+
+def console_script(name):
+    """The path of an installed console script (tfxl-train, ...) of this environment."""
+    import os
+    import sys
+    return os.path.join(os.path.dirname(sys.executable), name)

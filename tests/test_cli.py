@@ -186,3 +186,64 @@ def test_every_tool_reads_a_flagfile_in_a_bucket(tmp_path, monkeypatch, capsys):
     assert exit_.value.code == 2 and len(err) == 1
     assert err[0].startswith("error: --flagfile=ram://cli-test/none.flags: cannot read")
     assert os.listdir(tmp_path) == ["local.flags"]
+
+
+# ------------------------------------------------------------------------------ range rules
+# One rule per field for config files, Python and the model flags (the field's metadata).
+OUT_OF_RANGE = [("layer_norm_epsilon", -1.0), ("layer_norm_epsilon", float("nan")),
+                ("init_std", float("nan")), ("init_std", 0.0), ("proj_init_std", float("inf")),
+                ("dropout", 1.0), ("dropatt", -0.1), ("n_layer", 0), ("d_embed", 0),
+                ("mem_len", -1), ("clamp_len", -2), ("eval_tgt_len", 0), ("eval_mem_len", -1),
+                ("eval_clamp_len", -5)]
+
+
+@pytest.mark.parametrize("name, value", OUT_OF_RANGE)
+def test_config_files_python_and_flags_refuse_the_same_values(name, value, tmp_path):
+    config_json = tmp_path / "config.json"
+    config_json.write_text(json.dumps({**TransfoXLConfig().to_dict(), name: value}))
+    with pytest.raises(ValueError, match=rf"config.json: TransfoXLConfig: {name} must be"):
+        TransfoXLConfig.from_file(str(config_json))  # what tfxl-eval/-export/-generate read
+    with pytest.raises(ValueError, match=rf"{name} must be .*--config={config_json}"):
+        cli.resolve_config(parsed(f"--config={config_json}"))  # tfxl-train/-convert --config
+    with pytest.raises(flags.IllegalFlagValueError, match=rf"--{name}=.*out of range"):
+        parsed(f"--{name}={value}")
+
+
+def test_config_field_types_are_checked_and_whole_numbers_kept():
+    for bad in (dict(n_layer=2.5), dict(n_layer="2"), dict(untie_r=2), dict(eval_mem_len=True),
+                dict(dropout="0.1")):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))} must be"):
+            TransfoXLConfig(**bad)
+    config = TransfoXLConfig(n_layer=2.0, untie_r=1)
+    assert (config.n_layer, type(config.n_layer), config.untie_r) == (2, int, True)
+
+
+# ------------------------------------------------------------------------------ error lines
+def run_tool(monkeypatch, capsys, error, *argv):
+    """cli.run of a tool whose main raises `error`: (exit status, stderr lines)."""
+    def main(argv):
+        raise error
+
+    monkeypatch.setattr(sys, "argv", ["tfxl-test", *argv])
+    capsys.readouterr()
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            cli.run(main)
+    finally:
+        flags.FLAGS.verbosity = flags.FLAGS["verbosity"].default
+    return exit_.value.code, capsys.readouterr().err.splitlines()
+
+
+def test_error_lines_lose_tensorflows_function_node_prefix_and_verbosity_shows_the_traceback(
+        monkeypatch, capsys):
+    import tensorflow as tf
+    try:
+        tf.gather(tf.constant([1, 2]), 5)
+    except tf.errors.InvalidArgumentError as err:
+        op_error = err
+    assert "{{function_node" in str(op_error)
+    code, err = run_tool(monkeypatch, capsys, op_error)
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: indices = 5 is not in"), err
+    code, err = run_tool(monkeypatch, capsys, ValueError("--x=1 is wrong"), "--verbosity=1")
+    assert code == 2 and err[0] == "Traceback (most recent call last):", err
+    assert err[-2:] == ["ValueError: --x=1 is wrong", "error: --x=1 is wrong"], err

@@ -3,6 +3,7 @@ of the original formulas on the original tensors (tests/convert_fixtures.py)."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -246,6 +247,35 @@ def test_torch_reader_half_precision_and_bad_files(tmp_path):
         open_checkpoint(tmp_path / "short.pt").get("a")
 
 
+def test_a_storage_larger_than_its_tensors_is_refused_before_it_is_inflated(tmp_path):
+    """A 64 KiB tensor whose deflated storage inflates to 256 MiB (the issue's had 3 GiB): the
+    zip directory's declared size is checked against the tensor, and nothing is inflated."""
+    import tracemalloc
+    path = tmp_path / "bomb.pt"
+    write_torch_zip(path, {"decoder.weight": np.zeros((128, 128), np.float32)})
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            if name != "archive/data/0":
+                z.writestr(name, data)
+        with z.open("archive/data/0", "w") as storage:
+            for _ in range(64):
+                storage.write(bytes(4 << 20))
+    assert path.stat().st_size < 1 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConversionError) as refused:
+            open_checkpoint(path).get("decoder.weight")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(refused.value) == (
+        f"{path}: storage 0 declares {256 << 20} bytes but the tensors on it need 65536 "
+        "(tensor 'decoder.weight' [128, 128]); refusing to inflate it")
+    assert peak < 8 << 20
+
+
 def test_safetensors_bfloat16_damaged_files_and_missing_package(tmp_path, monkeypatch,
                                                                   capsys):
     import ml_dtypes
@@ -449,3 +479,36 @@ def test_checkpoints_and_outputs_in_a_bucket_go_through_gfile(tmp_path, monkeypa
                    pytorch_reference(plain_state, plain, segs), segs)
     assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors", "state.npz",
                                             "state.pt"]
+
+
+def test_an_input_directory_is_named_as_one(tmp_path, capsys):
+    output = tmp_path / "x.keras"
+    assert _cli(["--format=pytorch", f"--input={tmp_path}", f"--output={output}",
+                 "--preset=tiny"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: --input={tmp_path} is a directory; --format=pytorch reads one file (a torch zip "
+        ".bin/.pt, .safetensors or .npz)")
+    assert not output.exists()
+    with pytest.raises(ConversionError, match=f"^{tmp_path} is a directory, not a torch "):
+        open_checkpoint(tmp_path, "torch")
+
+
+def test_a_mismatch_is_one_short_line_and_listed_whole_with_verbosity_1(tmp_path, capsys):
+    hp = hparams()
+    checkpoint = tmp_path / "model.pt"
+    write_torch_zip(checkpoint, pytorch_state(hp))
+    config = tmp_path / "deeper.json"
+    config.write_text(tfxl_config(hp, n_layer=40).to_json())  # 38 layers the file lacks
+    argv = ["--format=pytorch", f"--input={checkpoint}", f"--output={tmp_path / 'x.keras'}",
+            f"--config={config}"]
+    assert _cli(argv) == 2
+    error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and len(error[0]) < 1000, error
+    missing = int(re.search(r"missing (\d+) tensor\(s\): ", error[0]).group(1))
+    assert missing > 300 and f"and {missing - 5} more" in error[0]
+    assert error[0].endswith("(--verbosity=1 lists every tensor)")
+    assert _cli([*argv, "--verbosity=1"]) == 2
+    listed = capsys.readouterr().err.splitlines()
+    start = listed.index(f"missing {missing} tensor(s):") + 1
+    assert all(line.startswith("  layers.") for line in listed[start:start + missing])
+    assert listed[-1] == error[0]

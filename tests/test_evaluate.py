@@ -149,3 +149,25 @@ def test_settings_follow_the_one_rule_given_else_eval_fields_else_training(data_
         batch_size=STREAMS, tgt_len=4, mem_len=3, clamp_len=-1, same_length=True)
     result = evaluator.evaluate("valid", max_batches=2)
     assert (result["mem_len"], result["same_length"]) == (12, True)
+
+
+def test_a_newer_checkpoint_without_its_index_is_named_when_skipped(tmp_path):
+    """tfxl-eval (restore_weights) passes over a newer checkpoint whose .index was deleted saying
+    so, as over a damaged one. Prefixes without an index alone are no checkpoint (a first save
+    killed before its index): the trainer starts from scratch, tfxl-eval finds none."""
+    from tfxl.checkpoints import newest_readable_checkpoint, restore_weights
+    model = factories.tiny_lm()
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path), 3)
+    older, newest = manager.save(1), manager.save(2)
+    (tmp_path / "ckpt-2.index").unlink()
+    said = []
+    assert restore_weights(model, directory=str(tmp_path), log=said.append) == older
+    assert said == [f"skipping damaged checkpoint {newest}: its index ckpt-2.index is missing "
+                    "(deleted, or its save has not finished)"]
+    (tmp_path / "ckpt-1.index").unlink()
+    said.clear()
+    assert newest_readable_checkpoint(str(tmp_path), log=said.append) is None
+    assert [line.split(": ")[0] for line in said] == [
+        f"skipping damaged checkpoint {newest}", f"skipping damaged checkpoint {older}"]
+    with pytest.raises(ValueError, match="no checkpoint in "):
+        restore_weights(model, directory=str(tmp_path), log=said.append)

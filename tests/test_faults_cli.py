@@ -277,3 +277,77 @@ def test_prepare_write_error_keeps_old_data(tmp_path, capsys, monkeypatch):
                              "--num_streams=1", "--overwrite"], capsys)
     monkeypatch.undo()
     assert_one_error_and_data_intact(code, err, before, out, str(out), "No space left")
+
+
+# --------------------------------------------------------------------------- issue 17: 5, 6, 10
+@pytest.mark.parametrize("flag,least", [("--max_train_bytes=-7", -1), ("--max_eval_bytes=-2", -1),
+                                        ("--min_freq=0", 1), ("--max_size=-1", 0),
+                                        ("--wordpiece_vocab_size=0", 1)])
+def test_prepare_refuses_an_option_out_of_range(tmp_path, capsys, flag, least):
+    """-1 is the byte caps' documented default, 0 none: -7 is refused, not taken for -1."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"hello world\n" * 10)
+    out = tmp_path / "data"
+    code, err = prepare_cli([*splits(corpus), f"--output_dir={out}", "--tgt_len=8",
+                             "--num_streams=1", flag], capsys)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and errors == [f"error: {flag} is out of range: it must be >= {least}"]
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_eval_says_whether_its_result_covers_the_whole_split(trained):
+    evaluate = ("tfxl.train.evaluate", f"--data_dir={trained['data']}",
+                f"--model_dir={trained['model']}")
+    whole, partial = run_tool(*evaluate), run_tool(*evaluate, "--max_eval_batches=2")
+    assert whole.returncode == 0 and partial.returncode == 0, partial.stderr[-2000:]
+    whole, partial = json.loads(whole.stdout), json.loads(partial.stdout)
+    split_tokens = load_manifest(str(trained["data"]))["splits"]["valid"]["tokens"]
+    assert (whole["tokens"], whole["partial"]) == (split_tokens, False)
+    assert (partial["tokens"], partial["partial"]) == (2 * 4, True)
+
+
+@pytest.mark.slow
+def test_a_data_dir_that_is_a_file_is_named_as_one(trained, tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert_refused(run_tool("tfxl.train.evaluate", f"--model_dir={trained['model']}",
+                            f"--data_dir={a_file}"),
+                   f"--data_dir={a_file} is a file, not a directory")
+    with pytest.raises(ValueError, match=f"^data directory {a_file} is a file, not a directory"):
+        load_manifest(str(a_file))
+
+
+@pytest.mark.slow
+def test_eval_refuses_sizes_no_machine_holds_before_building_the_model(trained, tmp_path):
+    evaluate = ("tfxl.train.evaluate", f"--model_dir={trained['model']}")
+    output = tmp_path / "result.json"
+    # 10**11 slots: some 30 TiB, more than any host has (10**9, the issue's, is 330 GiB)
+    refused = assert_refused(run_tool(*evaluate, f"--data_dir={trained['data']}",
+                                      "--mem_len=100000000000", f"--output={output}"),
+                             "the estimated memory of this evaluation",
+                             "--mem_len (100000000000, flag --mem_len)",
+                             "--tgt_len (4, config.json tgt_len", "--eval_batch_size (1)")
+    assert "OOM" not in refused and not output.exists()
+
+
+def test_a_truncated_keras_file_is_named_as_such(tmp_path):
+    from tfxl.serving.loading import load_language_model
+    path = tmp_path / "model.keras"
+    TransfoXLLM(tiny_config()).save(path)
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(ValueError) as refused:
+        load_language_model(str(path))
+    assert str(refused.value) == (f"{path} is not a valid .keras file (not a zip archive: File "
+                                  "is not a zip file; truncated, or not a .keras file)")
+
+
+@pytest.mark.slow
+def test_train_refuses_a_memory_no_machine_holds_before_anything_is_written(trained, tmp_path):
+    """tfxl-train's plan (train/plan.py) names --mem_len and its value; no TensorFlow OOM."""
+    model_dir = tmp_path / "model"
+    refused = assert_refused(run_tool("tfxl.train.main", f"--data_dir={trained['data']}",
+                                      f"--model_dir={model_dir}", "--preset=tiny", "--tgt_len=4",
+                                      "--train_batch_size=1", "--mem_len=1000000000"),
+                             "the estimated memory", "--mem_len (1000000000)")
+    assert "OOM" not in refused and not model_dir.exists()

@@ -31,6 +31,20 @@ def test_every_package_of_the_tree_is_installed_under_tfxl():
     assert all(name == "tfxl" or name.startswith("tfxl.") for name in packages)
 
 
+def test_every_console_script_is_a_tfxl_cli_scripts_entry_point():
+    """The console scripts start in tfxl.cli.scripts, which quiets TensorFlow before the tool's
+    module loads it (tests/test_cli_import.py: that module loads no TensorFlow)."""
+    from tfxl.cli import TOOLS, scripts
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    entry_points = dict(line.split(" = ") for line in
+                        config["options.entry_points"]["console_scripts"].strip().splitlines())
+    assert set(entry_points) == {name for name in TOOLS if name.startswith("tfxl-")}
+    for name, target in entry_points.items():
+        module, function = target.split(":")
+        assert module == "tfxl.cli.scripts" and callable(getattr(scripts, function)), name
+
+
 @pytest.mark.slow
 def test_installed_names_are_tfxl_train_and_tfxl_tpu_only(tmp_path):
     """From outside the repository (no source folder on sys.path), as an installed user sees it."""

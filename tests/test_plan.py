@@ -193,3 +193,32 @@ def test_the_estimate_is_within_its_factor_of_a_measured_step(name, policy, jit)
     # alone at 0.86-1.13: the refusal must not be late (the upper bound); an estimate that
     # overshoots by up to 2x is a loose plan, not a wrong one.
     assert 0.5 <= measured["ratio"] <= footprint.STATED_FACTOR, measured
+
+
+def test_a_memory_no_host_holds_is_refused_on_a_tpu_too():
+    """TPU memory is not reported, but the checkpoint is saved from a host copy of the training
+    memory [B, L, M, D]: tfxl-train --mem_len=1000000000 is refused there, not an OOM."""
+    plan = TrainingPlan(get_preset("enwik8_base", vocab_size=204, mem_len=10**9),
+                        global_batch=24, device="TPU")
+    with pytest.raises(ValueError, match=r"^the checkpoint copy of the training memory, .* on "
+                                         r"this host .* exceeds its .*--mem_len \(1000000000\)"):
+        plan.check_memory(runtime=GIB // 2)
+
+
+def test_an_evaluation_is_checked_as_training_is(monkeypatch):
+    """tfxl-eval's check (plan.check_evaluation_memory): the host's memory on CPU, naming the
+    batch and each setting with its source; a device whose memory is not reported: not checked."""
+    import tensorflow as tf
+    check = training_plan.check_evaluation_memory
+    config, strategy = get_preset("enwik8_base", vocab_size=204), tf.distribute.get_strategy()
+    settings = dict(tgt_len=80, mem_len=2100, clamp_len=-1, same_length=True)
+    sources = {key: f"flag --{key}" for key in settings}
+    check(config, strategy, 16, settings, sources, limit=64 * GIB)
+    with pytest.raises(ValueError, match=r"^the estimated memory of this evaluation, .* exceeds "
+                                         r"this host's 1.0 GiB .* lower --eval_batch_size \(16\), "
+                                         r"--tgt_len \(80, flag --tgt_len\) or --mem_len "
+                                         r"\(2100, flag --mem_len\)"):
+        check(config, strategy, 16, settings, sources, limit=GIB)
+    monkeypatch.setattr(training_plan, "device_kind", lambda devices: "GPU")
+    monkeypatch.setattr(training_plan, "gpu_memory_bytes", lambda: None)
+    check(config, strategy, 16, {**settings, "mem_len": 10**12}, sources)

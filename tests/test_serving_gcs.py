@@ -22,7 +22,7 @@ ROOT = "serve"
 MAKE_MODEL_DIR = """
 import json, sys
 import keras, tensorflow as tf
-import tfxl
+import tfxl.models  # registers tfxl's models with Keras
 keras_file, run = sys.argv[1:]
 model = keras.saving.load_model(keras_file)
 with tf.io.gfile.GFile(run + "/config.json", "w") as f:

@@ -1,24 +1,41 @@
 """tfxl: Transformer-XL for TensorFlow 2 and Keras 3.
 
-Importing tfxl registers every layer and model with Keras' serialisation (package "tfxl"), so
-`keras.saving.load_model` works on tfxl `.keras` files.
+Importing tfxl has no side effects: it loads no TensorFlow and starts nothing. The names below
+are imported when first used; the first model or layer name (`tfxl.TransfoXLLM`, ...) imports
+tfxl.layers and tfxl.models, which registers every tfxl layer and model with Keras'
+serialisation (package "tfxl"). To load a tfxl `.keras` file in a process that has not used a
+tfxl model yet, `import tfxl.models` first.
 """
 
-# First, before anything loads TensorFlow: the command-line tools silence its start-up chatter.
-from tfxl import cli as _cli
-
-_cli.quiet_tensorflow_if_command_line()
-
-from tfxl.config import PRESETS, TransfoXLConfig, get_preset
-from tfxl.layers import (AdaptiveEmbedding, AdaptiveSoftmax,
-                         PositionwiseFeedForward, RelativeMultiHeadAttention,
-                         RelativePositionEncoding, TransformerXLBlock)
-from tfxl.models import StatefulTransfoXLLM, TransfoXLBackbone, TransfoXLLM
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "PRESETS", "TransfoXLConfig", "get_preset", "AdaptiveEmbedding", "AdaptiveSoftmax",
-    "PositionwiseFeedForward", "RelativeMultiHeadAttention", "RelativePositionEncoding",
-    "TransformerXLBlock", "StatefulTransfoXLLM", "TransfoXLBackbone", "TransfoXLLM",
-]
+# name -> the module that defines it (imported on first use, PEP 562).
+_LAZY = {
+    "PRESETS": "tfxl.config", "TransfoXLConfig": "tfxl.config", "get_preset": "tfxl.config",
+    **{name: "tfxl.layers" for name in (
+        "AdaptiveEmbedding", "AdaptiveSoftmax", "PositionwiseFeedForward",
+        "RelativeMultiHeadAttention", "RelativePositionEncoding", "TransformerXLBlock")},
+    **{name: "tfxl.models" for name in (
+        "StatefulTransfoXLLM", "TransfoXLBackbone", "TransfoXLLM")},
+}
+
+__all__ = list(_LAZY)
+# Subpackages and modules, imported on first attribute access too (`tfxl.data.input_fn`).
+_SUBMODULES = ("checkpoints", "cli", "config", "convert", "data", "files", "hub", "layers",
+               "model_dir", "models", "serving", "tpu", "train")
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # once
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"tfxl.{name}")
+    raise AttributeError(f"module 'tfxl' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_LAZY])

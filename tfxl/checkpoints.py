@@ -73,21 +73,42 @@ def checkpoints_newest_first(directory):
     return sorted(prefixes, key=lambda p: (_step(p), p), reverse=True)
 
 
+_DATA_FILE = re.compile(r"\.data-\d+-of-\d+$")
+
+
+def checkpoints_without_index(directory):
+    """The prefixes in `directory` that have data files but no `.index` (deleted, or a save
+    killed between merging its data and its index): not checkpoints, but worth naming when a
+    job passes over them to an older one."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    prefixes = {_DATA_FILE.sub("", p) for p in tf.io.gfile.glob(os.path.join(directory, "*.data-*"))
+                if _DATA_FILE.search(p)}
+    return sorted(p for p in prefixes if not tf.io.gfile.exists(f"{p}.index"))
+
+
 def newest_readable_checkpoint(directory, log=None):
     """The newest checkpoint in `directory` that reads cleanly; None if there is no checkpoint.
 
-    Each damaged checkpoint passed over is reported through `log` (default: stderr). If every
-    checkpoint is damaged this raises DamagedCheckpoint rather than returning None, so that
-    training never silently starts again from scratch over them.
+    Each damaged checkpoint passed over is reported through `log` (default: stderr), a newer one
+    whose `.index` is missing included. If every checkpoint is damaged this raises
+    DamagedCheckpoint rather than returning None, so that training never silently starts again
+    from scratch over them. Prefixes without an index alone are no checkpoint (a first save killed
+    before its index, as kill -9 leaves it): they are named, and the result is None.
     """
     log = log or (lambda message: print(message, file=sys.stderr))
     skipped = []
-    for path in checkpoints_newest_first(directory):
-        reason = why_damaged(path)
+    without_index = {path: f"its index {os.path.basename(path)}.index is missing (deleted, "
+                           "or its save has not finished)"
+                     for path in checkpoints_without_index(directory)}
+    candidates = checkpoints_newest_first(directory) + list(without_index)
+    for path in sorted(candidates, key=lambda p: (_step(p), p), reverse=True):
+        reason = without_index.get(path) or why_damaged(path)
         if reason is None:
             return path
         log(f"skipping damaged checkpoint {path}: {reason}")
-        skipped.append(f"{os.path.basename(path)}: {reason}")
+        if path not in without_index:
+            skipped.append(f"{os.path.basename(path)}: {reason}")
     if skipped:
         raise DamagedCheckpoint(f"no readable checkpoint in {directory}: every one is damaged "
                                 f"({'; '.join(skipped)}); move them away to start from scratch")

@@ -5,85 +5,92 @@ through JSON (the trainer stores it in the model directory), and `PRESETS` holds
 original scripts (github.com/kimiyoung/transformer-xl: `tf/scripts/*.sh` and `pytorch/run_*.sh`),
 each with the evaluation settings the paper used. `TransfoXLConfig.eval_settings` is the one place
 that resolves evaluation settings; the command-line tools generate their model flags from the
-fields and the `Attributes` below (tfxl/cli.py).
+fields, their help and their range rules (tfxl/cli/model_flags.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import numbers
+import typing
 from typing import Optional
 
 # The settings evaluation may choose apart from training's (each has an eval_* field).
 EVAL_SETTINGS = ("tgt_len", "mem_len", "clamp_len", "same_length")
 
 
+# The range rules of numeric values, one per kind of value: (holds(value, all values), what the
+# value must be). Each TransfoXLConfig field names its rule in its metadata; the config's
+# validation (a config.json, a --config file, Python) and the model flags' validators
+# (tfxl/cli/model_flags.py) apply the same rule, and train/flags.py's FLAG_RULES reuses them.
+# NaN holds none of them (every comparison with NaN is false).
+POSITIVE = (lambda v, _: 0 < v < math.inf, "> 0")
+NON_NEGATIVE = (lambda v, _: 0 <= v < math.inf, ">= 0")
+PROBABILITY = (lambda v, _: 0 <= v < 1, "in [0, 1)")
+CLAMP = (lambda v, _: -1 <= v < math.inf, ">= -1 (-1: no clamp)")
+
+
+def _field(default, help, rule=None):
+    """A TransfoXLConfig field with its help (the model flag's help) and its range rule."""
+    return dataclasses.field(default=default, metadata={"help": help, "rule": rule})
+
+
 @dataclasses.dataclass
 class TransfoXLConfig:
     """Hyper-parameters of a Transformer-XL language model.
 
-    Attributes:
-      vocab_size: number of token ids V.
-      n_layer: number of Transformer-XL blocks L.
-      d_model: hidden size D.
-      n_head: attention heads N.
-      d_head: size of each head H (N*H need not equal D).
-      d_inner: feed-forward hidden size.
-      d_embed: size of the first embedding cluster; defaults to d_model.
-      div_val: adaptive embedding divisor: cluster i has d_embed // div_val**i dims.
-      cutoffs: adaptive softmax/embedding cluster boundaries (ascending, < vocab_size); [] means a
-        plain softmax.
-      tie_weight: output cluster weights share the input embedding tables.
-      tie_projs: per cluster, whether the output projection shares the input projection. None means
-        "share all but the first" when div_val > 1 (the wt103/lm1b scripts) and "share none"
-        otherwise.
-      proj_same_dim: with div_val > 1, also project clusters whose size already equals d_model.
-      dropout: dropout on embeddings, attention output, feed-forward and final hidden states.
-      dropatt: dropout on attention probabilities.
-      tgt_len: training segment length T.
-      mem_len: training memory length M (0 = no recurrence).
-      clamp_len: relative distances are clamped to this value; -1 = no clamp.
-      same_length: every query attends to the same number (M + 1) of keys.
-      untie_r: separate content/position biases (u, v) per layer instead of shared.
-      pre_lnorm: LayerNorm before each sub-layer instead of after the residual.
-      init_std: std of the normal initialiser for weights and r biases.
-      proj_init_std: std of the normal initialiser for adaptive projections.
-      layer_norm_epsilon: LayerNorm epsilon (1e-5 as the PyTorch reference).
-      eval_tgt_len: evaluation segment length (the paper's evaluation settings; None: tgt_len).
-        The default of tfxl-eval, tfxl-export, generation and scoring.
-      eval_mem_len: evaluation memory length (None: mem_len).
-      eval_clamp_len: evaluation clamp length, -1 = no clamp (None: clamp_len).
-      eval_same_length: same_length for evaluation (None: same_length).
+    Each field's help and range rule are in its metadata (`{"help": ..., "rule": ...}`,
+    `field_rules()`): the tools' model flags are generated from them.
     """
 
-    vocab_size: int = 256
-    n_layer: int = 2
-    d_model: int = 64
-    n_head: int = 2
-    d_head: int = 32
-    d_inner: int = 256
-    d_embed: Optional[int] = None
-    div_val: int = 1
-    cutoffs: tuple[int, ...] = ()
-    tie_weight: bool = True
-    tie_projs: Optional[tuple[bool, ...]] = None
-    proj_same_dim: bool = True
-    dropout: float = 0.1
-    dropatt: float = 0.0
-    tgt_len: int = 64
-    mem_len: int = 64
-    clamp_len: int = -1
-    same_length: bool = False
-    untie_r: bool = False
-    pre_lnorm: bool = False
-    init_std: float = 0.02
-    proj_init_std: float = 0.01
-    layer_norm_epsilon: float = 1e-5
-    eval_tgt_len: Optional[int] = None
-    eval_mem_len: Optional[int] = None
-    eval_clamp_len: Optional[int] = None
-    eval_same_length: Optional[bool] = None
+    vocab_size: int = _field(256, "number of token ids V.", POSITIVE)
+    n_layer: int = _field(2, "number of Transformer-XL blocks L.", POSITIVE)
+    d_model: int = _field(64, "hidden size D.", POSITIVE)
+    n_head: int = _field(2, "attention heads N.", POSITIVE)
+    d_head: int = _field(32, "size of each head H (N*H need not equal D).", POSITIVE)
+    d_inner: int = _field(256, "feed-forward hidden size.", POSITIVE)
+    d_embed: Optional[int] = _field(None, "size of the first embedding cluster; defaults to "
+                                    "d_model.", POSITIVE)
+    div_val: int = _field(1, "adaptive embedding divisor: cluster i has d_embed // div_val**i "
+                          "dims.", POSITIVE)
+    cutoffs: tuple[int, ...] = _field((), "adaptive softmax/embedding cluster boundaries "
+                                      "(ascending, < vocab_size); [] means a plain softmax.")
+    tie_weight: bool = _field(True, "output cluster weights share the input embedding tables.")
+    tie_projs: Optional[tuple[bool, ...]] = _field(
+        None, "per cluster, whether the output projection shares the input projection. None "
+        "means \"share all but the first\" when div_val > 1 (the wt103/lm1b scripts) and "
+        "\"share none\" otherwise.")
+    proj_same_dim: bool = _field(True, "with div_val > 1, also project clusters whose size "
+                                 "already equals d_model.")
+    dropout: float = _field(0.1, "dropout on embeddings, attention output, feed-forward and "
+                            "final hidden states.", PROBABILITY)
+    dropatt: float = _field(0.0, "dropout on attention probabilities.", PROBABILITY)
+    tgt_len: int = _field(64, "training segment length T.", POSITIVE)
+    mem_len: int = _field(64, "training memory length M (0 = no recurrence).", NON_NEGATIVE)
+    clamp_len: int = _field(-1, "relative distances are clamped to this value; -1 = no clamp.",
+                            CLAMP)
+    same_length: bool = _field(False, "every query attends to the same number (M + 1) of keys.")
+    untie_r: bool = _field(False, "separate content/position biases (u, v) per layer instead of "
+                           "shared.")
+    pre_lnorm: bool = _field(False, "LayerNorm before each sub-layer instead of after the "
+                             "residual.")
+    init_std: float = _field(0.02, "std of the normal initialiser for weights and r biases.",
+                             POSITIVE)
+    proj_init_std: float = _field(0.01, "std of the normal initialiser for adaptive "
+                                  "projections.", POSITIVE)
+    layer_norm_epsilon: float = _field(1e-5, "LayerNorm epsilon (1e-5 as the PyTorch "
+                                       "reference).", POSITIVE)
+    eval_tgt_len: Optional[int] = _field(
+        None, "evaluation segment length (the paper's evaluation settings; None: tgt_len). The "
+        "default of tfxl-eval, tfxl-export, generation and scoring.", POSITIVE)
+    eval_mem_len: Optional[int] = _field(None, "evaluation memory length (None: mem_len).",
+                                         NON_NEGATIVE)
+    eval_clamp_len: Optional[int] = _field(None, "evaluation clamp length, -1 = no clamp (None: "
+                                           "clamp_len).", CLAMP)
+    eval_same_length: Optional[bool] = _field(None, "same_length for evaluation (None: "
+                                              "same_length).")
 
     def __post_init__(self):
         try:
@@ -149,23 +156,19 @@ class TransfoXLConfig:
             if not ok:
                 raise ValueError(f"TransfoXLConfig: {what}")
 
+        hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            kind = {"int": int, "float": float, "bool": bool}.get(f.type)
+            kind, value = scalar_type(hints[f.name]), getattr(self, f.name)
+            if value is None and is_optional(hints[f.name]):
+                continue
             if kind is not None:
-                need(isinstance(value, numbers.Real) and not (kind is int and isinstance(
-                    value, float) and not value.is_integer()),
-                     f"{f.name} must be {f.type}, got {value!r}")
-
-        for name in ("vocab_size", "n_layer", "d_model", "n_head", "d_head", "d_inner", "tgt_len",
-                     "div_val"):
-            need(int(getattr(self, name)) > 0, f"{name} must be > 0, got {getattr(self, name)!r}")
-        need(self.mem_len >= 0, f"mem_len must be >= 0, got {self.mem_len}")
-        need(self.clamp_len == -1 or self.clamp_len >= 0,
-             f"clamp_len must be -1 (no clamp) or >= 0, got {self.clamp_len}")
+                need(_is_a(kind, value), f"{f.name} must be {'a finite ' * (kind is float)}"
+                     f"{kind.__name__}, got {value!r}")
+                setattr(self, f.name, kind(value))  # e.g. 2.0 from JSON -> 2; 0/1 -> bool
+            holds, rule = f.metadata.get("rule") or (None, None)
+            if holds is not None:
+                need(holds(getattr(self, f.name), None), f"{f.name} must be {rule}, got {value!r}")
         need(self.d_model % 2 == 0, f"d_model must be even (sin/cos halves), got {self.d_model}")
-        need(0.0 <= self.dropout < 1.0, f"dropout must be in [0, 1), got {self.dropout}")
-        need(0.0 <= self.dropatt < 1.0, f"dropatt must be in [0, 1), got {self.dropatt}")
         cut = list(self.cutoffs)
         need(cut == sorted(set(cut)) and all(0 < c < self.vocab_size for c in cut),
              f"cutoffs must be strictly increasing and inside (0, vocab_size={self.vocab_size}), "
@@ -209,6 +212,33 @@ class TransfoXLConfig:
             return cls.from_dict(data)
         except ValueError as err:
             raise ValueError(f"{path}: {err}") from None
+
+
+def is_optional(hint) -> bool:
+    return typing.get_origin(hint) is typing.Union and type(None) in typing.get_args(hint)
+
+
+def scalar_type(hint):
+    """int, float or bool for a field of that type (or Optional of it); None for the lists."""
+    if is_optional(hint):
+        hint = next(k for k in typing.get_args(hint) if k is not type(None))
+    return hint if hint in (int, float, bool) else None
+
+
+def _is_a(kind, value) -> bool:
+    """Whether a value (from JSON, a flag or Python) is of the field's type: bool true/false
+    (or 0/1), int a whole number, float a finite number."""
+    if kind is bool:
+        return isinstance(value, (bool, numbers.Integral)) and value in (0, 1)
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value):
+        return False
+    return kind is float or float(value).is_integer()
+
+
+def field_rules() -> dict:
+    """{field: (holds(value, values), what it must be)}: the range rule of each numeric field."""
+    return {f.name: f.metadata["rule"] for f in dataclasses.fields(TransfoXLConfig)
+            if f.metadata.get("rule")}
 
 
 # The original scripts' settings (kimiyoung/transformer-xl tf/scripts/*.sh, pytorch/run_*.sh).

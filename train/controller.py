@@ -4,9 +4,10 @@
 every `save_every`-th step is checkpointed (and the last), and every `eval_every`-th evaluated.
 After each loop every train action is called with the loop's outputs, after each evaluation every
 eval action with the step and the result; the log sinks are such actions (`TensorBoardScalars`,
-`ProgressBar`, and train/train_log.py's `TrainLog`).
+`ProgressBar` or `ProgressLines`, and train/train_log.py's `TrainLog`).
 """
 
+import sys
 import time
 
 import keras
@@ -121,3 +122,25 @@ class ProgressBar:
     def end(self):
         """Shows the last step and ends the bar's line: the run stopped before train_steps."""
         self.bar.update(self.step, finalize=True)
+
+
+class ProgressLines:
+    """The run's progress where no terminal shows it (a log file, a pipe): one plain line per host
+    loop, `step 200/2000: loss 2.1234, bpc 3.0634, 81,234 tokens/s`, where a Keras bar would
+    write runs of backspaces, carriage returns and colour codes."""
+
+    def __init__(self, train_steps, metric, tokens_per_step, verbose=1):
+        self.train_steps, self.metric, self.tokens_per_step = train_steps, metric, tokens_per_step
+        self.verbose = verbose
+
+    def __call__(self, outputs):
+        if not self.verbose:
+            return
+        loss = float(outputs["loss"][-1])
+        rate = len(outputs["loss"]) * self.tokens_per_step / outputs["seconds"]
+        print(f"step {outputs['step']}/{self.train_steps}: loss {loss:.4f}, {self.metric} "
+              f"{metric_value(self.metric, loss):.4f}, {rate:,.0f} tokens/s",
+              file=sys.stdout, flush=True)
+
+    def end(self):
+        """Nothing to end: every line is whole."""

@@ -15,6 +15,10 @@ The plots need matplotlib, an extra (`pip install 'tfxl[plots]'`; `make demo` in
 tfxl itself never imports.
 """
 
+if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
+    from tfxl.cli.quiet import quiet_tensorflow
+    quiet_tensorflow()
+
 import io
 import os
 import sys

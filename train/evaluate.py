@@ -1,4 +1,4 @@
-"""`tfxl-eval`: token-weighted loss, bpc or perplexity of a trained model over a whole split.
+r"""`tfxl-eval`: token-weighted loss, bpc or perplexity of a trained model over a whole split.
 
     tfxl-eval --data_dir=data/stdlib --model_dir=runs/tiny --split=test \
         --tgt_len=32 --mem_len=256 --clamp_len=-1 --same_length
@@ -9,6 +9,10 @@ the result's "settings_from". The model comes from `model_dir/config.json` and i
 readable checkpoint (or --checkpoint). stdout carries only the result as one JSON line.
 """
 
+if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
+    from tfxl.cli.quiet import quiet_tensorflow
+    quiet_tensorflow()
+
 import json
 import sys
 
@@ -17,12 +21,13 @@ from absl import flags
 from tfxl import cli
 from tfxl.checkpoints import restore_weights
 from tfxl.config import TransfoXLConfig
-from tfxl.data.manifest import load_manifest
+from tfxl.data.manifest import load_manifest, split_info
 from tfxl.model_dir import ModelDir
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags
 from tfxl.files import check_writable, write_json_atomically
 from tfxl.train.loop import make_evaluator
+from tfxl.train.plan import check_evaluation_memory
 
 FLAGS = flags.FLAGS
 
@@ -63,8 +68,10 @@ def evaluate_from_flags():
     warn("evaluating with " + ", ".join(f"{key}={value} ({sources[key]})"
                                         for key, value in settings.items()))
     strategy = strategy_from_flags()
-    streams = load_manifest(FLAGS.data_dir)["num_streams"]
-    batch = streams if FLAGS.eval_batch_size is None else FLAGS.eval_batch_size
+    manifest = load_manifest(FLAGS.data_dir)
+    batch = manifest["num_streams"] if FLAGS.eval_batch_size is None else FLAGS.eval_batch_size
+    # Before the model is built: a size no machine holds is named, not an OOM deep inside.
+    check_evaluation_memory(config, strategy, batch, settings, sources, FLAGS.mixed_precision)
     evaluator = make_evaluator(config, strategy, FLAGS.data_dir, FLAGS.model_dir, batch,
                                FLAGS.mixed_precision, FLAGS.jit_compile)
     used = restore_weights(evaluator.model, FLAGS.checkpoint,
@@ -72,6 +79,8 @@ def evaluate_from_flags():
     result = evaluator.evaluate(FLAGS.split, batch, max_batches=FLAGS.max_eval_batches,
                                 **settings)
     result["checkpoint"] = used
+    # --max_eval_batches cut it short: its numbers are not the split's.
+    result["partial"] = result["tokens"] < split_info(manifest, FLAGS.split)["tokens"]
     result["settings_from"] = sources
     return result
 

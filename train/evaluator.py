@@ -18,6 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfxl.cli.quiet import stream_is_terminal
 from tfxl.layers.memory import per_layer
 from tfxl.train.memory_state import ReplicaMemory, ReplicaPositionKeys
 
@@ -42,7 +43,8 @@ class EvalProgress:
 
     def __init__(self, visible=None, stream=None):
         self.stream = stream or sys.stderr
-        self.visible = self.stream.isatty() if visible is None else bool(visible)
+        # Not stream.isatty(): under the tools' native-log filter stderr is a pipe.
+        self.visible = stream_is_terminal(self.stream) if visible is None else bool(visible)
         self._bar = None
 
     def begin(self, steps, split):

@@ -2,34 +2,26 @@
 
 import math
 
-import tensorflow as tf
 from absl import flags
 
 from tfxl import cli
-from tfxl.config import PRESETS
+from tfxl.config import NON_NEGATIVE, POSITIVE, PRESETS, field_rules
+from tfxl.data.manifest import data_dir_problem
 
 FLAGS = flags.FLAGS
 
-# The range of every numeric flag of tfxl-train and tfxl-eval, one rule per flag name (tfxl-eval's
-# --tgt_len/--mem_len/--clamp_len obey the same rules as training's): (holds(value, all values),
-# what the value must be). check_flag_ranges applies them before anything is read or written.
-POSITIVE = (lambda v, _: 0 < v < math.inf, "> 0")
-NON_NEGATIVE = (lambda v, _: 0 <= v < math.inf, ">= 0")
-PROBABILITY = (lambda v, _: 0 <= v < 1, "in [0, 1)")
-CLAMP = (lambda v, _: v >= -1, ">= -1 (-1: no clamp)")
+# The range of every numeric flag of tfxl-train and tfxl-eval, one rule per flag name:
+# (holds(value, all values), what the value must be). The model flags' rules are their
+# TransfoXLConfig fields' (tfxl/config.py), which a config.json obeys too; tfxl-eval's
+# --tgt_len/--mem_len/--clamp_len obey the training fields' rules. check_flag_ranges applies them
+# before anything is read or written.
 FLAG_RULES = {
+    **field_rules(),
     **{name: POSITIVE for name in (
-        "n_layer", "d_model", "n_head", "d_head", "d_inner", "div_val", "tgt_len", "eval_tgt_len",
-        "d_embed", "init_std", "proj_init_std", "layer_norm_epsilon",
         "train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop",
         "max_eval_batches", "learning_rate", "lease_timeout", "memory_limit_gib")},
     **{name: NON_NEGATIVE for name in (
-        "mem_len", "eval_mem_len", "weight_decay", "seed", "num_gpus", "lease_settle",
-        "train_log_seconds")},
-    "clamp_len": CLAMP,
-    "eval_clamp_len": CLAMP,
-    "dropout": PROBABILITY,
-    "dropatt": PROBABILITY,
+        "weight_decay", "seed", "num_gpus", "lease_settle", "train_log_seconds")},
     "save_every": (lambda v, _: v >= 0, ">= 0 (0: only at the end)"),
     "eval_every": (lambda v, _: v >= 0, ">= 0 (0: never)"),
     "warmup_steps": (lambda v, values: 0 <= v < values["train_steps"], "in [0, --train_steps)"),
@@ -88,5 +80,6 @@ def require_dir_flags(*names, flag_values=FLAGS):
     for name in names:
         if not flag_values[name].value:
             raise ValueError(f"--{name} is required")
-    if "data_dir" in names and not tf.io.gfile.isdir(flag_values.data_dir):
-        raise ValueError(f"--data_dir={flag_values.data_dir} does not exist; run tfxl-prepare")
+    problem = "data_dir" in names and data_dir_problem(flag_values.data_dir)
+    if problem:
+        raise ValueError(f"--data_dir={flag_values.data_dir} {problem}")

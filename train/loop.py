@@ -12,19 +12,21 @@ checkpoint stopped.
 """
 
 import dataclasses
+import sys
 import time
 
 import keras
 import tensorflow as tf
 
 from tfxl.checkpoints import checkpoints_newest_first
+from tfxl.cli.quiet import stream_is_terminal
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.files import read_json, write_json_atomically
 from tfxl.model_dir import ModelDir, check_data_fingerprint, check_or_store_config, claim
 from tfxl.models import TransfoXLLM
 from tfxl.train.checkpointing import TrainingCheckpoint
-from tfxl.train.controller import Controller, ProgressBar, TensorBoardScalars
+from tfxl.train.controller import Controller, ProgressBar, ProgressLines, TensorBoardScalars
 from tfxl.train.datasets import DistributedData
 from tfxl.train.evaluator import EvalProgress, Evaluator
 from tfxl.train.preemption import StopRequests, TrainingStopped
@@ -63,6 +65,14 @@ def make_evaluator(config, strategy, data_dir, model_dir, global_batch,
     data = _data(config, strategy, data_dir, model_dir, mixed_precision, seed=0)
     return Evaluator(build_model(config, strategy), strategy, data, global_batch,
                      steps_per_loop, jit_compile, EvalProgress(progress))
+
+
+def run_progress(train_steps, start_step, metric, tokens_per_step, verbose=1):
+    """The run's progress on stdout: a Keras bar on a terminal; in a log or a pipe one plain line
+    per host loop (a bar there is runs of backspaces, carriage returns and colour codes)."""
+    if stream_is_terminal(sys.stdout):
+        return ProgressBar(train_steps, start_step, metric, verbose)
+    return ProgressLines(train_steps, metric, tokens_per_step, verbose)
 
 
 class Runner:
@@ -187,7 +197,8 @@ class Runner:
             after_save += [train_log.merge]
         self.checkpoint.before_save += before_save
         self.checkpoint.after_save += after_save
-        progress = ProgressBar(self.train_steps, step, metric, verbose=1 if self.is_chief else 0)
+        progress = run_progress(self.train_steps, step, metric, tokens_per_step,
+                                verbose=1 if self.is_chief else 0)
         train_actions.append(progress)
         stops = StopRequests(self.strategy)
         controller = Controller(

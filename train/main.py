@@ -1,10 +1,14 @@
-"""`tfxl-train`: train a Transformer-XL language model on a tfxl-prepare data directory.
+r"""`tfxl-train`: train a Transformer-XL language model on a tfxl-prepare data directory.
 
     tfxl-train --data_dir=data/stdlib --model_dir=runs/tiny --preset=tiny \
         --train_batch_size=16 --train_steps=2000 --steps_per_loop=100 --strategy=mirrored
 
 See BUILD.md for TPU pods and multi-worker runs.
 """
+
+if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
+    from tfxl.cli.quiet import quiet_tensorflow
+    quiet_tensorflow()
 
 from absl import flags, logging
 
@@ -100,9 +104,32 @@ def main(argv):
     return 0
 
 
+def help_groups():
+    """tfxl-train --help's headings and the flags under each (a new flag of tfxl-train's belongs
+    in one: tests/test_cli_help.py checks that none is left over)."""
+    model = cli.model_flag_names(exclude=("vocab_size",))
+    evaluation = [name for name in model if name.startswith("eval_")]
+    return [
+        ("data and model_dir", ["data_dir", "model_dir"]),
+        ("model (--preset, then the --config JSON, then these flags; vocab_size is the data's)",
+         [name for name in model if name not in evaluation]),
+        ("training", ["train_batch_size", "train_steps", "steps_per_loop", "learning_rate",
+                      "warmup_steps", "min_lr_ratio", "schedule_steps", "clip", "optimizer",
+                      "weight_decay", "mixed_precision", "jit_compile", "seed"]),
+        ("evaluation (the eval_* settings are stored in config.json for tfxl-eval and "
+         "tfxl-export)", ["eval_every", "max_eval_batches", *evaluation]),
+        ("checkpoints and warm start", ["save_every", "init_checkpoint"]),
+        ("devices", ["strategy", "tpu", "num_gpus"]),
+        ("run management", ["dry_run", "memory_limit_gib", "ignore_memory_estimate",
+                            "allow_run_changes", "take_over", "lease_timeout", "lease_settle",
+                            "train_log_seconds"]),
+    ]
+
+
 def run():
     # A diverged run is not the user's input: its own status, 3 (the last good checkpoint kept).
-    cli.run(main, define_flags, errors=(StrategyError,), failures={TrainingDiverged: 3})
+    cli.run(main, define_flags, errors=(StrategyError,), failures={TrainingDiverged: 3},
+            help_groups=help_groups())
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """`tfxl-train`'s plan, printed before the first step: the model, the tokens of a step and an
 estimate of the memory a replica needs; a run whose estimate exceeds the machine's memory is
 refused before it allocates anything (`--ignore_memory_estimate` runs it anyway), and
-`--dry_run` prints the plan and stops.
+`--dry_run` prints the plan and stops. `tfxl-eval` checks its evaluation the same way
+(`check_evaluation_memory`), before it builds the model.
 
 The estimate is tfxl/models/footprint.py's (weights, gradients, optimizer slots, memory state,
 activations, evaluation memory), computed from the config. What it is compared with:
@@ -20,7 +21,8 @@ import sys
 
 from absl import flags
 
-from tfxl.models.footprint import OPTIMIZER_SLOTS, compute_bytes, training_footprint
+from tfxl.models.footprint import (OPTIMIZER_SLOTS, compute_bytes, evaluation_footprint,
+                                   training_footprint)
 
 GIB = 2**30
 MIB = 2**20
@@ -176,6 +178,18 @@ class TrainingPlan:
                     f"{_size(self.checkpoint_copy_bytes)} checkpoint copy of the memory)")
             of = f"its {_size(limit)}"
         else:
+            # Whatever the device, a checkpoint is saved from a host copy of the training memory:
+            # where the device's memory is not known (TPU) this is what still bounds mem_len.
+            runtime = resident_bytes() if runtime is None else runtime
+            host, host_limit = runtime + self.checkpoint_copy_bytes, host_memory_bytes()
+            if host > host_limit:
+                message = (f"the checkpoint copy of the training memory, {_size(host)} on this "
+                           f"host (runtime {_size(runtime)} + "
+                           f"{_size(self.checkpoint_copy_bytes)}), exceeds its "
+                           f"{_size(host_limit)}; {lower}")
+                if ignore:
+                    return f"warning: {message}; training anyway (--ignore_memory_estimate)"
+                raise ValueError(f"{message}; or pass --ignore_memory_estimate to train anyway")
             need = self.footprint.total
             limit = (gpu_memory_bytes() if self.device == "GPU" else None) if limit is None \
                 else limit
@@ -198,3 +212,36 @@ def print_plan(plan, limit_gib=None, ignore=False, out=sys.stdout):
         print(line, file=out)
     limit = None if limit_gib is None else int(limit_gib * GIB)
     print(plan.check_memory(limit, ignore), file=out, flush=True)
+
+
+def check_evaluation_memory(config, strategy, global_batch, settings, sources,
+                            mixed_precision="float32", limit=None):
+    """Raises ValueError, naming the batch and the settings with where each came from, when the
+    memory of an evaluation (footprint.evaluation_footprint) exceeds the device's, compared as
+    for training (the module docstring): tfxl-eval's check before it builds anything.
+
+    settings: {"tgt_len", "mem_len", ...}; sources: where each comes from ("flag --mem_len",
+    "config.json eval_mem_len", ...). limit: bytes, else the device's.
+    """
+    devices = local_devices(strategy)
+    device = device_kind(devices)
+    per_replica = max(1, global_batch // strategy.num_replicas_in_sync)
+    items = evaluation_footprint(config, per_replica, settings["tgt_len"], settings["mem_len"],
+                                 mixed_precision)
+    need = sum(items.values())
+    if device == "CPU":
+        runtime = resident_bytes()
+        need = runtime + len(devices) * need
+        limit = host_memory_bytes() if limit is None else limit
+        of = f"this host's {_size(limit)} (with the runtime's {_size(runtime)})"
+    else:
+        limit = (gpu_memory_bytes() if device == "GPU" else None) if limit is None else limit
+        of = f"the {_size(limit or 0)} of each {device}"
+    if limit is None or need <= limit:
+        return  # fits, or the device's memory is not known (TPU): not checked
+    itemised = ", ".join(f"{name} {_size(value)}" for name, value in items.items())
+    raise ValueError(
+        f"the estimated memory of this evaluation, {_size(need)} ({itemised} per replica), "
+        f"exceeds {of}; lower --eval_batch_size ({global_batch}), --tgt_len "
+        f"({settings['tgt_len']}, {sources['tgt_len']}) or --mem_len ({settings['mem_len']}, "
+        f"{sources['mem_len']}): the attention grows with batch x tgt_len x (mem_len + tgt_len)")

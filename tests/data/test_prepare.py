@@ -398,6 +398,73 @@ def test_manifest_errors_and_mismatches(tmp_path, write):
         check_manifest(m, global_batch_size=3)
 
 
+# A prepared manifest, edited: (the edit, what the one-line refusal names). Every field a reader
+# uses, of the top level, the tokenizer, a split and a stream: missing, of another type, out of
+# range, or disagreeing with another field.
+def _set(path, value):
+    def edit(manifest):
+        *parents, last = path
+        for key in parents:
+            manifest = manifest[key]
+        manifest[last] = value
+    return edit
+
+
+def _drop(path):
+    def edit(manifest):
+        *parents, last = path
+        for key in parents:
+            manifest = manifest[key]
+        del manifest[last]
+    return edit
+
+
+STREAM0 = ("splits", "train", "streams", 0)
+BAD_MANIFESTS = {
+    "num_streams a string": (_set(["num_streams"], "4"), "field 'num_streams' must be an integer"),
+    "a stream entry {}": (_set(STREAM0, {}),
+                          "missing field 'splits.train.streams[0].file'"),
+    "a stream entry a list": (_set(STREAM0, []),
+                              "field 'splits.train.streams[0]' must be an object"),
+    "stream bytes a float": (_set(STREAM0 + ("bytes",), 1.5),
+                             "field 'splits.train.streams[0].bytes' must be an integer"),
+    "stream segments 0": (_set(STREAM0 + ("segments",), 0),
+                          "field 'splits.train.streams[0].segments' must be >= 1, got 0"),
+    "no pad_id": (_drop(["pad_id"]), "missing field 'pad_id'"),
+    "tgt_len 0": (_set(["tgt_len"], 0), "field 'tgt_len' must be >= 1, got 0"),
+    "vocab_size a bool": (_set(["vocab_size"], True), "field 'vocab_size' must be an integer"),
+    "vocab_size 10**12, its tokenizer 258": (
+        _set(["vocab_size"], 10**12),
+        "field 'vocab_size' is 1000000000000 but its tokenizer (bytes) has 258 tokens"),
+    "tokenizer without type": (_drop(["tokenizer", "type"]), "missing field 'tokenizer.type'"),
+    "pad_id outside the vocabulary": (_set(["pad_id"], 258),
+                                      "field 'pad_id' is 258, outside the vocabulary [0, 258)"),
+    "cutoffs past vocab_size": (_set(["cutoffs"], [10, 300]), "field 'cutoffs' must increase"),
+    "a split a list": (_set(["splits", "valid"], []), "field 'splits.valid' must be an object"),
+    "a split without tokens": (_drop(["splits", "valid", "tokens"]),
+                               "missing field 'splits.valid.tokens'"),
+    "fewer streams than num_streams": (
+        lambda m: m["splits"]["valid"]["streams"].pop(),
+        "field 'splits.valid.streams' lists 1 streams, num_streams is 2"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_MANIFESTS)
+def test_a_bad_manifest_field_is_named_when_loaded(tmp_path, write, case):
+    edit, named = BAD_MANIFESTS[case]
+    out = tmp_path / "out"
+    manifest = run_prepare(out, train=[write("a.txt", sample_text(100))],
+                           valid=[write("b.txt", sample_text(50))], tgt_len=8, num_streams=2)
+    assert load_manifest(str(out)) == manifest
+    edit(manifest)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError) as refused:
+        load_manifest(str(out))
+    message = str(refused.value)
+    assert message.startswith(f"{out / 'manifest.json'}: ") and "\n" not in message
+    assert named in message and message.endswith("re-run tfxl-prepare"), message
+
+
 def test_bad_flags(tmp_path, write, capsys):
     src = write("a.txt", sample_text(50))
     code, err = run_cli([f"--train={src}", "--tokenizer=sentencepiece",

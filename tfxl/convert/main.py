@@ -1,4 +1,4 @@
-"""tfxl-convert: a published Transformer-XL checkpoint -> a tfxl `.keras` model + config JSON.
+r"""tfxl-convert: a published Transformer-XL checkpoint -> a tfxl `.keras` model + config JSON.
 
     tfxl-convert --format=tf1 --input=pretrained_xl/tf_wt103/model/model.ckpt-0 \
         --preset=wt103_large --output=wt103.keras
@@ -11,6 +11,10 @@ Model hyper-parameters (tfxl.cli.resolve_config, the rule of every tool): --pres
 override flags (one per TransfoXLConfig field), later ones winning. See docs/convert.md.
 """
 
+if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
+    from tfxl.cli.quiet import quiet_tensorflow
+    quiet_tensorflow()
+
 import os
 import sys
 import time
@@ -19,8 +23,8 @@ import tensorflow as tf
 from absl import flags
 
 from tfxl import cli
-from tfxl.convert import (config_overrides_from_hf, config_path_for, convert_checkpoint,
-                          describe, save_converted)
+from tfxl.convert import (ConversionError, config_overrides_from_hf, config_path_for,
+                          convert_checkpoint, describe, save_converted)
 from tfxl.files import read_json
 
 FLAGS = flags.FLAGS
@@ -59,8 +63,11 @@ def resolve_input():
                     hf_config = os.path.join(path, "config.json")
                 return os.path.join(path, name), hf_config
         raise ValueError(f"{path}: no model.safetensors or pytorch_model.bin in the directory")
+    if FLAGS.format != "tf1" and tf.io.gfile.isdir(path):
+        raise ValueError(f"--input={path} is a directory; --format={FLAGS.format} reads one file "
+                         "(a torch zip .bin/.pt, .safetensors or .npz)")
     if FLAGS.format != "tf1" and not _is_file(path):
-        raise ValueError(f"--input {path}: no such file")
+        raise ValueError(f"--input={path}: no such file")
     return path, hf_config
 
 
@@ -93,7 +100,12 @@ def main(argv):
     start = time.time()
     print(f"converting {FLAGS.format} checkpoint {path} with {describe(config)}",
           file=sys.stderr)
-    model = convert_checkpoint(FLAGS.format, path, config)
+    try:
+        model = convert_checkpoint(FLAGS.format, path, config)
+    except ConversionError as err:
+        if FLAGS.verbosity >= 1 and err.details:  # the whole list its error line summarises
+            print("\n".join(err.details), file=sys.stderr)
+        raise
     keras_path, config_path = save_converted(model, FLAGS.output, overwrite=FLAGS.overwrite)
     n_params = sum(int(w.numpy().size) for w in model.weights)
     print(f"wrote {keras_path} and {config_path} ({n_params:,} parameters, "

@@ -28,6 +28,9 @@ from tfxl.convert.errors import ConversionError
 from tfxl.layers.adaptive_clusters import cluster_layout
 
 FORMATS = ("pytorch", "huggingface", "tf1")
+# Tensor names a mismatch error shows per kind (missing, unknown, misshaped); the rest are
+# counted (a wrong config lists hundreds: the line was 10 KB) and kept in its `details`.
+SHOWN = 5
 
 # TF1 optimizer state and bookkeeping, never part of the model.
 _TF1_IGNORED = re.compile(r"(^|/)(global_step|beta[12]_power)$|/Adam(_\d+)?$|"
@@ -101,17 +104,22 @@ class Plan:
                                   + "; ".join(self.config_problems))
         missing, unknown, mismatched = self.problems()
         if missing or unknown or mismatched:
-            parts = []
-            if missing:
-                parts.append(f"missing {len(missing)} tensor(s): {', '.join(missing)}")
-            if unknown:
-                parts.append(f"unknown {len(unknown)} tensor(s): {', '.join(unknown)}")
-            if mismatched:
-                parts.append(f"{len(mismatched)} shape mismatch(es): {', '.join(mismatched)}")
+            groups = [(f"missing {len(missing)} tensor(s)", missing),
+                      (f"unknown {len(unknown)} tensor(s)", unknown),
+                      (f"{len(mismatched)} shape mismatch(es)", mismatched)]
+            groups = [(title, names) for title, names in groups if names]
+            parts = [f"{title}: {', '.join(names[:SHOWN])}"
+                     + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+                     for title, names in groups]
             hints = _hints(self.fmt, missing + [m.split(' ')[0] for m in mismatched], unknown)
+            listed = any(len(names) > SHOWN for _, names in groups)
             raise ConversionError(
                 f"{self.source.description or 'checkpoint'} does not match the config "
-                f"({self.fmt}): " + "; ".join(parts) + (f". Hint: {hints}" if hints else ""))
+                f"({self.fmt}): " + "; ".join(parts) + (f". Hint: {hints}" if hints else "")
+                + (" (--verbosity=1 lists every tensor)" if listed else ""),
+                details=[line for title, names in groups
+                         for line in [f"{title}:", *(f"  {name}" for name in names)]]
+                if listed else ())
 
     # -- applying -----------------------------------------------------------------------------
     def apply(self, model):

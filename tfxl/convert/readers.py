@@ -129,12 +129,19 @@ class _LazyTensor:
         if self.offset < 0:
             raise ConversionError(f"bad tensor storage offset {offset}")
 
+    @property
+    def extent(self) -> int:
+        """The elements of its storage this tensor reaches: the last one it reads, plus one."""
+        if 0 in self.shape:
+            return 0
+        return self.offset + sum((n - 1) * s for n, s in zip(self.shape, self.stride)) + 1
+
     def numpy(self) -> np.ndarray:
         flat = self.storage.array()
         if 0 in self.shape:
             out = np.zeros(self.shape, flat.dtype)
         else:
-            last = self.offset + sum((n - 1) * s for n, s in zip(self.shape, self.stride))
+            last = self.extent - 1
             if last >= flat.size:
                 raise ConversionError(f"tensor reads past the end of storage {self.storage.key} "
                                       f"(needs element {last}, storage has {flat.size})")
@@ -228,8 +235,16 @@ class _TorchArchive:
         return self.zip.read(self.root + member)
 
     def read_storage(self, key):
+        return self.zip.read(self._storage_info(key))
+
+    def storage_bytes(self, key):
+        """The size storage `key` declares in the zip directory, known before it is inflated
+        (zipfile never inflates a member past it)."""
+        return self._storage_info(key).file_size
+
+    def _storage_info(self, key):
         try:
-            return self.read(f"data/{key}")
+            return self.zip.getinfo(f"{self.root}data/{key}")
         except KeyError:
             raise ConversionError(f"{self.path}: storage data/{key} is missing from the "
                                   f"archive") from None
@@ -265,8 +280,33 @@ def _state_dict_source(obj, path):
         elif not isinstance(value, (int, float, str, bool, type(None), dict)):
             raise ConversionError(f"{path}: entry {name!r} is a {type(value).__name__}, not a "
                                   f"tensor")
+    _check_storage_sizes(tensors, path)
     return TensorSource({k: v.shape for k, v in tensors.items()},
                         lambda name: tensors[name].numpy(), f"torch zip {path}")
+
+
+def _check_storage_sizes(tensors, path):
+    """Every storage's declared size against what its tensors reach, before any is inflated:
+    torch.save writes each storage whole, so a larger one (a small tensor whose deflated storage
+    inflates to gigabytes) is refused, as is a smaller one (a tensor reading past its end)."""
+    on_storage = collections.defaultdict(list)
+    for name, tensor in tensors.items():
+        on_storage[tensor.storage].append(name)
+    for storage, names in on_storage.items():
+        itemsize = storage.type.dtype.itemsize
+        declared = storage.archive.storage_bytes(storage.key)
+        widest = max(names, key=lambda n: tensors[n].extent)
+        need = tensors[widest].extent * itemsize
+        tensor = f"tensor {widest!r} {list(tensors[widest].shape)}"
+        if declared < need:
+            raise ConversionError(f"{path}: {tensor} reads past the end of storage "
+                                  f"{storage.key} (it needs {need} bytes, the storage holds "
+                                  f"{declared})")
+        if declared > need:
+            raise ConversionError(f"{path}: storage {storage.key} declares {declared} bytes but "
+                                  f"the tensors on it need {need} ({tensor}"
+                                  f"{f' and {len(names) - 1} more' if len(names) > 1 else ''});"
+                                  " refusing to inflate it")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -351,7 +391,9 @@ def open_checkpoint(path, kind="auto") -> TensorSource:
         raise ConversionError(f"unknown checkpoint file kind {kind!r}")
     if kind == "tf1":  # TensorFlow reads its checkpoints through gfile itself
         return read_tf1(path)
-    if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
+    if tf.io.gfile.isdir(path):
+        raise ConversionError(f"{path} is a directory, not a {kind} checkpoint file")
+    if not tf.io.gfile.exists(path):
         raise ConversionError(f"{path}: no such file")
     if is_local(path):
         return readers[kind](path)

@@ -38,12 +38,23 @@ FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 
 
+def data_dir_problem(data_dir: str) -> str | None:
+    """Why `data_dir` cannot be a data directory ("does not exist; …", "is a file, …"), or
+    None."""
+    if tf.io.gfile.isdir(data_dir):
+        return None
+    if tf.io.gfile.exists(data_dir):
+        return "is a file, not a directory; give the --output_dir of tfxl-prepare"
+    return "does not exist; run tfxl-prepare first"
+
+
 def load_manifest(data_dir: str) -> dict:
     """Reads ``data_dir/manifest.json``; a `DataError` says what is wrong."""
     path = os.path.join(data_dir, MANIFEST_NAME)
     try:
-        if not tf.io.gfile.isdir(data_dir):
-            raise DataError(f"data directory {data_dir} does not exist; run tfxl-prepare first")
+        problem = data_dir_problem(data_dir)
+        if problem:
+            raise DataError(f"data directory {data_dir} {problem}")
         raw = storage.read_bytes(path)
     except tf.errors.NotFoundError:
         raise DataError(f"{path} not found: {data_dir} is not a prepared data directory "
@@ -60,55 +71,92 @@ def load_manifest(data_dir: str) -> dict:
     if version != FORMAT_VERSION:
         raise DataError(f"{path}: format_version {version!r} is not supported "
                         f"(this tfxl reads version {FORMAT_VERSION}); re-run tfxl-prepare")
-    for key in ("tokenizer", "vocab_size", "vocab_sha256", "tgt_len", "num_streams", "splits"):
-        if key not in manifest:
-            raise DataError(f"{path}: missing field {key!r}")
-    check_field_types(manifest, path)
+    check_schema(manifest, path)
     return manifest
 
 
-# The type of every field a reader uses (a hand-edited or damaged manifest must be refused when it
-# is loaded, before a job writes anything, not fail deep inside a pipeline).
-_TOP_FIELDS = {"vocab_size": int, "vocab_sha256": str, "tgt_len": int, "num_streams": int,
-               "pad_id": int, "eod_id": int, "is_character_level": bool, "cutoffs": [int],
-               "tokenizer": dict, "splits": dict}
-_SPLIT_FIELDS = {"tokens": int, "segments": int, "documents": int, "resets_inside": bool,
-                 "streams": [dict]}
-_STREAM_FIELDS = {"file": str, "bytes": int, "segments": int, "tokens": int}
+# The schema of every field a reader uses: {name: (type, least value or None, required)}; a list
+# type is written [item type]. A hand-edited or damaged manifest is refused when it is loaded,
+# with one line naming the file and the field, before a job reads a shard or writes anything
+# (not deep inside a pipeline, a model or an allocation).
+_TOP_FIELDS = {"tokenizer": (dict, None, True), "vocab_size": (int, 1, True),
+               "vocab_sha256": (str, None, True), "pad_id": (int, 0, True),
+               "eod_id": (int, 0, True), "tgt_len": (int, 1, True),
+               "num_streams": (int, 1, True), "splits": (dict, None, True),
+               "is_character_level": (bool, None, False), "cutoffs": ([int], 1, False)}
+_TOKENIZER_FIELDS = {"type": (str, None, True), "vocab_size": (int, 1, True),
+                     "vocab_sha256": (str, None, True)}
+_SPLIT_FIELDS = {"tokens": (int, 0, True), "segments": (int, 0, True),
+                 "streams": ([dict], None, True), "documents": (int, 0, False),
+                 "resets_inside": (bool, None, False)}
+_STREAM_FIELDS = {"file": (str, None, True), "bytes": (int, 0, True),
+                  "segments": (int, 1, True), "tokens": (int, 0, True)}
 _TYPE_NAMES = {int: "an integer", str: "a string", bool: "true or false", dict: "an object"}
 
 
-def _check_fields(values: dict, fields: dict, where: str, path: str) -> None:
-    for key, kind in fields.items():
-        if key not in values:
-            continue
-        value, name = values[key], f"{where}{key}"
-        items = value if isinstance(kind, list) and isinstance(value, list) else None
-        if isinstance(kind, list):
-            if items is None:
-                raise DataError(f"{path}: field {name!r} must be a list, got {value!r}; "
-                                "re-run tfxl-prepare")
-            for i, item in enumerate(items):
-                _check_value(item, kind[0], f"{name}[{i}]", path)
-        else:
-            _check_value(value, kind, name, path)
+def _refuse(path: str, problem: str):
+    raise DataError(f"{path}: {problem}; re-run tfxl-prepare")
 
 
-def _check_value(value, kind, name, path):
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_value(value, kind, least, name, path):
     # bool is an int to Python, not to a manifest
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise DataError(f"{path}: field {name!r} must be {_TYPE_NAMES[kind]}, got {value!r} "
-                        f"({type(value).__name__}); re-run tfxl-prepare")
+        _refuse(path, f"field {name!r} must be {_TYPE_NAMES[kind]}, got {_shown(value)} "
+                      f"({type(value).__name__})")
+    if least is not None and value < least:
+        _refuse(path, f"field {name!r} must be >= {least}, got {value}")
 
 
-def check_field_types(manifest: dict, path: str = MANIFEST_NAME) -> None:
-    """Raises a `DataError` naming the first field of `manifest` (and of its splits and streams)
-    whose type is not the one tfxl-prepare writes."""
+def _check_fields(values, fields: dict, where: str, path: str) -> None:
+    """Checks the object `values` (the field `where`) against `fields`, a schema above."""
+    if not isinstance(values, dict):
+        _refuse(path, f"field {where.rstrip('.')!r} must be an object, got {_shown(values)}")
+    for key, (kind, least, required) in fields.items():
+        name = f"{where}{key}"
+        if key not in values:
+            if required:
+                _refuse(path, f"missing field {name!r}")
+            continue
+        value = values[key]
+        if isinstance(kind, list):
+            if not isinstance(value, list):
+                _refuse(path, f"field {name!r} must be a list, got {_shown(value)}")
+            for i, item in enumerate(value):
+                _check_value(item, kind[0], least, f"{name}[{i}]", path)
+        else:
+            _check_value(value, kind, least, name, path)
+
+
+def check_schema(manifest: dict, path: str = MANIFEST_NAME) -> None:
+    """Raises a `DataError` naming the first field of `manifest` (its tokenizer, splits and
+    streams included) that is missing, of another type than tfxl-prepare writes, out of range,
+    or inconsistent with another field (vocab_size against its tokenizer's, the pad and eod ids
+    and the cutoffs against vocab_size, the streams of a split against num_streams)."""
     _check_fields(manifest, _TOP_FIELDS, "", path)
+    _check_fields(manifest["tokenizer"], _TOKENIZER_FIELDS, "tokenizer.", path)
+    V, tokenizer = manifest["vocab_size"], manifest["tokenizer"]
+    if V != tokenizer["vocab_size"]:  # the size every model, embedding and check is built for
+        _refuse(path, f"field 'vocab_size' is {V} but its tokenizer ({tokenizer['type']}) has "
+                      f"{tokenizer['vocab_size']} tokens")
+    for key in ("pad_id", "eod_id"):
+        if manifest[key] >= V:
+            _refuse(path, f"field {key!r} is {manifest[key]}, outside the vocabulary [0, {V})")
+    cutoffs = manifest.get("cutoffs", [])
+    if any(a >= b for a, b in zip(cutoffs, cutoffs[1:] + [V])):
+        _refuse(path, f"field 'cutoffs' must increase and stay below vocab_size {V}, got "
+                      f"{_shown(cutoffs)}")
     for split, info in manifest["splits"].items():
-        _check_value(info, dict, f"splits.{split}", path)
         _check_fields(info, _SPLIT_FIELDS, f"splits.{split}.", path)
-        for i, stream in enumerate(info.get("streams", [])):
+        streams = info["streams"]
+        if len(streams) != manifest["num_streams"]:
+            _refuse(path, f"field 'splits.{split}.streams' lists {len(streams)} streams, "
+                          f"num_streams is {manifest['num_streams']}")
+        for i, stream in enumerate(streams):
             _check_fields(stream, _STREAM_FIELDS, f"splits.{split}.streams[{i}].", path)
 
 

@@ -1,33 +1,22 @@
-"""`tfxl-prepare`: corpus -> tokenizer -> sharded TFRecords of fixed-length segments.
+r"""`tfxl-prepare`: a corpus -> a tokenizer and sharded TFRecords of fixed-length segments, with
+a manifest (docs/data.md: every format, tokenizer and option).
 
-Pipeline (bounded memory: nothing holds a whole split, only ~1 MB chunks, one
-lm1b file while it is shuffled, and the vocabulary counters):
+    tfxl-prepare --corpus=python_stdlib --output_dir=data/stdlib
+    tfxl-prepare --format=enwik8 --train=enwik8.zip --tgt_len=512 --num_streams=24 \
+        --output_dir=data/enwik8
+    tfxl-prepare --format=wikitext --train=wiki.train.tokens --valid=wiki.valid.tokens \
+        --test=wiki.test.tokens --tgt_len=150 --num_streams=64 --output_dir=data/wt103
 
-1. Sources (`tfxl.data.sources`): each split is a list of byte ranges of files;
-   the corpus format (`tfxl.data.formats`: text, enwik8, text8, wikitext, lm1b,
-   jsonl) turns them into documents, each a stream of text chunks.  Or the
-   embedded ``--corpus=python_stdlib``.
-2. Tokenizer (`tfxl.data.tokenizers`): learned from the training split
-   (chars/words/wordpiece, sentencepiece with --sentencepiece_vocab_size), or fixed.
-3. Tokenise each split into a flat temporary token file on a local disk (next to the
-   staged output, or in TMPDIR when the output is on an object store); ``<eod>`` is
-   written before every document (before the whole split when documents are not kept).
-4. Cut the token sequence into S contiguous streams and each stream into
-   segments of T targets (`tfxl.data.segments`); write one TFRecord file per
-   stream, one record per segment (`tfxl.data.records`).
-5. Write vocabulary and manifest, the manifest last (`tfxl.data.staging`: on a local
-   disk everything is renamed into place; on an object store such as GCS the files go to
-   a fresh ``gen-<id>/`` directory and the manifest naming them is written after them;
-   either way a killed prepare never leaves a manifest pointing at partial shards).
-
-Every path a user gives (inputs, --output_dir, --sentencepiece_model) goes through
-`tf.io.gfile` (`tfxl.data.storage`): ``gs://`` works wherever a local path does.
-
-On a terminal, each pass shows a Keras progress bar with rate and ETA (on stdout; the
-log lines go to stderr); nothing of it when stdout is not a terminal.
+Every path may be a bucket (gs://...). The manifest is written last, so a reader never sees a
+half-written data directory; an existing one is replaced only with --overwrite. On a terminal,
+each pass shows a progress bar.
 """
 
 from __future__ import annotations
+
+if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
+    from tfxl.cli.quiet import quiet_tensorflow
+    quiet_tensorflow()
 
 import dataclasses
 import os
@@ -53,8 +42,45 @@ from tfxl.data.sources import CORPORA, capped, piece_bytes, split_pieces
 from tfxl.data.staging import open_output_dir
 from tfxl.data.tokenizers import TOKENIZERS
 
-def _resolve(config: PrepareConfig) -> PrepareConfig:
+# How tfxl-prepare works. Pipeline (bounded memory: nothing holds a whole split, only ~1 MB
+# chunks, one lm1b file while it is shuffled, and the vocabulary counters):
+#
+# 1. Sources (`tfxl.data.sources`): each split is a list of byte ranges of files;
+#    the corpus format (`tfxl.data.formats`: text, enwik8, text8, wikitext, lm1b,
+#    jsonl) turns them into documents, each a stream of text chunks.  Or the
+#    embedded ``--corpus=python_stdlib``.
+# 2. Tokenizer (`tfxl.data.tokenizers`): learned from the training split
+#    (chars/words/wordpiece, sentencepiece with --sentencepiece_vocab_size), or fixed.
+# 3. Tokenise each split into a flat temporary token file on a local disk (next to the
+#    staged output, or in TMPDIR when the output is on an object store); ``<eod>`` is
+#    written before every document (before the whole split when documents are not kept).
+# 4. Cut the token sequence into S contiguous streams and each stream into
+#    segments of T targets (`tfxl.data.segments`); write one TFRecord file per
+#    stream, one record per segment (`tfxl.data.records`).
+# 5. Write vocabulary and manifest, the manifest last (`tfxl.data.staging`: on a local
+#    disk everything is renamed into place; on an object store such as GCS the files go to
+#    a fresh ``gen-<id>/`` directory and the manifest naming them is written after them;
+#    either way a killed prepare never leaves a manifest pointing at partial shards).
+#
+# Every path a user gives (inputs, --output_dir, --sentencepiece_model) goes through
+# `tf.io.gfile` (`tfxl.data.storage`): ``gs://`` works wherever a local path does.
+#
+# On a terminal, each pass shows a Keras progress bar with rate and ETA (on stdout; the
+# log lines go to stderr); nothing of it when stdout is not a terminal.
 
+
+# The least value of each numeric option that has one (-1 for the byte caps: -1 is their
+# default cap, 0 none); tgt_len, num_streams and sentencepiece_vocab_size are checked once
+# resolved.
+_LEAST = {"max_train_bytes": -1, "max_eval_bytes": -1, "min_freq": 1, "max_size": 0,
+          "wordpiece_vocab_size": 1, "wordpiece_sample_bytes": 1}
+
+
+def _resolve(config: PrepareConfig) -> PrepareConfig:
+    for name, least in _LEAST.items():
+        if getattr(config, name) < least:
+            raise DataError(f"--{name}={getattr(config, name)} is out of range: it must be "
+                            f">= {least}")
     config = dataclasses.replace(config)
     if config.corpus is not None and config.corpus not in CORPORA:
         raise DataError(f"--corpus: unknown corpus {config.corpus!r} "
@@ -391,8 +417,8 @@ def config_from_flags(flag_values) -> PrepareConfig:
 
 def main(argv, flag_values=flags.FLAGS):
     """tfxl-prepare on parsed flags (`flag_values`: another FlagValues in in-process tests); a
-    DataError is the user's: tfxl/cli.py prints its one `error:` line and exits 2."""
-    del argv  # stray arguments are refused by tfxl/cli.py
+    DataError is the user's: tfxl/cli/runner.py prints its one `error:` line and exits 2."""
+    del argv  # stray arguments are refused by tfxl/cli/runner.py
     prepare(config_from_flags(flag_values), log=lambda msg: print(msg, file=sys.stderr))
     return 0
 

@@ -163,12 +163,34 @@ def training_footprint(config, batch, mixed_precision="float32", optimizer="adam
     memory_state = 2 * e * batch * c.n_layer * c.mem_len * c.d_model
     evaluation_memory = 0
     if eval_settings:
-        m, keys = eval_settings["mem_len"], eval_settings["mem_len"] + eval_settings["tgt_len"]
-        nh = c.n_head * c.d_head
-        evaluation_memory = e * c.n_layer * nh * (2 * batch * m + keys + 1)
+        evaluation_memory = evaluation_memory_bytes(c, batch, eval_settings["tgt_len"],
+                                                    eval_settings["mem_len"], mixed_precision)
     return Footprint(parameters=p, weights=weights, gradients=FLOAT32 * p,
                      optimizer=OPTIMIZER_SLOTS[optimizer] * FLOAT32 * p,
                      memory_state=memory_state,
                      activations=activation_bytes(c, batch, c.mem_len, mixed_precision),
                      evaluation_memory=evaluation_memory,
                      xla=XLA_BYTES + XLA_BYTES_PER_PARAMETER * p if jit_compile else 0)
+
+
+def evaluation_memory_bytes(config, batch, tgt_len, mem_len, mixed_precision="float32"):
+    """The evaluator's state: key/value memory [b, L, N, H, M] x 2 and position keys
+    [L, N, H, K + 1], in the compute dtype."""
+    c = config
+    return (compute_bytes(mixed_precision) * c.n_layer * c.n_head * c.d_head
+            * (2 * batch * mem_len + mem_len + tgt_len + 1))
+
+
+def evaluation_footprint(config, batch, tgt_len, mem_len, mixed_precision="float32"):
+    """{"weights", "evaluation memory", "activations": bytes} of one replica evaluating
+    [batch, tgt_len] segments over `mem_len` memory slots (tfxl-eval's check before it builds
+    anything). No backward pass: the activations are one layer's at a time, `activation_bytes`
+    of a single layer (its gradient terms stand for the forward pass's temporaries of the same
+    [b, N, T, K] shape), and the softmax."""
+    c = config.replace(tgt_len=tgt_len, mem_len=mem_len, n_layer=1)
+    e = compute_bytes(mixed_precision)
+    p = parameter_count(config)
+    return {"weights": FLOAT32 * p + (e * p if e != FLOAT32 else 0),
+            "evaluation memory": evaluation_memory_bytes(config, batch, tgt_len, mem_len,
+                                                         mixed_precision),
+            "activations": sum(activation_bytes(c, batch, mem_len, mixed_precision).values())}

@@ -6,6 +6,10 @@
     #    signatures; `saved_model_cli show --dir exports/tiny/1 --all` lists them.
 """
 
+if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
+    from tfxl.cli.quiet import quiet_tensorflow
+    quiet_tensorflow()
+
 from absl import flags
 
 from tfxl import cli

@@ -1,4 +1,4 @@
-"""`tfxl-generate`: sample text from a trained model, streamed to the terminal token by token.
+r"""`tfxl-generate`: sample text from a trained model, streamed to the terminal token by token.
 
     tfxl-generate --model=runs/tiny --data_dir=data/stdlib --prompt="def main(" \
         --max_new_tokens=200 --temperature=0.8 --top_p=0.95 --seed=1
@@ -12,6 +12,10 @@ export's record). Every token is one segment step on the key/value memory. The s
 seed give the same text, and the tokens `TransfoXLLM.generate` draws with that seed
 (`tfxl.models.generation.token_seed`).
 """
+
+if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
+    from tfxl.cli.quiet import quiet_tensorflow
+    quiet_tensorflow()
 
 import os
 import sys

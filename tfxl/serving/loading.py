@@ -2,6 +2,7 @@
 what a `--model` path holds. Every path may be a bucket (gs://...): tf.io.gfile throughout."""
 
 import os
+import zipfile
 
 import keras
 import tensorflow as tf
@@ -49,6 +50,18 @@ def load_checked_tokenizer(data_dir, model_source, vocab_size):
     return load_tokenizer(data_dir, manifest)
 
 
+def _not_a_zip(path):
+    """Why the file `path` is not a zip archive (Keras says "File not found" for a truncated
+    .keras file), or None when it is one."""
+    try:
+        with tf.io.gfile.GFile(path, "rb") as f, zipfile.ZipFile(f):
+            return None
+    except zipfile.BadZipFile as err:
+        return f"not a zip archive: {err}; truncated, or not a .keras file"
+    except (OSError, tf.errors.OpError):
+        return None  # unreadable: Keras' own reason says more
+
+
 def load_language_model(source, checkpoint=None, log=None):
     """A TransfoXLLM from `source`: a `.keras` file, or a model_dir (config.json + checkpoints/).
 
@@ -63,8 +76,9 @@ def load_language_model(source, checkpoint=None, log=None):
             # directory, removed after loading).
             model = keras.saving.load_model(source)
         except (ValueError, OSError, KeyError, TypeError, tf.errors.OpError) as err:
-            raise ValueError(f"{source} is not a valid .keras file ({type(err).__name__}: "
-                             f"{str(err).splitlines()[0] if str(err) else ''})") from None
+            reason = (_not_a_zip(source) or f"{type(err).__name__}: "
+                      f"{str(err).splitlines()[0] if str(err) else ''}")
+            raise ValueError(f"{source} is not a valid .keras file ({reason})") from None
         if not isinstance(model, TransfoXLLM):
             raise ValueError(f"{source} holds a {type(model).__name__}, not a TransfoXLLM")
         return model

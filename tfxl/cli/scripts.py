@@ -1,0 +1,32 @@
+"""The console scripts (setup.cfg's entry points): each quiets TensorFlow, then imports its tool.
+
+Nothing here (nor in the tfxl and tfxl.cli packages it imports) loads TensorFlow: the native-log
+filter must be in place before TensorFlow prints its start-up lines (tfxl/cli/quiet.py).
+"""
+
+import importlib
+
+from tfxl.cli.quiet import quiet_tensorflow
+
+# Tool name -> its module (what `python -m` runs, and what defines its `run`).
+TOOLS = {"tfxl-prepare": "tfxl.data.prepare", "tfxl-train": "tfxl.train.main",
+         "tfxl-eval": "tfxl.train.evaluate", "tfxl-export": "tfxl.serving.export_main",
+         "tfxl-generate": "tfxl.serving.generate_main", "tfxl-convert": "tfxl.convert.main",
+         "python -m tfxl.train.demo": "tfxl.train.demo"}
+
+
+def _entry_point(tool):
+    def run():
+        quiet_tensorflow()
+        importlib.import_module(TOOLS[tool]).run()
+    run.__name__ = run.__qualname__ = tool.replace("tfxl-", "")
+    run.__doc__ = f"`{tool}`: quiets TensorFlow, then runs {TOOLS[tool]}.run."
+    return run
+
+
+prepare = _entry_point("tfxl-prepare")
+train = _entry_point("tfxl-train")
+evaluate = _entry_point("tfxl-eval")
+export = _entry_point("tfxl-export")
+generate = _entry_point("tfxl-generate")
+convert = _entry_point("tfxl-convert")
