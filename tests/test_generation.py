@@ -74,7 +74,7 @@ def test_recent_window_merges_keep_the_tokens_exact(lm, monkeypatch, window, mem
     log_probs, memory = lm(prompt, lm.init_memory(2, mem_len=mem_len), **run)
     last, want = log_probs[:, -1], []
     for i in range(n):
-        token = sample_next(last, 0.9, 0, 1.0, tf.constant([11, i]))
+        token = sample_next(last, 0.9, 0, 1.0, tf.constant([generation.token_seed(11, i), 0]))
         want.append(token.numpy())
         log_probs, memory = lm(token[:, None], memory, **run)
         last = log_probs[:, 0]
