@@ -14,6 +14,7 @@ from tfxl.layers import (AdaptiveEmbedding, AdaptiveSoftmax,
                          PositionwiseFeedForward, RelativeMultiHeadAttention,
                          RelativePositionEncoding, TransformerXLBlock)
 from tfxl.models import StatefulTransfoXLLM, TransfoXLBackbone, TransfoXLLM
+from tfxl.metrics import BitsPerCharacter, Perplexity
 
 __version__ = "0.1.0"
 
@@ -21,4 +22,5 @@ __all__ = [
     "PRESETS", "TransfoXLConfig", "get_preset", "AdaptiveEmbedding", "AdaptiveSoftmax",
     "PositionwiseFeedForward", "RelativeMultiHeadAttention", "RelativePositionEncoding",
     "TransformerXLBlock", "StatefulTransfoXLLM", "TransfoXLBackbone", "TransfoXLLM",
+    "BitsPerCharacter", "Perplexity",
 ]
