@@ -151,51 +151,53 @@ class StatefulTransfoXLLM(keras.Model):
         return super().predict_on_batch(*args, **kwargs)
 
     # -- steps --------------------------------------------------------------------------------
-    def _split(self, x):
-        if isinstance(x, dict):
-            return x["inputs"], x.get("reset")
-        return x, None
-
-    def _checked_rows(self, ids):
-        """`ids`, refused unless they have batch_size rows: at once where the shape is known,
-        else by an assertion that every later op depends on (without that dependency a traced
-        step fails first in a concat with the memory or in the gradient, naming neither)."""
+    def _unpack(self, data):
+        """(ids, reset, targets, sample_weight) of a batch (x, or (x, y[, sample_weight])),
+        refused unless each has batch_size rows: at once where the shape is known, else by
+        assertions that every later op depends on (without that dependency a traced step fails
+        first in a concat with the memory or in the gradient, naming neither)."""
+        x, targets, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        ids, reset = (x["inputs"], x.get("reset")) if isinstance(x, dict) else (x, None)
+        tensors = [None if t is None else tf.convert_to_tensor(t)
+                   for t in (ids, reset, targets, sample_weight)]
         message = (f"StatefulTransfoXLLM was built for batch_size={self.batch_size} streams, "
                    "got a batch of {} rows; batch the data with exactly that many rows "
                    "(drop_remainder=True)")
-        rows = ids.shape[0]
-        if rows is not None:
-            if rows != self.batch_size:
+        checks = []
+        for tensor in tensors:
+            rows = None if tensor is None else tensor.shape[0]
+            if rows is not None and rows != self.batch_size:
                 raise ValueError(message.format(rows))
-            return ids
-        check = tf.debugging.assert_equal(tf.shape(ids)[0], self.batch_size,
-                                          message=message.format("another number of"))
-        with tf.control_dependencies([check]):
-            return tf.identity(ids)
+            if tensor is not None and rows is None:
+                checks.append(tf.debugging.assert_equal(
+                    tf.shape(tensor)[0], self.batch_size,
+                    message=message.format("another number of")))
+        if not checks:
+            return tensors
+        with tf.control_dependencies(checks):
+            return [None if t is None else tf.identity(t) for t in tensors]
 
-    def _run(self, x, targets, training, position_keys=None):
+    def _run(self, ids, reset, targets, training, position_keys=None):
         """One segment: the training memory when training, else the key/value memory."""
-        ids, reset = self._split(x)
-        ids = self._checked_rows(ids)
         state = self._memory if training else self._eval_memory
         output, new_memory = self.lm(ids, state.read(), reset=reset, targets=targets,
                                      training=training, position_keys=position_keys)
         state.write(new_memory)
         return output
 
-    def _inference_step(self, x, targets):
+    def _inference_step(self, ids, reset, targets):
         """test_step/predict_step: the position keys of `_start_inference` when the segment has
         the config.tgt_len tokens they were computed for (None: the call computes them)."""
-        ids, _ = self._split(x)
         position_keys = None
         if ids.shape[1] == self.config.tgt_len:
             position_keys = tf.unstack(self._position_keys.read()[POSITION_KEYS], axis=0)
-        return self._run(x, targets, training=False, position_keys=position_keys)
+        return self._run(ids, reset, targets, training=False, position_keys=position_keys)
 
     def call(self, x, training=None):
         # Direct calls may follow a weight change that no _start_inference() saw: the call
         # computes its own position keys.
-        return self._run(x, None, training)
+        ids, reset, _, _ = self._unpack(x)
+        return self._run(ids, reset, None, training)
 
     def _loss(self, nll, sample_weight):
         weight = tf.ones_like(nll) if sample_weight is None else tf.cast(sample_weight, nll.dtype)
@@ -212,9 +214,9 @@ class StatefulTransfoXLLM(keras.Model):
         return self.get_metrics_result()
 
     def train_step(self, data):
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        ids, reset, y, sample_weight = self._unpack(data)
         with tf.GradientTape() as tape:
-            nll = self._run(x, y, True)
+            nll = self._run(ids, reset, y, True)
             loss = self._loss(nll, sample_weight)
             scaled = self.optimizer.scale_loss(loss)
         variables = self.lm.trainable_variables
@@ -222,13 +224,13 @@ class StatefulTransfoXLLM(keras.Model):
         return self._metrics_result(loss, y, nll, sample_weight)
 
     def test_step(self, data):
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        nll = self._inference_step(x, y)
+        ids, reset, y, sample_weight = self._unpack(data)
+        nll = self._inference_step(ids, reset, y)
         return self._metrics_result(self._loss(nll, sample_weight), y, nll, sample_weight)
 
     def predict_step(self, data):
-        x, _, _ = keras.utils.unpack_x_y_sample_weight(data)
-        return self._inference_step(x, None)
+        ids, reset, _, _ = self._unpack(data)
+        return self._inference_step(ids, reset, None)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
                **kwargs):
