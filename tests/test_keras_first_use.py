@@ -4,6 +4,7 @@ summary() and default names of models never called, and the README's Inference s
 
 import math
 import re
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -202,3 +203,26 @@ def test_readme_inference_snippet_runs_on_a_fresh_model_with_the_evaluation_sett
                              same_length=s["same_length"])
     np.testing.assert_allclose(namespace["nll"], want, atol=1e-5)
     assert namespace["new_tokens"].shape == (B, 100)
+
+
+def test_readme_output_paths_are_git_ignored():
+    """What the README's commands write into the checkout (`--output_dir=exports/tiny`, ...)
+    must not show up as untracked files."""
+    root = README.parent
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    written = set(re.findall(r"--(?:output_dir|model_dir)=((?!gs://)[\w./-]+)",
+                             README.read_text()))
+    assert "exports/tiny" in written
+    for path in sorted(written):
+        check = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", f"{path}/x"])
+        assert check.returncode == 0, f"{path}/ (written by a README command) is not ignored"
+
+
+def test_readme_says_make_demo_installs_from_pypi():
+    """`make demo` depends on the install stamp (pip from PyPI): the README's first lines,
+    which say it needs no data download, must say so too."""
+    makefile = (README.parent / "Makefile").read_text()
+    assert re.search(r"^demo: \$\(STAMP\)", makefile, re.M)
+    demo_line = README.read_text().split("make demo", 1)[1].split("```", 1)[0]
+    assert "PyPI" in demo_line and "(no download)" not in demo_line
