@@ -45,11 +45,14 @@ def _clear(memory):
 class StatefulTransfoXLLM(keras.Model):
     """A TransfoXLLM whose memory lives between `fit`/`evaluate` batches, for Keras users.
 
-    Feed batches in stream order (no shuffling): row b of every batch must continue row b of the
-    previous one, as `tfxl.data.pipeline.input_fn` produces. Data: x = token ids [B, T] or a dict
-    {"inputs": [B, T], "reset": [B]} (reset clears a row's memory first, e.g. at stream starts),
-    y = next tokens [B, T], optional sample_weight = target mask [B, T]. The loss is the
-    token-weighted NLL from the adaptive softmax (no [B, T, V] logits); `predict` returns log-probs.
+    Feed batches in stream order (no shuffling: `fit` defaults to shuffle=False and refuses
+    True): row b of every batch must continue row b of the previous one, as
+    `tfxl.data.pipeline.input_fn` produces, and every batch has batch_size rows. Data: x = token
+    ids [B, T] or a dict {"inputs": [B, T], "reset": [B]} (reset clears a row's memory first,
+    e.g. at stream starts), y = next tokens [B, T], optional sample_weight = target mask [B, T].
+    The loss is the token-weighted NLL from the adaptive softmax (no [B, T, V] logits); `predict`
+    returns log-probs.
+    Compiled metrics get (y, the per-token NLL [B, T], sample_weight): `tfxl.metrics`.
     The memory is a non-trainable state variable of B rows and M = config.mem_len slots, excluded
     from `trainable_weights`, from `weights` and from `.keras` files; `reset_memory()` clears it.
     `evaluate`/`predict` (and fit's validation) carry their own key/value memory, cleared at their
@@ -104,6 +107,9 @@ class StatefulTransfoXLLM(keras.Model):
                 f"StatefulTransfoXLLM.fit: shuffle={shuffle!r} would break stream order (row b of "
                 "each batch continues row b of the one before); pass shuffle=False, the default "
                 "here")
+        if isinstance(validation_data, (tuple, list)):  # arrays: checked now, not after an epoch
+            self._array_batch_size(validation_data[0], kwargs.get("validation_batch_size"),
+                                   "fit (validation_data)")
         return super().fit(x, y, batch_size=self._array_batch_size(x, batch_size, "fit"),
                            epochs=epochs, verbose=verbose, callbacks=callbacks,
                            validation_split=validation_split, validation_data=validation_data,
