@@ -59,6 +59,8 @@ def test_stateful_call_and_array_input_refuse_another_batch_size_before_any_step
         model.fit(x, x, batch_size=3, verbose=0)
     with pytest.raises(ValueError, match=f"evaluate: x has {2 * B - 1} rows, not a multiple"):
         model.evaluate(x[:-1], x[:-1], verbose=0)
+    with pytest.raises(ValueError, match=f"fit \\(validation_data\\): x has {2 * B - 1} rows"):
+        model.fit(x, x, validation_data=(x[:-1], x[:-1]), verbose=0)
     assert model.optimizer.iterations.numpy() == 0  # refused before any step
 
 

@@ -20,7 +20,7 @@ class _MeanTokenNLL(keras.metrics.Mean):
     """Keras' weighted mean over the NLL of every counted token."""
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        y_pred = ops.cast(y_pred, self.dtype)
+        y_true, y_pred = ops.convert_to_tensor(y_true), ops.cast(y_pred, self.dtype)
         if len(y_pred.shape) == len(y_true.shape) + 1:
             ids = ops.expand_dims(ops.cast(y_true, "int32"), -1)
             y_pred = -ops.squeeze(ops.take_along_axis(y_pred, ids, axis=-1), -1)
