@@ -92,7 +92,7 @@ def test_stateful_predict_uses_a_key_value_memory_equal_to_the_layer_input_path(
     # mem_len > T, and an init_std at which attention is neither uniform nor one-hot.
     model = StatefulTransfoXLLM(config(mem_len=2 * T, init_std=0.1), batch_size=B)
     model.compile(keras.optimizers.Adam(3e-3))
-    assert not model.built
+    assert model.built  # on construction: every weight shape comes from the config
 
     def predict(segments):
         return model.predict(tf.data.Dataset.from_tensor_slices(segments), verbose=0)

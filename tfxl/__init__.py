@@ -19,12 +19,13 @@ _LAZY = {
         "RelativeMultiHeadAttention", "RelativePositionEncoding", "TransformerXLBlock")},
     **{name: "tfxl.models" for name in (
         "StatefulTransfoXLLM", "TransfoXLBackbone", "TransfoXLLM")},
+    "BitsPerCharacter": "tfxl.metrics", "Perplexity": "tfxl.metrics",
 }
 
 __all__ = list(_LAZY)
 # Subpackages and modules, imported on first attribute access too (`tfxl.data.input_fn`).
 _SUBMODULES = ("checkpoints", "cli", "config", "convert", "data", "files", "hub", "layers",
-               "model_dir", "models", "serving", "tpu", "train")
+               "metrics", "model_dir", "models", "serving", "tpu", "train")
 
 
 def __getattr__(name):

@@ -257,6 +257,11 @@ def input_fn(split: str, params: InputParams,
         slot_dataset, cycle_length=len(slots), block_length=1,
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     dataset = dataset.batch(per_replica, drop_remainder=True)
+    if not training:
+        # Its length, which interleave hides: Keras reads an unknown length's end as "Your
+        # input ran out of data" (a warning at the end of every evaluate() pass).
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(
+            steps * len(slots) // per_replica))
     options = tf.data.Options()
     options.deterministic = True
     options.experimental_distribute.auto_shard_policy = (

@@ -23,6 +23,13 @@ def as_config(config):
     return config if isinstance(config, TransfoXLConfig) else TransfoXLConfig.from_dict(config)
 
 
+def default_name(name):
+    """Keras' unique default name (`name`, then `name_1`, ...; the counter Keras' own default
+    names use) for a class whose snake-cased name reads wrong (TransfoXLLM -> transfo_xllm)."""
+    uid = keras.backend.get_uid(name)
+    return name if uid == 1 else f"{name}_{uid - 1}"
+
+
 def init_memory(config, batch_size, mem_len=None, dtype="float32"):
     """An empty layer-input memory for `config`: `batch_size` rows, `mem_len` slots (default
     config.mem_len)."""
@@ -57,13 +64,16 @@ class TransfoXLBackbone(keras.layers.Layer):
       position_keys: `position_keys(M + T, clamp_len)` computed once and reused by every call of
         that shape (inference; without it each call projects the K encodings in every layer).
     Returns:
-      (hidden [B, T, D], new memory of the same shapes as the one used).
+      (hidden [B, T, D], new memory of the same shapes as the one used); with
+      `return_memory=False` (a constructor argument) only hidden, so that the backbone can be
+      one layer of a `keras.Sequential`.
     """
 
-    def __init__(self, config, attention_cls=None, **kwargs):
+    def __init__(self, config, attention_cls=None, return_memory=True, **kwargs):
         super().__init__(**kwargs)
         self.config = as_config(config)
         self.attention_cls = attention_class(attention_cls)
+        self.return_memory = bool(return_memory)
 
     def build(self, ids_shape=None):
         c = self.config
@@ -153,6 +163,8 @@ class TransfoXLBackbone(keras.layers.Layer):
         hidden, layer_inputs, segment_keys, segment_values = self.run_blocks(
             hidden, layer_memories, position_keys, mask, training)
         hidden = self.output_dropout(hidden, training=training)
+        if not self.return_memory:
+            return hidden
         if key_value:
             return hidden, updated_key_value_memory(memory, segment_keys, segment_values,
                                                     segment_valid)
@@ -190,19 +202,33 @@ class TransfoXLBackbone(keras.layers.Layer):
             segment_values.append(values)
         return hidden, layer_inputs, segment_keys, segment_values
 
+    def compute_output_shape(self, ids_shape, memory_shape=None):
+        """hidden [B, T, D] and, with return_memory, the memory's shapes: the layer-input
+        memory of config.mem_len slots unless `memory_shape` (a dict of shapes) says otherwise."""
+        c = self.config
+        batch, segment_len = ids_shape[0], ids_shape[1]
+        hidden = (batch, segment_len, c.d_model)
+        if not self.return_memory:
+            return hidden
+        if memory_shape is None:
+            memory_shape = {STATES: (batch, c.n_layer, c.mem_len, c.d_model),
+                            VALID: (batch, c.mem_len)}
+        return hidden, {name: (batch,) + tuple(shape[1:]) for name, shape in memory_shape.items()}
+
     def compute_output_spec(self, token_ids, memory=None, reset=None, training=None,
                             clamp_len=None, same_length=None, segment_valid=None,
                             position_keys=None):
-        c = self.config
-        batch, segment_len = token_ids.shape[0], token_ids.shape[1]
-        dtype = self.compute_dtype
-        hidden = keras.KerasTensor((batch, segment_len, c.d_model), dtype=dtype)
-        if memory is None:
-            memory = {STATES: keras.KerasTensor((batch, c.n_layer, c.mem_len, c.d_model), dtype),
-                      VALID: keras.KerasTensor((batch, c.mem_len), "bool")}
-        return hidden, {name: keras.KerasTensor((batch,) + tuple(t.shape[1:]), t.dtype)
-                        for name, t in memory.items()}
+        memory_shape = None if memory is None else {k: t.shape for k, t in memory.items()}
+        shapes = self.compute_output_shape(token_ids.shape, memory_shape)
+        if not self.return_memory:
+            return keras.KerasTensor(shapes, self.compute_dtype)
+        hidden, memory_shapes = shapes
+        dtypes = {STATES: self.compute_dtype, VALID: "bool"} if memory is None else {
+            k: t.dtype for k, t in memory.items()}
+        return keras.KerasTensor(hidden, self.compute_dtype), {
+            k: keras.KerasTensor(shape, dtypes[k]) for k, shape in memory_shapes.items()}
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(),
-                "attention_cls": keras.saving.get_registered_name(self.attention_cls)}
+                "attention_cls": keras.saving.get_registered_name(self.attention_cls),
+                "return_memory": self.return_memory}

@@ -13,8 +13,8 @@ from tfxl.layers.adaptive_softmax import AdaptiveSoftmax
 from tfxl.layers.transformer_xl_block import attention_class
 from tfxl.models import generation
 from tfxl.models.sampling import check_sampling
-from tfxl.models.backbone import (TransfoXLBackbone, as_config, init_key_value_memory,
-                                  init_memory)
+from tfxl.models.backbone import (TransfoXLBackbone, as_config, default_name,
+                                  init_key_value_memory, init_memory)
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -35,14 +35,20 @@ class TransfoXLLM(keras.Model):
     Returns:
       (nll [B, T] float32, new memory) when `targets` is given — no [B, T, V] tensor is built;
       otherwise (log_probs [B, T, V] float32, new memory).
+
+    Built on construction (no weight's shape depends on the input): its weights, `summary()`
+    and methods such as `init_key_value_memory` or `position_keys` work before any call.
     """
 
-    def __init__(self, config, attention_cls=None, **kwargs):
-        super().__init__(**kwargs)
+    def __init__(self, config, attention_cls=None, name=None, **kwargs):
+        super().__init__(name=name or default_name("transfo_xl_lm"), **kwargs)
         self.config = as_config(config)
         self.attention_cls = attention_class(attention_cls)
+        self.build((None, None))  # any batch, any segment length
 
     def build(self, ids_shape=None):
+        if self.built:  # built by __init__; Keras and callers may ask again
+            return
         c = self.config
         self.backbone = TransfoXLBackbone(c, attention_cls=self.attention_cls, name="backbone",
                                           dtype=self.dtype_policy)
@@ -52,7 +58,12 @@ class TransfoXLLM(keras.Model):
             c.tie_weight, c.cluster_tie_projs, c.init_std, c.proj_init_std, name="softmax",
             dtype=self.dtype_policy)
         self.softmax.build((None, None, c.d_model))
-        self.built = True
+
+    def compute_output_shape(self, ids_shape):
+        """log_probs [B, T, V] and the layer-input memory's shapes (the call without targets
+        or memory)."""
+        hidden_shape, memory_shape = self.backbone.compute_output_shape(ids_shape)
+        return hidden_shape[:2] + (self.config.vocab_size,), memory_shape
 
     def init_memory(self, batch_size, mem_len=None, dtype=None):
         """An empty layer-input memory (default mem_len: config.mem_len), for training."""
