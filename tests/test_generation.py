@@ -59,9 +59,12 @@ def test_generation_continues_a_layer_input_memory_exactly(lm):
     np.testing.assert_array_equal(from_states.numpy(), from_key_value.numpy())
 
 
-def test_generate_method_refuses_an_empty_prompt(lm):
+def test_generate_method_refuses_an_empty_prompt_and_a_seed_outside_int32(lm):
     with pytest.raises(ValueError, match="prompt_ids"):
         lm.generate(np.zeros((1, 0), np.int32), 3)
+    for seed in (2**31, -2**31 - 1):  # 2**31 was taken as int64 and wrapped to -2**31
+        with pytest.raises(ValueError, match=f"seed must be an int32, .*got {seed}"):
+            lm.generate(np.ones((1, 2), np.int32), 3, seed=seed)
 
 
 @pytest.mark.parametrize("window,mem_len,n", [(1, MEM, 7), (3, MEM, 14), (4, 9, 30), (32, 40, 75),

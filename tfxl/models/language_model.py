@@ -97,6 +97,9 @@ class TransfoXLLM(keras.Model):
         # The rules tfxl-generate and the exported signatures check, before the compiled loop
         # (inside it nothing refuses a bad value or id: see AdaptiveEmbedding).
         check_sampling(max_new_tokens, temperature, top_k, top_p)
+        low, high = generation.INT32_SEEDS
+        if not low <= int(seed) <= high:  # the int32 the exported signatures take
+            raise ValueError(f"seed must be an int32, {low}..{high}, got {seed}")
         if ids.min() < 0 or ids.max() >= self.config.vocab_size:
             bad = ids.min() if ids.min() < 0 else ids.max()
             raise ValueError(f"prompt_ids: token id {bad} is outside the vocabulary "
@@ -114,7 +117,7 @@ class TransfoXLLM(keras.Model):
         out = self._generate_loops[mem_len](
             tf.constant(ids.reshape(-1, ids.shape[-1])), tf.constant(int(max_new_tokens)),
             tf.constant(float(temperature)), tf.constant(int(top_k)),
-            tf.constant(float(top_p)), tf.constant(int(seed)))
+            tf.constant(float(top_p)), tf.constant(int(seed), tf.int32))
         return out.numpy()[0] if ids.ndim == 1 else out.numpy()
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
