@@ -53,7 +53,7 @@ def assert_refused(result, *named):
 assert set(OWN_FLAG) == set(TOOLS.values())
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("module", sorted(OWN_FLAG))
 def test_usage_errors_exit_2_and_help_lists_the_tools_own_flags(module):
     assert_refused(run_tool(module, "--no_such_flag=1"), "no_such_flag")
@@ -63,7 +63,7 @@ def test_usage_errors_exit_2_and_help_lists_the_tools_own_flags(module):
     assert f"{flag}:" in shown.stdout and help_text in " ".join(shown.stdout.split())
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_bad_flag_values_and_stray_arguments_exit_2():
     assert_refused(run_tool("tfxl.serving.generate_main", "--max_new_tokens=many"),
                    "max_new_tokens", "many")
@@ -104,7 +104,7 @@ def trained(tmp_path_factory):
 
 
 # --------------------------------------------------------------------------- point 4
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_export_and_generate_refuse_another_vocabulary(trained, tmp_path):
     exports = tmp_path / "exports"
     export = ("tfxl.serving.export_main", f"--model={trained['model']}",
@@ -122,7 +122,7 @@ def test_export_and_generate_refuse_another_vocabulary(trained, tmp_path):
                    str(trained["other_size"]), "vocabulary of")
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_generate_from_an_export_needs_no_data_dir(trained, tmp_path):
     exports = tmp_path / "exports"
     made = run_tool("tfxl.serving.export_main", f"--model={trained['model']}",
@@ -141,7 +141,7 @@ def test_generate_from_an_export_needs_no_data_dir(trained, tmp_path):
 
 
 # --------------------------------------------------------------------------- point 10
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_tools_are_quiet_unless_verbose(trained):
     model_dir = trained["model"]
     evaluate = ("tfxl.train.evaluate", f"--data_dir={trained['data']}", f"--model_dir={model_dir}",
@@ -157,7 +157,7 @@ def test_tools_are_quiet_unless_verbose(trained):
     assert "I0000" in verbose.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_training_hides_the_savers_info_but_not_its_own_progress(trained, tmp_path):
     model_dir = tmp_path / "model"
     train = ("tfxl.train.main", f"--data_dir={trained['data']}", f"--model_dir={model_dir}",
@@ -171,7 +171,7 @@ def test_training_hides_the_savers_info_but_not_its_own_progress(trained, tmp_pa
     assert "done: step 2" in quiet.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_bad_model_description_is_one_error_line_naming_its_source(trained, tmp_path):
     """tfxl-train and tfxl-convert describe the model by the same rule (tfxl.cli.resolve_config)
     and refuse a bad one the same way, before anything is written."""

@@ -112,7 +112,7 @@ def test_damaged_latest_checkpoint_is_skipped_and_training_resumes_exactly(data_
         assert resumed[step] == pytest.approx(straight_losses[step], abs=1e-5), step
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_damaged_checkpoint_is_named_by_eval_and_export(data_dir, tmp_path):
     model_dir = tmp_path / "m"
     train(data_dir, model_dir, 20)
@@ -169,7 +169,7 @@ def cli_flags(data_dir, model_dir, steps):
             "--steps_per_loop=5", "--save_every=10", "--learning_rate=0.003"]
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("bad,needle", [(f"--tgt_len={2 * T}", "tgt_len mismatch"),
                                         ("--train_batch_size=3", "global batch size 3")])
 def test_a_refused_first_run_leaves_no_config_behind(data_dir, tmp_path, bad, needle):
@@ -206,7 +206,7 @@ def test_a_numeric_flag_out_of_range_is_named(flag, value):
         train_flags.check_flag_ranges({**GOOD_FLAGS, flag: value})
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("module", ["tfxl.train.main", "tfxl.train.evaluate"])
 def test_every_numeric_flag_has_a_rule(module):
     listing = subprocess.run([sys.executable, "-c", (
@@ -221,7 +221,7 @@ def test_every_numeric_flag_has_a_rule(module):
         train_flags.FLAG_RULES)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_cli_refuses_a_negative_learning_rate_before_writing(data_dir, tmp_path):
     model_dir = tmp_path / "m"
     assert_one_error_line(run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 2),
@@ -233,7 +233,7 @@ def test_cli_refuses_a_negative_learning_rate_before_writing(data_dir, tmp_path)
 
 # -- 5. a run with nothing to do keeps the results of the run that did the work ------------------
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_finished_run_keeps_its_metrics_and_says_it_had_nothing_to_do(data_dir, tmp_path):
     model_dir = tmp_path / "m"
     first = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 5))
@@ -249,7 +249,7 @@ def test_a_finished_run_keeps_its_metrics_and_says_it_had_nothing_to_do(data_dir
     assert "nothing to do" in again.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path):
     out = tmp_path / "demo"
     shutil.copytree(data_dir, out / "data")  # reused by the demo: no corpus to prepare
@@ -269,7 +269,7 @@ def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path):
 
 # -- 15. evaluation settings: set by tfxl-train, reported by tfxl-eval ----------------------------
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_tfxl_train_stores_eval_settings_and_tfxl_eval_says_where_each_came_from(data_dir,
                                                                                  tmp_path):
     model_dir = tmp_path / "m"
@@ -329,7 +329,7 @@ def straight_run(data_dir, tmp_path_factory):
     # ckpt-20's files are in place, the `checkpoint` state file still names ckpt-10
     ("tensorflow.python.checkpoint.checkpoint_management", "update_checkpoint_state_internal"),
 ])
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_kill_9_during_a_save_resumes_exactly(data_dir, tmp_path, straight_run, module,
                                               function):
     model_dir, marker = tmp_path / "m", tmp_path / "in_save"

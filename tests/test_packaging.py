@@ -31,7 +31,7 @@ def test_every_package_of_the_tree_is_installed_under_tfxl():
     assert all(name == "tfxl" or name.startswith("tfxl.") for name in packages)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_installed_names_are_tfxl_train_and_tfxl_tpu_only(tmp_path):
     """From outside the repository (no source folder on sys.path), as an installed user sees it."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

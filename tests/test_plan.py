@@ -147,7 +147,7 @@ def run_cli(*args):
                           text=True, env=ENV, timeout=300)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_cli_dry_run_prints_the_plan_and_writes_nothing(data_dir, tmp_path):
     flags = [f"--data_dir={data_dir}", f"--model_dir={tmp_path / 'm'}", "--train_batch_size=4",
              "--train_steps=2"]
@@ -176,7 +176,7 @@ def test_cli_dry_run_prints_the_plan_and_writes_nothing(data_dir, tmp_path):
     assert json.loads((tmp_path / "m" / "metrics.json").read_text())["step"] == 2
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("name,policy,jit", [("bench", "float32", False),
                                              ("bench", "mixed_bfloat16", True)])
 def test_the_estimate_is_within_its_factor_of_a_measured_step(name, policy, jit):

@@ -134,7 +134,7 @@ def reference(data_dir, tmp_path_factory):
 
 # -- one device ----------------------------------------------------------------------------------
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_saves_at_the_end_of_the_host_loop_and_the_rerun_resumes_exactly(
         data_dir, tmp_path, reference, signum):
@@ -179,7 +179,7 @@ run()
 """
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_second_ctrl_c_aborts_in_the_middle_of_a_host_loop(data_dir, tmp_path):
     """Python runs a signal handler only once the main thread is back in Python, i.e. after the
     host loop: the abort must not wait for it (here, one host loop of a million steps)."""
@@ -223,7 +223,7 @@ def start_workers(flags):
         for index in range(2)]
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_and_both_resume_exactly(
         data_dir, tmp_path, reference):
     """MultiWorkerMirroredStrategy, two local processes: SIGTERM to worker 1 only; both save the

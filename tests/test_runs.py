@@ -240,7 +240,7 @@ def straight_cli(data_dir, tmp_path_factory):
     return logged(model_dir)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("checkpoint", ["ckpt-10", "ckpt-20"])
 def test_kill_9_between_the_log_and_its_checkpoint_logs_each_step_once(data_dir, tmp_path,
                                                                       straight_cli, checkpoint):
@@ -379,7 +379,7 @@ def test_the_lease_is_held_while_training_and_released_when_it_fails(data_dir, t
     assert not (model_dir / "lease.json").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_second_tfxl_train_is_refused_and_a_dead_ones_lease_taken_over(data_dir, tmp_path):
     model_dir = tmp_path / "m"
     first = subprocess.Popen([sys.executable, "-m", "tfxl.train.main",
@@ -448,7 +448,7 @@ def test_a_corrupt_train_shard_is_refused_before_anything_is_written(data_dir, t
     assert files_of(trained) == before
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_manifest_with_a_bad_field_type_is_refused_before_anything_is_written(data_dir,
                                                                                 tmp_path):
     data = tmp_path / "data"
@@ -527,7 +527,7 @@ def test_the_recorded_settings_and_a_run_without_a_checkpoint(tmp_path, mirrored
     assert fresh.schedule_steps == 200 and "replace the recorded ones" in fresh.messages[0]
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_tfxl_train_refuses_a_changed_setting_in_one_line(data_dir, tmp_path):
     model_dir = tmp_path / "m"
     assert run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 10)).returncode == 0
@@ -551,7 +551,7 @@ print(json.dumps(read_train_log(sys.argv[1])))
 """
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_on_a_bucket_the_log_lease_and_record_work_without_append_or_rename(gcs, data_dir,
                                                                             tmp_path,
                                                                             straight_cli):

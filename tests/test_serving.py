@@ -137,13 +137,13 @@ def assert_client_matches(model, out, inputs):
     assert out["decoded_text"] == "naïve".encode()
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_tensorflow_only_client_matches_the_python_model(model, exported, tmp_path):
     inputs = client_inputs(tmp_path)
     assert_client_matches(model, run_client(exported, tmp_path), inputs)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_model_export_runs_every_signature_without_tfxl(model, tmp_path):
     """keras.Model.export's entry point writes tfxl-export's signatures (the inherited one fails
     on the (log-probs, memory dict) output of `call`)."""
@@ -224,7 +224,7 @@ def test_score_document_projects_positions_once_per_document(model, monkeypatch)
     assert len(calls) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_saved_model_cli_lists_every_signature(exported):
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
     shown = subprocess.run([cli, "show", "--dir", exported, "--all"], capture_output=True,
@@ -437,7 +437,7 @@ def run_cli(module, *args):
                           timeout=300)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_export_and_generate_command_lines(model, tmp_path):
     from tfxl.data.prepare import PrepareConfig, prepare
     text = tmp_path / "corpus.txt"

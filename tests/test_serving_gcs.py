@@ -55,7 +55,7 @@ def run_ok(gcs, argv, cwd, **kwargs):
     return done
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_export_generate_eval_and_presets_on_gcs(gcs, tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -119,7 +119,7 @@ def test_export_generate_eval_and_presets_on_gcs(gcs, tmp_path):
     assert sorted(p.name for p in cwd.iterdir()) == []  # no local "gs:" folder anywhere
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_convert_on_gcs(gcs, tmp_path):
     """tfxl-convert: an .npz state dict and a --config in the bucket to a .keras file and its
     config there, the same model as converted locally."""

@@ -164,7 +164,7 @@ def logged_losses(model_dir):
     return {r["step"]: r["loss"] for r in read_train_log(str(model_dir))}
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_kill_9_and_resume_continues_step_for_step(copy_data, tmp_path):
     steps = 150
     reference = tmp_path / "reference"
@@ -192,7 +192,7 @@ def test_kill_9_and_resume_continues_step_for_step(copy_data, tmp_path):
         assert got[step] == pytest.approx(want[step], abs=1e-5), step
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_nan_loss_stops_with_the_step_and_keeps_the_checkpoint(copy_data, tmp_path):
     model_dir = tmp_path / "nan"
     flags = common_flags(copy_data, model_dir, 200)
@@ -217,7 +217,7 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_checkpoint(copy_data, tmp_pa
     (["--train_batch_size=3"], "batch"),
     (["--strategy=tpu"], "--tpu"),
 ])
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_bad_flags_fail_with_a_clear_message(copy_data, tmp_path, extra, needle):
     result = cli(*common_flags(copy_data, tmp_path / "bad", 5), *extra)
     assert result.returncode != 0
@@ -225,7 +225,7 @@ def test_bad_flags_fail_with_a_clear_message(copy_data, tmp_path, extra, needle)
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_resuming_with_another_model_is_refused(copy_data, tmp_path):
     model_dir = tmp_path / "m"
     check_or_store_config(str(model_dir), tiny_config(vocab(copy_data)))
@@ -254,7 +254,7 @@ def free_ports(n):
     return ports
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_multi_worker_mirrored_two_local_workers_equal_one_device(copy_data, tmp_path):
     steps = 6
     flags = [f for f in common_flags(copy_data, tmp_path / "single", steps)
@@ -304,7 +304,7 @@ def test_mixed_precision_training_runs_and_learns(copy_data, tmp_path, policy):
     assert np.isfinite(runner.evaluate("valid", max_batches=3)["loss"])
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_tfxl_eval_counts_every_token_with_its_own_settings(copy_data, tmp_path):
     model_dir = tmp_path / "m"
     assert cli(*common_flags(copy_data, model_dir, 10)).returncode == 0
@@ -329,7 +329,7 @@ def test_tfxl_eval_counts_every_token_with_its_own_settings(copy_data, tmp_path)
     assert bad.returncode == 2 and "config.json" in bad.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_bad_files_and_values_fail_with_a_message(copy_data, tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
@@ -358,7 +358,7 @@ def test_bad_files_and_values_fail_with_a_message(copy_data, tmp_path):
     assert a_file.read_text() == "x"  # nothing overwritten
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_resuming_on_data_with_another_vocabulary_is_refused(copy_data, tmp_path):
     import shutil
     model_dir = tmp_path / "m"

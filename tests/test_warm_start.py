@@ -227,7 +227,7 @@ def run_cli(*args):
                           text=True, env=ENV, timeout=300)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_cli_warm_starts_and_refuses_what_does_not_fit(data_dir, source, tmp_path):
     started = run_cli(*cli_flags(data_dir, tmp_path / "m"), f"--init_checkpoint={source}")
     assert started.returncode == 0, started.stderr[-2000:]

@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 GLOBAL_BATCH, PER_REPLICA, T, S = 4, 2, 8, 8
 # Every test reads the results of one worker process.
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.subprocess
 
 
 @pytest.fixture(scope="module")
