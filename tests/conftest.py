@@ -1,6 +1,11 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The same kernels on every x86 host, for this process and every process a test starts:
+# TensorFlow turns oneDNN on by itself only where the CPU has AVX-512 (not on an AVX2-only AMD
+# EPYC, the CI machine), and oneDNN's kernels round differently. Export TF_ENABLE_ONEDNN_OPTS=1 to
+# run the suite with them.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import subprocess
 
