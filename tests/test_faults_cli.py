@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
-from factories import tiny_config
+from factories import assert_one_error_line as assert_refused, tiny_config
 from tfxl import TransfoXLLM
 from tfxl import cli
 from tfxl.cli import TOOLS
@@ -37,16 +37,6 @@ def run_tool(module, *args, **env):
     environ["PYTHONPATH"] = REPO + os.pathsep + environ.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True,
                           text=True, env={**environ, **env}, timeout=300)
-
-
-def assert_refused(result, *named):
-    """Exit 2, one `error:` line naming every string of `named`, no traceback."""
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert result.returncode == 2 and len(errors) == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
-    for name in named:
-        assert name in errors[0], (name, errors[0])
-    return errors[0]
 
 
 # --------------------------------------------------------------------------- usage errors, help
@@ -220,10 +210,7 @@ def prepared_then_overwritten(out, tmp_path, capsys, corpus_bytes):
 
 
 def assert_one_error_and_data_intact(code, err, before, out, *named):
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert code == 2 and len(errors) == 1, err
-    for name in named:
-        assert name in errors[0], (name, errors[0])
+    assert_refused((code, err), *named)
     assert snapshot(out) == before  # no .tmp-prepare-* left, old data byte for byte
     load_manifest(str(out))
 

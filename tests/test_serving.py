@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from factories import tiny_lm
+from factories import run_tool as run_cli, tiny_lm
 from tfxl import StatefulTransfoXLLM
 from tfxl.data.tokenizers import BytesTokenizer
 from tfxl.layers.relative_position import RelativePositionEncoding
@@ -430,11 +430,6 @@ def test_sampling_filters_and_seeds():
     assert set(everything) == {0, 1, 2, 3}
     again = sample_next(log_probs, 1.0, 0, 1.0, tf.constant([3, 4])).numpy()
     np.testing.assert_array_equal(everything, again)
-
-
-def run_cli(module, *args):
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                          timeout=300)
 
 
 @pytest.mark.subprocess
