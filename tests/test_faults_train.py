@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import tensorflow as tf
@@ -73,25 +74,39 @@ def straight_losses(data_dir, tmp_path_factory):
     return logged_losses(model_dir)
 
 
+@pytest.fixture(scope="module")
+def trained_to_20(data_dir, tmp_path_factory):
+    """A model_dir trained to step 20 (checkpoints 10 and 20); each test damages a copy."""
+    model_dir = tmp_path_factory.mktemp("trained_to_20") / "m"
+    train(data_dir, model_dir, 20)
+    return model_dir
+
+
+@pytest.fixture
+def trained_copy(trained_to_20, tmp_path):
+    """This test's own copy of `trained_to_20`, as `train(data_dir, tmp_path / "m", 20)` would
+    leave it (checkpoint paths are relative: the copy resumes from its own)."""
+    return Path(shutil.copytree(trained_to_20, tmp_path / "m"))
+
+
 @pytest.mark.parametrize("how", ["truncated", "garbage_data", "garbage_index"])
-def test_damaged_latest_checkpoint_is_skipped_and_training_resumes_exactly(data_dir, tmp_path,
-                                                                           straight_losses, how):
-    train(data_dir, tmp_path / "resumed", 20)
-    damage(str(tmp_path / "resumed" / "checkpoints" / "ckpt-20"), how)
-    _, _, messages = train(data_dir, tmp_path / "resumed", 30)
+def test_damaged_latest_checkpoint_is_skipped_and_training_resumes_exactly(
+        data_dir, trained_copy, straight_losses, how):
+    model_dir = trained_copy
+    damage(str(model_dir / "checkpoints" / "ckpt-20"), how)
+    _, _, messages = train(data_dir, model_dir, 30)
     skipped = [m for m in messages if "ckpt-20" in m]
     assert skipped and "damaged" in skipped[0], messages
     assert any("resumed from" in m and "ckpt-10" in m for m in messages), messages
-    resumed = logged_losses(tmp_path / "resumed")
+    resumed = logged_losses(model_dir)
     assert sorted(resumed) == list(range(1, 31))
     for step in range(11, 31):  # continues from step 10 exactly (dropout on: RNG restored too)
         assert resumed[step] == pytest.approx(straight_losses[step], abs=1e-5), step
 
 
 @pytest.mark.subprocess
-def test_damaged_checkpoint_is_named_by_eval_and_export(data_dir, tmp_path):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 20)
+def test_damaged_checkpoint_is_named_by_eval_and_export(data_dir, tmp_path, trained_copy):
+    model_dir = trained_copy
     latest = str(model_dir / "checkpoints" / "ckpt-20")
     damage(latest, "truncated")
     eval_flags = [f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--max_eval_batches=1"]
@@ -111,9 +126,8 @@ def test_damaged_checkpoint_is_named_by_eval_and_export(data_dir, tmp_path):
     assert model.config.d_model == 16 and len(skipped) == 1 and latest in skipped[0]
 
 
-def test_every_checkpoint_damaged_is_refused_and_nothing_is_overwritten(data_dir, tmp_path):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 20)
+def test_every_checkpoint_damaged_is_refused_and_nothing_is_overwritten(data_dir, trained_copy):
+    model_dir = trained_copy
     for step in (10, 20):
         damage(str(model_dir / "checkpoints" / f"ckpt-{step}"), "garbage_data")
     before = {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -82,6 +83,22 @@ def straight(data_dir, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("straight") / "m"
     train(data_dir, model_dir, 30)
     return logged(model_dir)
+
+
+@pytest.fixture(scope="module")
+def trained_to_20(data_dir, tmp_path_factory):
+    """A model_dir trained to step 20 (checkpoints 10 and 20): the start of every test that
+    resumes one; each takes a copy (`trained_copy`)."""
+    model_dir = tmp_path_factory.mktemp("trained_to_20") / "m"
+    train(data_dir, model_dir, 20)
+    return model_dir
+
+
+@pytest.fixture
+def trained_copy(trained_to_20, tmp_path):
+    """This test's own copy of `trained_to_20`, as `train(data_dir, tmp_path / "m", 20)` would
+    leave it (checkpoint paths are relative: the copy resumes from its own)."""
+    return Path(shutil.copytree(trained_to_20, tmp_path / "m"))
 
 
 def assert_continues_exactly(model_dir, straight, steps=30):
@@ -169,10 +186,9 @@ def test_the_log_is_written_in_parts_each_once_by_time_and_before_every_save(tmp
     assert parts()[-2:] == ["0000000019-0000000021.jsonl", "0000000022-0000000024.jsonl"]
 
 
-def test_a_resumed_run_writes_only_its_new_lines_and_never_appends(data_dir, tmp_path,
+def test_a_resumed_run_writes_only_its_new_lines_and_never_appends(data_dir, trained_copy,
                                                                     monkeypatch):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 20)
+    model_dir = trained_copy
     opened = []
     gfile = tf.io.gfile.GFile
 
@@ -189,18 +205,18 @@ def test_a_resumed_run_writes_only_its_new_lines_and_never_appends(data_dir, tmp
     assert sorted(logged(model_dir)) == list(range(1, 31)) and lines_on_storage(model_dir) == 30
 
 
-def test_all_checkpoints_moved_away_the_log_starts_again(data_dir, tmp_path, straight):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 20)
+def test_all_checkpoints_moved_away_the_log_starts_again(data_dir, tmp_path, straight,
+                                                          trained_copy):
+    model_dir = trained_copy
     shutil.move(model_dir / "checkpoints", tmp_path / "moved")
     messages = train(data_dir, model_dir, 30)
     assert any("dropped steps 1..20" in m and "starts again at step 1" in m for m in messages)
     assert_continues_exactly(model_dir, straight)
 
 
-def test_an_old_single_file_log_with_a_partial_last_line_resumes(data_dir, tmp_path, straight):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 20)
+def test_an_old_single_file_log_with_a_partial_last_line_resumes(data_dir, straight,
+                                                                 trained_copy):
+    model_dir = trained_copy
     records = read_train_log(str(model_dir))  # as an earlier version left it: one file, killed
     shutil.rmtree(model_dir / "train_log")    # in the middle of appending a line
     (model_dir / "train_log.jsonl").write_text(
@@ -389,10 +405,9 @@ def test_a_second_tfxl_train_is_refused_and_a_dead_ones_lease_taken_over(data_di
 
 @pytest.mark.parametrize("damage", [b"", b"model_checkpoint_path: {{{ garbage",
                                     b"\xff\xfe\x00\x81"], ids=["empty", "garbage", "not_utf8"])
-def test_a_damaged_checkpoint_state_file_never_blocks_resuming(data_dir, tmp_path, straight,
+def test_a_damaged_checkpoint_state_file_never_blocks_resuming(data_dir, straight, trained_copy,
                                                                damage):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 20)
+    model_dir = trained_copy
     state = model_dir / "checkpoints" / "checkpoint"
     state.write_bytes(damage)
     messages = train(data_dir, model_dir, 30)
