@@ -215,6 +215,7 @@ def assert_one_error_and_data_intact(code, err, before, out, *named):
     load_manifest(str(out))
 
 
+@pytest.mark.subprocess  # mount, chattr
 def test_prepare_on_a_full_disk(tmp_path, capsys):
     disk = tmp_path / "disk"
     disk.mkdir()
@@ -230,6 +231,7 @@ def test_prepare_on_a_full_disk(tmp_path, capsys):
         subprocess.run(["umount", str(disk)], check=True)
 
 
+@pytest.mark.subprocess  # mount, chattr
 def test_prepare_into_a_read_only_directory(tmp_path, capsys):
     out = tmp_path / "data"
     before = None
