@@ -1,6 +1,11 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The same kernels on every x86 host, for this process and every process a test starts:
+# TensorFlow turns oneDNN on by itself only where the CPU has AVX-512 (not on an AVX2-only AMD
+# EPYC, the CI machine), and oneDNN's kernels round differently. Export TF_ENABLE_ONEDNN_OPTS=1 to
+# run the suite with them.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import keras
 import numpy as np
@@ -8,6 +13,8 @@ import pytest
 import tensorflow as tf
 
 from gcs_emulator import gcs  # noqa: F401  (the fixture, for every test file)
+# The markers `subprocess` and `expensive`, kept true as the suite runs: its hooks and fixture.
+from marker_check import *  # noqa: F403
 
 # Two logical CPU devices in every test process, so MirroredStrategy tests can run two replicas.
 # This must happen before TensorFlow initialises its devices, hence at conftest import.
@@ -34,3 +41,4 @@ def mirrored():
     """One MirroredStrategy over the two logical CPUs for the whole session: several strategy
     objects in one process would share collective instance keys across their programs."""
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+

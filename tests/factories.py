@@ -73,3 +73,56 @@ def console_script(name):
     import os
     import sys
     return os.path.join(os.path.dirname(sys.executable), name)
+
+
+# -- trainer tests: a model for a prepared data dir, fast leases ---------------------------------
+
+def vocab_size_of(data_dir):
+    """The vocabulary size in `data_dir`'s manifest (the model's `vocab_size`)."""
+    import json
+    import os
+    with open(os.path.join(data_dir, "manifest.json")) as f:
+        return json.load(f)["vocab_size"]
+
+
+def data_config(data_dir, tgt_len=8, **overrides):
+    """The trainer tests' model for `data_dir` (vocabulary from its manifest; segment and memory
+    length `tgt_len`, the data's): `tiny_config` with one layer, dropout on and a small
+    `init_std` so that a few steps of training stay finite; `overrides` win."""
+    return tiny_config(**{**dict(vocab_size=vocab_size_of(data_dir), n_layer=1, d_head=8,
+                                 d_inner=32, dropout=0.1, tgt_len=tgt_len, mem_len=tgt_len,
+                                 init_std=0.02), **overrides})
+
+
+def fast_lease():
+    """`LeaseParams` for a Runner in the test process: nothing else trains on its model_dir, so
+    the 2-second settle (write, wait, read back) is not waited for. test_runs.py tests the lease
+    itself with its own settings."""
+    from tfxl.train.lease import LeaseParams
+    return LeaseParams(settle=0.0)
+
+
+# -- command-line tools ---------------------------------------------------------------------------
+
+def run_tool(module, *args, env=None, timeout=300, **kwargs):
+    """`python -m module args` in a new process (a console script as a user runs it): the
+    CompletedProcess with text stdout and stderr. `env` replaces the environment (default: this
+    process's, which conftest.py quietened); other keyword arguments go to subprocess.run."""
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True,
+                          text=True, env=env, timeout=timeout, **kwargs)
+
+
+def assert_one_error_line(result, *needles):
+    """A user's mistake as every tool must report it: exit status 2, exactly one `error:` line on
+    stderr containing every one of `needles`, no traceback. `result` is a CompletedProcess or a
+    (returncode, stderr) pair; returns the error line."""
+    code, err = (result.returncode, result.stderr) if hasattr(result, "returncode") else result
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2, f"exit status {code}, not 2: {err[-2000:]}"
+    assert len(errors) == 1, f"{len(errors)} error: lines, not 1: {err[-2000:]}"
+    assert "Traceback" not in err, err[-3000:]
+    for needle in needles:
+        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
+    return errors[0]

@@ -391,7 +391,7 @@ def test_cli_tf1_preset_overrides_and_bad_input(tmp_path, capsys):
         assert err[-1].startswith("error: ")
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_cli_subprocess_flag_error_exits_2(tmp_path):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     proc = subprocess.run([sys.executable, "-m", "tfxl.convert.main", "--format=onnx"],

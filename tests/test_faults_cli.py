@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
-from factories import tiny_config
+from factories import assert_one_error_line as assert_refused, tiny_config
 from tfxl import TransfoXLLM
 from tfxl import cli
 from tfxl.cli import TOOLS
@@ -39,21 +39,11 @@ def run_tool(module, *args, **env):
                           text=True, env={**environ, **env}, timeout=300)
 
 
-def assert_refused(result, *named):
-    """Exit 2, one `error:` line naming every string of `named`, no traceback."""
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert result.returncode == 2 and len(errors) == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr
-    for name in named:
-        assert name in errors[0], (name, errors[0])
-    return errors[0]
-
-
 # --------------------------------------------------------------------------- usage errors, help
 assert set(OWN_FLAG) == set(TOOLS.values())
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("module", sorted(OWN_FLAG))
 def test_usage_errors_exit_2_and_help_lists_the_tools_own_flags(module):
     assert_refused(run_tool(module, "--no_such_flag=1"), "no_such_flag")
@@ -63,7 +53,7 @@ def test_usage_errors_exit_2_and_help_lists_the_tools_own_flags(module):
     assert f"{flag}:" in shown.stdout and help_text in " ".join(shown.stdout.split())
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_bad_flag_values_and_stray_arguments_exit_2():
     assert_refused(run_tool("tfxl.serving.generate_main", "--max_new_tokens=many"),
                    "max_new_tokens", "many")
@@ -104,7 +94,7 @@ def trained(tmp_path_factory):
 
 
 # --------------------------------------------------------------------------- point 4
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_export_and_generate_refuse_another_vocabulary(trained, tmp_path):
     exports = tmp_path / "exports"
     export = ("tfxl.serving.export_main", f"--model={trained['model']}",
@@ -122,7 +112,7 @@ def test_export_and_generate_refuse_another_vocabulary(trained, tmp_path):
                    str(trained["other_size"]), "vocabulary of")
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_generate_from_an_export_needs_no_data_dir(trained, tmp_path):
     exports = tmp_path / "exports"
     made = run_tool("tfxl.serving.export_main", f"--model={trained['model']}",
@@ -141,7 +131,7 @@ def test_generate_from_an_export_needs_no_data_dir(trained, tmp_path):
 
 
 # --------------------------------------------------------------------------- point 10
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_tools_are_quiet_unless_verbose(trained):
     model_dir = trained["model"]
     evaluate = ("tfxl.train.evaluate", f"--data_dir={trained['data']}", f"--model_dir={model_dir}",
@@ -157,7 +147,7 @@ def test_tools_are_quiet_unless_verbose(trained):
     assert "I0000" in verbose.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_training_hides_the_savers_info_but_not_its_own_progress(trained, tmp_path):
     model_dir = tmp_path / "model"
     train = ("tfxl.train.main", f"--data_dir={trained['data']}", f"--model_dir={model_dir}",
@@ -171,7 +161,7 @@ def test_training_hides_the_savers_info_but_not_its_own_progress(trained, tmp_pa
     assert "done: step 2" in quiet.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_bad_model_description_is_one_error_line_naming_its_source(trained, tmp_path):
     """tfxl-train and tfxl-convert describe the model by the same rule (tfxl.cli.resolve_config)
     and refuse a bad one the same way, before anything is written."""
@@ -220,14 +210,12 @@ def prepared_then_overwritten(out, tmp_path, capsys, corpus_bytes):
 
 
 def assert_one_error_and_data_intact(code, err, before, out, *named):
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert code == 2 and len(errors) == 1, err
-    for name in named:
-        assert name in errors[0], (name, errors[0])
+    assert_refused((code, err), *named)
     assert snapshot(out) == before  # no .tmp-prepare-* left, old data byte for byte
     load_manifest(str(out))
 
 
+@pytest.mark.subprocess  # mount, chattr
 def test_prepare_on_a_full_disk(tmp_path, capsys):
     disk = tmp_path / "disk"
     disk.mkdir()
@@ -243,6 +231,7 @@ def test_prepare_on_a_full_disk(tmp_path, capsys):
         subprocess.run(["umount", str(disk)], check=True)
 
 
+@pytest.mark.subprocess  # mount, chattr
 def test_prepare_into_a_read_only_directory(tmp_path, capsys):
     out = tmp_path / "data"
     before = None
@@ -295,7 +284,7 @@ def test_prepare_refuses_an_option_out_of_range(tmp_path, capsys, flag, least):
     assert not out.exists()
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_eval_says_whether_its_result_covers_the_whole_split(trained):
     evaluate = ("tfxl.train.evaluate", f"--data_dir={trained['data']}",
                 f"--model_dir={trained['model']}")
@@ -307,7 +296,7 @@ def test_eval_says_whether_its_result_covers_the_whole_split(trained):
     assert (partial["tokens"], partial["partial"]) == (2 * 4, True)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_data_dir_that_is_a_file_is_named_as_one(trained, tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
@@ -318,7 +307,7 @@ def test_a_data_dir_that_is_a_file_is_named_as_one(trained, tmp_path):
         load_manifest(str(a_file))
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_eval_refuses_sizes_no_machine_holds_before_building_the_model(trained, tmp_path):
     evaluate = ("tfxl.train.evaluate", f"--model_dir={trained['model']}")
     output = tmp_path / "result.json"
@@ -342,7 +331,7 @@ def test_a_truncated_keras_file_is_named_as_such(tmp_path):
                                   "is not a zip file; truncated, or not a .keras file)")
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_train_refuses_a_memory_no_machine_holds_before_anything_is_written(trained, tmp_path):
     """tfxl-train's plan (train/plan.py) names --mem_len and its value; no TensorFlow OOM."""
     model_dir = tmp_path / "model"

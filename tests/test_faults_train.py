@@ -7,11 +7,13 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import tensorflow as tf
 
 import factories
+from factories import assert_one_error_line, run_tool
 from tfxl.serving.loading import load_language_model
 from tfxl.train import flags as train_flags
 from tfxl.checkpoints import restore_weights
@@ -22,7 +24,6 @@ from tfxl.train.train_log import read_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 4    # streams per split
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 @pytest.fixture(scope="module")
@@ -30,26 +31,15 @@ def data_dir(tmp_path_factory):
     return factories.random_bytes_data(tmp_path_factory.mktemp("faults"), T, STREAMS)
 
 
-def vocab_size(data_dir):
-    with open(os.path.join(data_dir, "manifest.json")) as f:
-        return json.load(f)["vocab_size"]
-
-
-def tiny_config(data_dir, **changes):
-    return factories.tiny_config(**{**dict(
-        vocab_size=vocab_size(data_dir), n_layer=1, d_head=8, d_inner=32, dropout=0.1,
-        tgt_len=T, mem_len=T, init_std=0.02), **changes})
-
-
 def train(data_dir, model_dir, steps, save_every=10, eval_every=None, **config):
     """A Runner trained to `steps`; returns (runner, metrics, log lines)."""
     messages = []
-    config = tiny_config(data_dir, **config)
+    config = factories.data_config(data_dir, **config)
     check_or_store_config(str(model_dir), config)  # what tfxl-train does
     runner = Runner(config, tf.distribute.get_strategy(), data_dir,
                     str(model_dir), STREAMS,
                     OptimizerParams(learning_rate=3e-3, train_steps=steps, min_lr_ratio=1.0),
-                    steps_per_loop=5)
+                    steps_per_loop=5, lease=factories.fast_lease())
     metrics = runner.train(save_every=save_every, eval_every=eval_every, max_eval_batches=2,
                            log=messages.append)
     return runner, metrics, messages
@@ -73,19 +63,6 @@ def damage(prefix, how):
             f.write(os.urandom(os.path.getsize(index)))
 
 
-def run_cli(module, *args):
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                          env=ENV, timeout=300)
-
-
-def assert_one_error_line(result, *needles):
-    assert result.returncode == 2, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
-    for needle in needles:
-        assert needle in errors[0], errors[0]
-    return errors[0]
 
 
 # -- 1. damaged checkpoints -----------------------------------------------------------------------
@@ -97,35 +74,49 @@ def straight_losses(data_dir, tmp_path_factory):
     return logged_losses(model_dir)
 
 
+@pytest.fixture(scope="module")
+def trained_to_20(data_dir, tmp_path_factory):
+    """A model_dir trained to step 20 (checkpoints 10 and 20); each test damages a copy."""
+    model_dir = tmp_path_factory.mktemp("trained_to_20") / "m"
+    train(data_dir, model_dir, 20)
+    return model_dir
+
+
+@pytest.fixture
+def trained_copy(trained_to_20, tmp_path):
+    """This test's own copy of `trained_to_20`, as `train(data_dir, tmp_path / "m", 20)` would
+    leave it (checkpoint paths are relative: the copy resumes from its own)."""
+    return Path(shutil.copytree(trained_to_20, tmp_path / "m"))
+
+
 @pytest.mark.parametrize("how", ["truncated", "garbage_data", "garbage_index"])
-def test_damaged_latest_checkpoint_is_skipped_and_training_resumes_exactly(data_dir, tmp_path,
-                                                                           straight_losses, how):
-    train(data_dir, tmp_path / "resumed", 20)
-    damage(str(tmp_path / "resumed" / "checkpoints" / "ckpt-20"), how)
-    _, _, messages = train(data_dir, tmp_path / "resumed", 30)
+def test_damaged_latest_checkpoint_is_skipped_and_training_resumes_exactly(
+        data_dir, trained_copy, straight_losses, how):
+    model_dir = trained_copy
+    damage(str(model_dir / "checkpoints" / "ckpt-20"), how)
+    _, _, messages = train(data_dir, model_dir, 30)
     skipped = [m for m in messages if "ckpt-20" in m]
     assert skipped and "damaged" in skipped[0], messages
     assert any("resumed from" in m and "ckpt-10" in m for m in messages), messages
-    resumed = logged_losses(tmp_path / "resumed")
+    resumed = logged_losses(model_dir)
     assert sorted(resumed) == list(range(1, 31))
     for step in range(11, 31):  # continues from step 10 exactly (dropout on: RNG restored too)
         assert resumed[step] == pytest.approx(straight_losses[step], abs=1e-5), step
 
 
-@pytest.mark.slow
-def test_damaged_checkpoint_is_named_by_eval_and_export(data_dir, tmp_path):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 20)
+@pytest.mark.subprocess
+def test_damaged_checkpoint_is_named_by_eval_and_export(data_dir, tmp_path, trained_copy):
+    model_dir = trained_copy
     latest = str(model_dir / "checkpoints" / "ckpt-20")
     damage(latest, "truncated")
     eval_flags = [f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--max_eval_batches=1"]
-    result = run_cli("tfxl.train.evaluate", *eval_flags)  # falls back, saying what it skipped
+    result = run_tool("tfxl.train.evaluate", *eval_flags)  # falls back, saying what it skipped
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout.splitlines()[-1])["checkpoint"].endswith("ckpt-10")
     assert f"skipping damaged checkpoint {latest}" in result.stderr
-    assert_one_error_line(run_cli("tfxl.train.evaluate", *eval_flags, f"--checkpoint={latest}"),
+    assert_one_error_line(run_tool("tfxl.train.evaluate", *eval_flags, f"--checkpoint={latest}"),
                           latest, "is damaged")
-    assert_one_error_line(run_cli("tfxl.serving.export_main", f"--model={model_dir}",
+    assert_one_error_line(run_tool("tfxl.serving.export_main", f"--model={model_dir}",
                                   f"--checkpoint={latest}", f"--output_dir={tmp_path / 'x'}"),
                           latest, "is damaged")
     assert not (tmp_path / "x").exists()
@@ -135,9 +126,8 @@ def test_damaged_checkpoint_is_named_by_eval_and_export(data_dir, tmp_path):
     assert model.config.d_model == 16 and len(skipped) == 1 and latest in skipped[0]
 
 
-def test_every_checkpoint_damaged_is_refused_and_nothing_is_overwritten(data_dir, tmp_path):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 20)
+def test_every_checkpoint_damaged_is_refused_and_nothing_is_overwritten(data_dir, trained_copy):
+    model_dir = trained_copy
     for step in (10, 20):
         damage(str(model_dir / "checkpoints" / f"ckpt-{step}"), "garbage_data")
     before = {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
@@ -149,7 +139,7 @@ def test_every_checkpoint_damaged_is_refused_and_nothing_is_overwritten(data_dir
 def test_intact_checkpoint_of_another_model_keeps_its_message(data_dir, tmp_path):
     model_dir = tmp_path / "m"
     train(data_dir, model_dir, 10)
-    other = build_model(tiny_config(data_dir, d_model=32), tf.distribute.get_strategy())
+    other = build_model(factories.data_config(data_dir, d_model=32), tf.distribute.get_strategy())
     with pytest.raises(ValueError, match="does not fit this model") as raised:
         restore_weights(other, directory=str(model_dir / "checkpoints"))
     assert "damaged" not in str(raised.value)
@@ -166,18 +156,20 @@ def cli_flags(data_dir, model_dir, steps):
     return [f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--n_layer=1", "--d_model=16",
             "--n_head=2", "--d_head=8", "--d_inner=32", "--dropout=0.1", f"--tgt_len={T}",
             f"--mem_len={T}", f"--train_batch_size={STREAMS}", f"--train_steps={steps}",
-            "--steps_per_loop=5", "--save_every=10", "--learning_rate=0.003"]
+            "--steps_per_loop=5", "--save_every=10", "--learning_rate=0.003",
+            "--lease_settle=0"]  # one trainer per model_dir here: no settle to wait
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("bad,needle", [(f"--tgt_len={2 * T}", "tgt_len mismatch"),
-                                        ("--train_batch_size=3", "global batch size 3")])
-def test_a_refused_first_run_leaves_no_config_behind(data_dir, tmp_path, bad, needle):
+@pytest.mark.subprocess
+def test_a_refused_first_run_leaves_no_config_behind(data_dir, tmp_path):
     model_dir = tmp_path / "m"
-    assert_one_error_line(run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 2), bad),
-                          needle)
-    assert not (model_dir / "config.json").exists() and not (model_dir / "data.json").exists()
-    corrected = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 2))
+    for bad, needle in [(f"--tgt_len={2 * T}", "tgt_len mismatch"),
+                        ("--train_batch_size=3", "global batch size 3")]:
+        assert_one_error_line(run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 2),
+                                      bad), needle)
+        assert not (model_dir / "config.json").exists(), bad
+        assert not (model_dir / "data.json").exists(), bad
+    corrected = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 2))
     assert corrected.returncode == 0, corrected.stderr[-2000:]
     assert (model_dir / "config.json").exists() and (model_dir / "data.json").exists()
 
@@ -206,14 +198,14 @@ def test_a_numeric_flag_out_of_range_is_named(flag, value):
         train_flags.check_flag_ranges({**GOOD_FLAGS, flag: value})
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("module", ["tfxl.train.main", "tfxl.train.evaluate"])
 def test_every_numeric_flag_has_a_rule(module):
     listing = subprocess.run([sys.executable, "-c", (
         f"import {module} as m; from absl import flags; m.define_flags(); "
         "print(' '.join(f.name for module, defined in flags.FLAGS.flags_by_module_dict().items() "
         "if module.startswith(('tfxl.train.', 'tfxl.tpu.')) for f in defined "
-        "if f.flag_type() in ('int', 'float')))")], capture_output=True, text=True, env=ENV,
+        "if f.flag_type() in ('int', 'float')))")], capture_output=True, text=True,
         timeout=120)  # the flags tfxl defines, not those of absl or TensorFlow
     numeric = set(listing.stdout.split())
     assert "learning_rate" in numeric or module == "tfxl.train.evaluate", listing.stderr[-2000:]
@@ -221,47 +213,47 @@ def test_every_numeric_flag_has_a_rule(module):
         train_flags.FLAG_RULES)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_cli_refuses_a_negative_learning_rate_before_writing(data_dir, tmp_path):
     model_dir = tmp_path / "m"
-    assert_one_error_line(run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 2),
+    assert_one_error_line(run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 2),
                                   "--learning_rate=-1"), "--learning_rate=-1")
     assert not model_dir.exists()
-    assert_one_error_line(run_cli("tfxl.train.evaluate", f"--data_dir={data_dir}",
+    assert_one_error_line(run_tool("tfxl.train.evaluate", f"--data_dir={data_dir}",
                                   f"--model_dir={model_dir}", "--mem_len=-1"), "--mem_len=-1")
 
 
 # -- 5. a run with nothing to do keeps the results of the run that did the work ------------------
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_finished_run_keeps_its_metrics_and_says_it_had_nothing_to_do(data_dir, tmp_path):
     model_dir = tmp_path / "m"
-    first = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 5))
+    first = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 5))
     assert first.returncode == 0, first.stderr[-2000:]
     def written():
         return {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
 
     kept = written()
     assert json.loads(kept[model_dir / "metrics.json"])["train_loss"] is not None
-    again = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 5))
+    again = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 5))
     assert again.returncode == 0, again.stderr[-2000:]
     assert written() == kept  # the metrics, the log, everything
     assert "nothing to do" in again.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path):
     out = tmp_path / "demo"
     shutil.copytree(data_dir, out / "data")  # reused by the demo: no corpus to prepare
     args = [f"--out={out}", "--train_steps=2", f"--batch_size={STREAMS}", f"--eval_tgt_len={T}",
             "--eval_mem_lens=0,1,2,3,4"]
-    first = run_cli("tfxl.train.demo", *args)
+    first = run_tool("tfxl.train.demo", *args)
     assert first.returncode == 0, first.stderr[-2000:]
     # Five memory lengths, five traced evaluation steps: by design, so TF's hint stays hidden.
     assert "retracing" not in first.stderr + first.stdout
     trained = json.loads((out / "results.json").read_text())["train"]
     assert trained["train_loss"] is not None and trained["step"] == 2
-    again = run_cli("tfxl.train.demo", *args)
+    again = run_tool("tfxl.train.demo", *args)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((out / "results.json").read_text())["train"] == trained
     assert "nothing to do" in again.stdout
@@ -269,18 +261,18 @@ def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path):
 
 # -- 15. evaluation settings: set by tfxl-train, reported by tfxl-eval ----------------------------
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_tfxl_train_stores_eval_settings_and_tfxl_eval_says_where_each_came_from(data_dir,
                                                                                  tmp_path):
     model_dir = tmp_path / "m"
-    trained = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 2), "--eval_tgt_len=4",
+    trained = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 2), "--eval_tgt_len=4",
                       "--eval_mem_len=16", "--eval_same_length")
     assert trained.returncode == 0, trained.stderr[-2000:]
     config = json.loads((model_dir / "config.json").read_text())
     assert (config["eval_tgt_len"], config["eval_mem_len"], config["eval_same_length"]) == (
         4, 16, True)
-    evaluated = run_cli("tfxl.train.evaluate", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
-                        "--mem_len=8", "--max_eval_batches=1")
+    evaluated = run_tool("tfxl.train.evaluate", f"--data_dir={data_dir}",
+                         f"--model_dir={model_dir}", "--mem_len=8", "--max_eval_batches=1")
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     result = json.loads(evaluated.stdout)  # stdout is the result's JSON line only
     assert (result["tgt_len"], result["mem_len"], result["clamp_len"], result["same_length"]) == (
@@ -307,9 +299,9 @@ def test_a_corrupt_valid_shard_stops_training_before_the_first_step(data_dir, tm
         os.truncate(shard, shard.stat().st_size - 10)
     model_dir = tmp_path / "m"
     with pytest.raises(ValueError, match=rf"shard {shard}"):
-        Runner(tiny_config(str(data)), tf.distribute.get_strategy(), str(data), str(model_dir),
-               STREAMS, OptimizerParams(learning_rate=3e-3, train_steps=10),
-               steps_per_loop=5).train(save_every=5, eval_every=5)
+        Runner(factories.data_config(str(data)), tf.distribute.get_strategy(), str(data),
+               str(model_dir), STREAMS, OptimizerParams(learning_rate=3e-3, train_steps=10),
+               steps_per_loop=5, lease=factories.fast_lease()).train(save_every=5, eval_every=5)
     assert not model_dir.exists()  # no step, no checkpoint, no config.json
 
 
@@ -318,7 +310,7 @@ def test_a_corrupt_valid_shard_stops_training_before_the_first_step(data_dir, tm
 @pytest.fixture(scope="module")
 def straight_run(data_dir, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("straight") / "m"
-    result = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
+    result = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
     assert result.returncode == 0, result.stderr[-2000:]
     return logged_losses(model_dir)
 
@@ -329,21 +321,21 @@ def straight_run(data_dir, tmp_path_factory):
     # ckpt-20's files are in place, the `checkpoint` state file still names ckpt-10
     ("tensorflow.python.checkpoint.checkpoint_management", "update_checkpoint_state_internal"),
 ])
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_kill_9_during_a_save_resumes_exactly(data_dir, tmp_path, straight_run, module,
                                               function):
     model_dir, marker = tmp_path / "m", tmp_path / "in_save"
     proc = subprocess.Popen([sys.executable, "-c", factories.HANG_IN_SAVE, module, function,
                              "ckpt-20",
                              str(marker), *cli_flags(data_dir, model_dir, 30)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     while not marker.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     assert marker.exists(), "the save was never reached"
     proc.kill()  # SIGKILL
     proc.wait()
-    resumed = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
+    resumed = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from" in resumed.stderr and "Traceback" not in resumed.stderr
     losses = logged_losses(model_dir)

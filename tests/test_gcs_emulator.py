@@ -121,7 +121,7 @@ def seen(observed, name):
     return observed[name]["seen"]
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_gfile_sees_objects_and_prefixes_as_a_bucket_has_them(observed, gcs):
     got = seen(observed, "gfile")
     assert got["read"] == "one"
@@ -150,7 +150,7 @@ def test_ram_filesystem_is_no_stand_in_for_a_bucket():
     assert tf.io.gfile.listdir("ram://tfxl-gcs-contrast") == []
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_checkpoint_manager_saves_keeps_and_restores(observed, gcs):
     prefix = f"{ROOT}/checkpoint/"
     assert seen(observed, "checkpoint") == {"latest": gcs.url(prefix + "ckpt-2"),
@@ -161,7 +161,7 @@ def test_checkpoint_manager_saves_keeps_and_restores(observed, gcs):
                                 ("", "checkpoint", "ckpt-2.data-00000-of-00001", "ckpt-2.index")]
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_tfrecords_written_and_read_by_tf_data(observed, gcs, tmp_path):
     assert seen(observed, "tfrecord") == [r.decode() for r in RECORDS]
     # The object is a valid TFRecord file byte for byte, read here past the gs:// client.
@@ -173,7 +173,7 @@ def test_tfrecords_written_and_read_by_tf_data(observed, gcs, tmp_path):
     assert list(tf.data.TFRecordDataset(str(local)).as_numpy_iterator()) == RECORDS
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_saved_model_saves_and_loads(observed, gcs):
     assert seen(observed, "saved_model") == {"apply": [0.0, 1.0, 2.0], "last": 999_999.0}
     prefix = f"{ROOT}/saved_model/saved/"
@@ -184,7 +184,7 @@ def test_saved_model_saves_and_loads(observed, gcs):
     assert len(gcs.read(prefix + "variables/variables.data-00000-of-00001")) > 4_000_000
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_keras_model_saves_and_loads(observed, gcs):
     assert seen(observed, "keras") == {"same_predictions": True}
     assert gcs.list(f"{ROOT}/keras/") == [f"{ROOT}/keras/model.keras"]

@@ -4,7 +4,7 @@ Each step is the documented command in its own process inside the emulator's nam
 (tests/gcs_emulator.py): corpus in a bucket -> tfxl-prepare -> tfxl-train from a gs:// flagfile
 (stopped by SIGTERM mid-run and resumed) -> tfxl-eval --output -> tfxl-export -> saved_model_cli
 -> tfxl-generate from the model_dir (gs:// --prompt_file) and from the export -> `.keras` save,
-load and `model.export` -> warm start from the bucket's `.keras` -> keras-hub preset round trip.
+load and `model.export`, keras-hub preset round trip -> warm start from the bucket's `.keras`.
 No step may create a local `gs:` folder.
 """
 
@@ -16,14 +16,15 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.subprocess
 
 CORPUS = "".join(f"def f{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(300))
 # The flagfile asks for far more steps than any run here makes: the stopped run is still training
 # when the signal comes, however fast this machine is; the later runs say how far to go.
 TRAIN = ["--train_batch_size=2", "--train_steps=100000", "--steps_per_loop=2", "--save_every=4",
          "--n_layer=1", "--d_model=16", "--n_head=2", "--d_head=8", "--d_inner=32",
-         "--tgt_len=8", "--mem_len=8", "--eval_tgt_len=8", "--eval_mem_len=16", "--seed=3"]
+         "--tgt_len=8", "--mem_len=8", "--eval_tgt_len=8", "--eval_mem_len=16", "--seed=3",
+         "--lease_settle=0"]  # one trainer at a time here: no settle to wait
 
 
 def tool(gcs, cwd, module, *args, check=True, **kwargs):
@@ -31,15 +32,6 @@ def tool(gcs, cwd, module, *args, check=True, **kwargs):
     if check:
         assert result.returncode == 0, (module, result.stdout[-2000:], result.stderr[-3000:])
     return result
-
-
-def read_log(gcs, model_dir):
-    """{step: loss} of a model_dir's training log, read through tfxl's own reader on gs://."""
-    shown = gcs.python(
-        "import json; from tfxl.train.train_log import read_train_log\n"
-        f"print(json.dumps({{r['step']: r['loss'] for r in read_train_log({model_dir!r})}}))")
-    assert shown.returncode == 0, shown.stderr[-3000:]
-    return {int(k): v for k, v in json.loads(shown.stdout.splitlines()[-1]).items()}
 
 
 def test_the_readme_workflow_runs_with_every_path_on_gs(gcs, tmp_path):
@@ -71,9 +63,6 @@ def test_the_readme_workflow_runs_with_every_path_on_gs(gcs, tmp_path):
     stopped_at = int(out.split("stopped by SIGTERM at step ")[1].split(":")[0])
     tool(gcs, cwd, "tfxl.train.main", f"--flagfile={url('run.flags')}", f"--data_dir={data}",
          f"--model_dir={run}", "--train_steps=12")
-    # Each step once; that the resumed steps equal an uninterrupted run's is
-    # tests/test_preemption.py's (local paths: the same code, cheaper).
-    assert sorted(read_log(gcs, run)) == list(range(1, max(stopped_at, 12) + 1))
 
     # 3. evaluate, the result written to the bucket.
     tool(gcs, cwd, "tfxl.train.evaluate", f"--data_dir={data}", f"--model_dir={run}",
@@ -94,29 +83,35 @@ def test_the_readme_workflow_runs_with_every_path_on_gs(gcs, tmp_path):
                        f"--model={url('exports/tiny/1')}", "--prompt=def f(", *sampling)
     assert from_dir.stdout == from_export.stdout and len(from_dir.stdout) > 1
 
-    # 5. Keras: .keras save and load, model.export, a warm start from the bucket's .keras file.
+    # 5. In one Python process (one TensorFlow start): the train log read back through tfxl's
+    # reader, a .keras save and load and `model.export`, a keras-hub preset written and read.
     python = gcs.python(
-        "import keras, tfxl\n"
+        "import json, keras, tfxl\n"
+        "from tfxl.train.train_log import read_train_log\n"
         "from tfxl.serving.loading import load_language_model\n"
+        "from tfxl.hub import TransfoXLCausalLM, causal_lm_from_model_dir\n"
+        f"print('LOG', json.dumps([r['step'] for r in read_train_log({run!r})]))\n"
         f"model = load_language_model({run!r})\n"
         f"model.save({url('lm.keras')!r})\n"
         f"again = keras.saving.load_model({url('lm.keras')!r})\n"
         "assert [w.shape for w in again.weights] == [w.shape for w in model.weights]\n"
-        f"model.export({url('exported_from_python')!r})\n")
-    assert python.returncode == 0, python.stderr[-3000:]
-    assert "exported_from_python/saved_model.pb" in gcs.list("exported_from_python/")
-    tool(gcs, cwd, "tfxl.train.main", f"--flagfile={url('run.flags')}", f"--data_dir={data}",
-         f"--model_dir={url('runs/warm')}", f"--init_checkpoint={url('lm.keras')}",
-         "--train_steps=2")
-
-    # 6. keras-hub: a preset written to and read from the bucket.
-    hub = gcs.python(
-        "from tfxl.hub import TransfoXLCausalLM, causal_lm_from_model_dir\n"
+        f"model.export({url('exported_from_python')!r})\n"
         f"lm = causal_lm_from_model_dir({run!r}, {data!r}, sequence_length=16)\n"
         f"lm.save_to_preset({url('presets/tiny')!r})\n"
         f"again = TransfoXLCausalLM.from_preset({url('presets/tiny')!r})\n"
         "print(again.generate('def f(', max_length=12))\n")
-    assert hub.returncode == 0, hub.stderr[-3000:]
+    assert python.returncode == 0, python.stderr[-3000:]
+    # Each step once; that the resumed steps equal an uninterrupted run's is
+    # tests/test_preemption.py's (local paths: the same code, cheaper).
+    logged = json.loads(python.stdout.split("LOG ", 1)[1].splitlines()[0])
+    assert logged == list(range(1, max(stopped_at, 12) + 1)), logged
+    assert "exported_from_python/saved_model.pb" in gcs.list("exported_from_python/")
+    assert any(name.endswith("config.json") for name in gcs.list("presets/tiny/"))
+
+    # 6. A warm start from the bucket's .keras file.
+    tool(gcs, cwd, "tfxl.train.main", f"--flagfile={url('run.flags')}", f"--data_dir={data}",
+         f"--model_dir={url('runs/warm')}", f"--init_checkpoint={url('lm.keras')}",
+         "--train_steps=2")
 
     # Nothing local: no `gs:` folder anywhere under the working directory.
     assert not [p for p, dirs, _ in os.walk(cwd) for d in dirs if d.startswith("gs:")]

@@ -280,7 +280,7 @@ def test_converter_reads_a_keras_file_or_a_model_dir_with_its_data_dir(tmp_path)
         causal_lm_from_model_dir(other, data_dir)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_tfxl_imports_without_keras_hub():
     blocked = ("import sys; sys.modules['keras_hub'] = None\n"
                "import tfxl, tfxl.models, tfxl.serving.export, tfxl.serving.generate_main\n"

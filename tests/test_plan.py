@@ -12,7 +12,6 @@ import pytest
 
 import factories
 from tfxl.config import get_preset
-from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.models import footprint
 from tfxl.models.footprint import parameter_count, training_footprint
 from tfxl.train import plan as training_plan
@@ -130,27 +129,17 @@ def test_host_memory_is_the_smaller_of_ram_and_the_cgroup_limit():
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("plan")
-    rng = np.random.default_rng(0)
-    for split, size in (("train", 8000), ("valid", 2000), ("test", 2000)):
-        (root / f"{split}.txt").write_bytes(rng.choice(np.frombuffer(b"abcdefgh", np.uint8),
-                                                       size).tobytes())
-    out = root / "data"
-    prepare(PrepareConfig(output_dir=str(out), train=[str(root / "train.txt")],
-                          valid=[str(root / "valid.txt")], test=[str(root / "test.txt")],
-                          tokenizer="bytes", tgt_len=64, num_streams=4), log=lambda *a: None)
-    return str(out)
+    return factories.random_bytes_data(tmp_path_factory.mktemp("plan"), 64, 4, train_bytes=8000)
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "tfxl.train.main", *args], capture_output=True,
-                          text=True, env=ENV, timeout=300)
+    return factories.run_tool("tfxl.train.main", *args)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_cli_dry_run_prints_the_plan_and_writes_nothing(data_dir, tmp_path):
     flags = [f"--data_dir={data_dir}", f"--model_dir={tmp_path / 'm'}", "--train_batch_size=4",
-             "--train_steps=2"]
+             "--train_steps=2", "--lease_settle=0"]
     dry = run_cli(*flags, "--dry_run")
     assert dry.returncode == 0, dry.stderr[-2000:]
     lines = dry.stdout.splitlines()
@@ -162,12 +151,10 @@ def test_cli_dry_run_prints_the_plan_and_writes_nothing(data_dir, tmp_path):
     assert lines[3] == "dry run: nothing written"
     assert not (tmp_path / "m").exists()
 
-    refused = run_cli(*flags, "--memory_limit_gib=0.01")
-    assert refused.returncode == 2, refused.stderr[-2000:]
-    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
-    assert errors[0].startswith("error: the estimated memory, ") and "exceeds its 10.2 MiB; " \
-        "lower --train_batch_size (4), --tgt_len (64) or --mem_len (64)" in errors[0], errors[0]
+    error = factories.assert_one_error_line(
+        run_cli(*flags, "--memory_limit_gib=0.01"), "exceeds its 10.2 MiB; lower "
+        "--train_batch_size (4), --tgt_len (64) or --mem_len (64)")
+    assert error.startswith("error: the estimated memory, "), error
     assert not (tmp_path / "m").exists()
 
     anyway = run_cli(*flags, "--memory_limit_gib=0.01", "--ignore_memory_estimate")
@@ -176,7 +163,7 @@ def test_cli_dry_run_prints_the_plan_and_writes_nothing(data_dir, tmp_path):
     assert json.loads((tmp_path / "m" / "metrics.json").read_text())["step"] == 2
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("name,policy,jit", [("bench", "float32", False),
                                              ("bench", "mixed_bfloat16", True)])
 def test_the_estimate_is_within_its_factor_of_a_measured_step(name, policy, jit):

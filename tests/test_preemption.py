@@ -26,7 +26,7 @@ from tfxl.train.train_log import read_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 8    # streams per split (the global batch)
-STEPS = 120    # steps of every run here
+STEPS = 60     # steps of every run here
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
 STOPPED = re.compile(r"^stopped by (SIGTERM|SIGINT)(?: to (worker \d))? at step (\d+): checkpoint "
                      r"saved in (\S+); run the same command to resume$")
@@ -43,7 +43,7 @@ def cli_flags(data_dir, model_dir, dropout=0.1, steps=STEPS, steps_per_loop=2, s
             "--n_head=2", "--d_head=8", "--d_inner=32", f"--dropout={dropout}", f"--tgt_len={T}",
             f"--mem_len={T}", f"--train_batch_size={STREAMS}", f"--train_steps={steps}",
             f"--steps_per_loop={steps_per_loop}", f"--save_every={save_every}",
-            "--learning_rate=0.003", "--train_log_seconds=0", "--lease_settle=0.1"]
+            "--learning_rate=0.003", "--train_log_seconds=0", "--lease_settle=0"]
 
 
 STARTED = []  # every process a test starts; one still running when the test ends is killed
@@ -86,15 +86,16 @@ def logged_steps(model_dir):
     return len(read_train_log(str(model_dir)))
 
 
-def signal_at_a_random_moment(proc, model_dir, signum, rng):
-    """Sends `signum` to `proc` a random time (up to 1 s) after its first step is logged, or as
-    soon as half the steps are: a random moment inside the run, whatever the machine's speed."""
+def signal_at_a_random_moment(proc, model_dir, signum, rng, after=0):
+    """Sends `signum` to `proc` a random time (up to 1 s) after it logs its first step (past
+    step `after`, where it resumed), or as soon as it is halfway from there: a random moment
+    inside the run, whatever the machine's speed."""
     deadline = time.time() + 300
-    while logged_steps(model_dir) == 0 and proc.poll() is None and time.time() < deadline:
+    while logged_steps(model_dir) <= after and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    assert logged_steps(model_dir) > 0, "no step was logged"
+    assert logged_steps(model_dir) > after, "no step was logged"
     until = time.time() + rng.uniform(0.0, 1.0)
-    while time.time() < until and logged_steps(model_dir) < STEPS // 2:
+    while time.time() < until and logged_steps(model_dir) < (after + STEPS) // 2:
         time.sleep(0.005)
     proc.send_signal(signum)
 
@@ -134,15 +135,9 @@ def reference(data_dir, tmp_path_factory):
 
 # -- one device ----------------------------------------------------------------------------------
 
-@pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_saves_at_the_end_of_the_host_loop_and_the_rerun_resumes_exactly(
-        data_dir, tmp_path, reference, signum):
-    rng = np.random.default_rng(1600 + signum)  # a random moment, the same one every run
-    model_dir = tmp_path / "m"
-    proc = start(cli_flags(data_dir, model_dir))
-    signal_at_a_random_moment(proc, model_dir, signum, rng)
-    code, out, err = finish(proc)
+def assert_stopped_at_a_host_loop_end(model_dir, signum, code, out, err):
+    """The run stopped by `signum` saved at the end of a host loop and said so; returns the
+    step."""
     assert code == 128 + signum, (code, err[-3000:])  # 143 SIGTERM, 130 SIGINT
     name, worker, step, checkpoint = the_stop_line(out, err)
     assert (name, worker) == (signal.Signals(signum).name, None)
@@ -151,13 +146,33 @@ def test_a_signal_saves_at_the_end_of_the_host_loop_and_the_rerun_resumes_exactl
     assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")) == checkpoint
     assert max(logged_losses(model_dir)) == step  # the log ends where the checkpoint is
     assert not (model_dir / "metrics.json").exists()  # the run did not finish
+    return step
+
+
+@pytest.mark.subprocess
+def test_a_signal_saves_at_the_end_of_the_host_loop_and_the_rerun_resumes_exactly(
+        data_dir, tmp_path, reference):
+    """SIGTERM stops the first run, SIGINT the rerun (a resumed run stops like a fresh one), and
+    the third run finishes: every step's loss is the uninterrupted run's."""
+    rng = np.random.default_rng(1615)  # random moments, the same ones every run
+    model_dir = tmp_path / "m"
+    checkpoint, resumed_at = None, 0
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        proc = start(cli_flags(data_dir, model_dir))
+        signal_at_a_random_moment(proc, model_dir, signum, rng, after=resumed_at)
+        code, out, err = finish(proc)
+        if checkpoint:
+            assert f"resumed from {checkpoint} at step {resumed_at}" in err, err[-3000:]
+        step = assert_stopped_at_a_host_loop_end(model_dir, signum, code, out, err)
+        assert step > resumed_at, (signal.Signals(signum).name, step, resumed_at)
+        checkpoint, resumed_at = str(model_dir / "checkpoints" / f"ckpt-{step}"), step
 
     code, out, err = run_cli(cli_flags(data_dir, model_dir))
     assert code == 0, err[-3000:]
-    assert f"resumed from {checkpoint} at step {step}" in err
+    assert f"resumed from {checkpoint} at step {resumed_at}" in err
     assert out.strip().splitlines()[-1].startswith(f"done: step {STEPS}")
-    assert json.loads((model_dir / "metrics.json").read_text())["start_step"] == step
-    assert_resumes_exactly(model_dir, reference(0.1), step)  # dropout on: RNG state restored
+    assert json.loads((model_dir / "metrics.json").read_text())["start_step"] == resumed_at
+    assert_resumes_exactly(model_dir, reference(0.1), resumed_at)  # dropout: RNG restored
 
 
 IN_THE_HOST_LOOP = """
@@ -179,7 +194,7 @@ run()
 """
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_second_ctrl_c_aborts_in_the_middle_of_a_host_loop(data_dir, tmp_path):
     """Python runs a signal handler only once the main thread is back in Python, i.e. after the
     host loop: the abort must not wait for it (here, one host loop of a million steps)."""
@@ -223,7 +238,7 @@ def start_workers(flags):
         for index in range(2)]
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_and_both_resume_exactly(
         data_dir, tmp_path, reference):
     """MultiWorkerMirroredStrategy, two local processes: SIGTERM to worker 1 only; both save the

@@ -12,12 +12,14 @@ import sys
 import threading
 import time
 import urllib.parse
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import factories
+from factories import assert_one_error_line, run_tool
 from tfxl.model_dir import ModelDir, check_or_store_config
 from tfxl.train.lease import Lease, LeaseHeld, LeaseLost, LeaseParams
 from tfxl.train.loop import Runner, TrainingDiverged
@@ -28,7 +30,6 @@ from tfxl.train.train_log import TrainLog, read_train_log, resume_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 4    # streams per split
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 FAST = LeaseParams(settle=0.05)  # in-process runs: nothing else starts on their model_dirs
 
 
@@ -37,15 +38,8 @@ def data_dir(tmp_path_factory):
     return factories.random_bytes_data(tmp_path_factory.mktemp("runs"), T, STREAMS)
 
 
-def tiny_config(data_dir):
-    with open(os.path.join(data_dir, "manifest.json")) as f:
-        vocab_size = json.load(f)["vocab_size"]
-    return factories.tiny_config(vocab_size=vocab_size, n_layer=1, d_head=8, d_inner=32,
-                                 dropout=0.1, tgt_len=T, mem_len=T, init_std=0.02)
-
-
 def runner(data_dir, model_dir, steps, lease=FAST, allow_run_changes=False, **opt):
-    config = tiny_config(data_dir)
+    config = factories.data_config(data_dir, tgt_len=T)
     check_or_store_config(str(model_dir), config, store=False)  # what tfxl-train does
     opt = OptimizerParams(**{**dict(learning_rate=3e-3, train_steps=steps, min_lr_ratio=1.0),
                              **opt})
@@ -75,11 +69,6 @@ def files_of(model_dir):
     return {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
 
 
-def run_cli(module, *args):
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                          env=ENV, timeout=300)
-
-
 def cli_flags(data_dir, model_dir, steps, *extra):
     return [f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--n_layer=1", "--d_model=16",
             "--n_head=2", "--d_head=8", "--d_inner=32", "--dropout=0.1", f"--tgt_len={T}",
@@ -88,21 +77,28 @@ def cli_flags(data_dir, model_dir, steps, *extra):
             "--lease_settle=0.1", *extra]
 
 
-def assert_one_error_line(result, *needles):
-    assert result.returncode == 2, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    for needle in needles:
-        assert needle in errors[0], errors[0]
-    return errors[0]
-
-
 @pytest.fixture(scope="module")
 def straight(data_dir, tmp_path_factory):
     """The losses of an uninterrupted 30-step run (the reference of every resumed one)."""
     model_dir = tmp_path_factory.mktemp("straight") / "m"
     train(data_dir, model_dir, 30)
     return logged(model_dir)
+
+
+@pytest.fixture(scope="module")
+def trained_to_20(data_dir, tmp_path_factory):
+    """A model_dir trained to step 20 (checkpoints 10 and 20): the start of every test that
+    resumes one; each takes a copy (`trained_copy`)."""
+    model_dir = tmp_path_factory.mktemp("trained_to_20") / "m"
+    train(data_dir, model_dir, 20)
+    return model_dir
+
+
+@pytest.fixture
+def trained_copy(trained_to_20, tmp_path):
+    """This test's own copy of `trained_to_20`, as `train(data_dir, tmp_path / "m", 20)` would
+    leave it (checkpoint paths are relative: the copy resumes from its own)."""
+    return Path(shutil.copytree(trained_to_20, tmp_path / "m"))
 
 
 def assert_continues_exactly(model_dir, straight, steps=30):
@@ -190,10 +186,9 @@ def test_the_log_is_written_in_parts_each_once_by_time_and_before_every_save(tmp
     assert parts()[-2:] == ["0000000019-0000000021.jsonl", "0000000022-0000000024.jsonl"]
 
 
-def test_a_resumed_run_writes_only_its_new_lines_and_never_appends(data_dir, tmp_path,
+def test_a_resumed_run_writes_only_its_new_lines_and_never_appends(data_dir, trained_copy,
                                                                     monkeypatch):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 20)
+    model_dir = trained_copy
     opened = []
     gfile = tf.io.gfile.GFile
 
@@ -210,18 +205,18 @@ def test_a_resumed_run_writes_only_its_new_lines_and_never_appends(data_dir, tmp
     assert sorted(logged(model_dir)) == list(range(1, 31)) and lines_on_storage(model_dir) == 30
 
 
-def test_all_checkpoints_moved_away_the_log_starts_again(data_dir, tmp_path, straight):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 20)
+def test_all_checkpoints_moved_away_the_log_starts_again(data_dir, tmp_path, straight,
+                                                          trained_copy):
+    model_dir = trained_copy
     shutil.move(model_dir / "checkpoints", tmp_path / "moved")
     messages = train(data_dir, model_dir, 30)
     assert any("dropped steps 1..20" in m and "starts again at step 1" in m for m in messages)
     assert_continues_exactly(model_dir, straight)
 
 
-def test_an_old_single_file_log_with_a_partial_last_line_resumes(data_dir, tmp_path, straight):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 20)
+def test_an_old_single_file_log_with_a_partial_last_line_resumes(data_dir, straight,
+                                                                 trained_copy):
+    model_dir = trained_copy
     records = read_train_log(str(model_dir))  # as an earlier version left it: one file, killed
     shutil.rmtree(model_dir / "train_log")    # in the middle of appending a line
     (model_dir / "train_log.jsonl").write_text(
@@ -235,12 +230,12 @@ def test_an_old_single_file_log_with_a_partial_last_line_resumes(data_dir, tmp_p
 @pytest.fixture(scope="module")
 def straight_cli(data_dir, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("straight_cli") / "m"
-    result = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
+    result = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
     assert result.returncode == 0, result.stderr[-2000:]
     return logged(model_dir)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize("checkpoint", ["ckpt-10", "ckpt-20"])
 def test_kill_9_between_the_log_and_its_checkpoint_logs_each_step_once(data_dir, tmp_path,
                                                                       straight_cli, checkpoint):
@@ -251,7 +246,7 @@ def test_kill_9_between_the_log_and_its_checkpoint_logs_each_step_once(data_dir,
                              "tensorflow.python.ops.gen_io_ops",
                              "merge_v2_checkpoints", checkpoint, str(marker),
                              *cli_flags(data_dir, model_dir, 30)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     while not marker.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
@@ -260,7 +255,7 @@ def test_kill_9_between_the_log_and_its_checkpoint_logs_each_step_once(data_dir,
     proc.wait()
     saved = int(checkpoint.split("-")[1])
     assert sorted(logged(model_dir)) == list(range(1, saved + 1))  # logged before the save
-    resumed = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
+    resumed = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"dropped steps {saved - 9}..{saved}" in resumed.stderr
     assert_continues_exactly(model_dir, straight_cli)
@@ -275,6 +270,7 @@ def write_lease(model_dir, **fields):
     (model_dir / "lease.json").write_text(json.dumps(lease))
 
 
+@pytest.mark.subprocess  # a process that is gone, for its pid
 def test_a_live_lease_refuses_and_a_stale_one_is_taken_over(tmp_path):
     model_dir = tmp_path / "m"
     first = Lease(str(model_dir), FAST).acquire()
@@ -379,25 +375,25 @@ def test_the_lease_is_held_while_training_and_released_when_it_fails(data_dir, t
     assert not (model_dir / "lease.json").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_second_tfxl_train_is_refused_and_a_dead_ones_lease_taken_over(data_dir, tmp_path):
     model_dir = tmp_path / "m"
     first = subprocess.Popen([sys.executable, "-m", "tfxl.train.main",
                               *cli_flags(data_dir, model_dir, 10 ** 6, "--save_every=0")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 240
         while not (model_dir / "lease.json").exists() and time.time() < deadline:
             time.sleep(0.1)
         assert first.poll() is None, "the first trainer stopped"
-        second = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 10))
+        second = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 10))
         assert_one_error_line(second, "in use by another trainer", f"pid {first.pid}",
                               "--take_over")
         assert first.poll() is None  # the first trains on
     finally:
         first.kill()  # kill -9: its lease stays behind, its process is gone
         first.wait()
-    third = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 10))
+    third = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 10))
     assert third.returncode == 0, third.stderr[-2000:]
     assert f"taking over the lease of {model_dir}" in third.stderr
     assert f"its process {first.pid} on this host is gone" in third.stderr
@@ -409,10 +405,9 @@ def test_a_second_tfxl_train_is_refused_and_a_dead_ones_lease_taken_over(data_di
 
 @pytest.mark.parametrize("damage", [b"", b"model_checkpoint_path: {{{ garbage",
                                     b"\xff\xfe\x00\x81"], ids=["empty", "garbage", "not_utf8"])
-def test_a_damaged_checkpoint_state_file_never_blocks_resuming(data_dir, tmp_path, straight,
+def test_a_damaged_checkpoint_state_file_never_blocks_resuming(data_dir, straight, trained_copy,
                                                                damage):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 20)
+    model_dir = trained_copy
     state = model_dir / "checkpoints" / "checkpoint"
     state.write_bytes(damage)
     messages = train(data_dir, model_dir, 30)
@@ -448,7 +443,7 @@ def test_a_corrupt_train_shard_is_refused_before_anything_is_written(data_dir, t
     assert files_of(trained) == before
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_manifest_with_a_bad_field_type_is_refused_before_anything_is_written(data_dir,
                                                                                 tmp_path):
     data = tmp_path / "data"
@@ -456,7 +451,7 @@ def test_a_manifest_with_a_bad_field_type_is_refused_before_anything_is_written(
     manifest = json.loads((data / "manifest.json").read_text())
     manifest["pad_id"] = str(manifest["pad_id"])
     (data / "manifest.json").write_text(json.dumps(manifest))
-    assert_one_error_line(run_cli("tfxl.train.main", *cli_flags(str(data), tmp_path / "m", 10)),
+    assert_one_error_line(run_tool("tfxl.train.main", *cli_flags(str(data), tmp_path / "m", 10)),
                           "'pad_id' must be an integer", "re-run tfxl-prepare")
     assert not (tmp_path / "m").exists()
 
@@ -527,16 +522,16 @@ def test_the_recorded_settings_and_a_run_without_a_checkpoint(tmp_path, mirrored
     assert fresh.schedule_steps == 200 and "replace the recorded ones" in fresh.messages[0]
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_tfxl_train_refuses_a_changed_setting_in_one_line(data_dir, tmp_path):
     model_dir = tmp_path / "m"
-    assert run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 10)).returncode == 0
+    assert run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 10)).returncode == 0
     before = files_of(model_dir)
-    assert_one_error_line(run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 20,
+    assert_one_error_line(run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 20,
                                                                 "--clip=0.5")),
                           "clip: run.json has 0.25, this run 0.5", "--allow_run_changes")
     assert files_of(model_dir) == before
-    allowed = run_cli("tfxl.train.main", *cli_flags(data_dir, model_dir, 20, "--clip=0.5",
+    allowed = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 20, "--clip=0.5",
                                                     "--allow_run_changes"))
     assert allowed.returncode == 0, allowed.stderr[-2000:]
     assert sorted(logged(model_dir)) == list(range(1, 21))
@@ -551,7 +546,7 @@ print(json.dumps(read_train_log(sys.argv[1])))
 """
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_on_a_bucket_the_log_lease_and_record_work_without_append_or_rename(gcs, data_dir,
                                                                             tmp_path,
                                                                             straight_cli):

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from factories import tiny_lm
+from factories import run_tool as run_cli, tiny_lm
 from tfxl import StatefulTransfoXLLM
 from tfxl.data.tokenizers import BytesTokenizer
 from tfxl.layers.relative_position import RelativePositionEncoding
@@ -137,13 +137,13 @@ def assert_client_matches(model, out, inputs):
     assert out["decoded_text"] == "naïve".encode()
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_tensorflow_only_client_matches_the_python_model(model, exported, tmp_path):
     inputs = client_inputs(tmp_path)
     assert_client_matches(model, run_client(exported, tmp_path), inputs)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_model_export_runs_every_signature_without_tfxl(model, tmp_path):
     """keras.Model.export's entry point writes tfxl-export's signatures (the inherited one fails
     on the (log-probs, memory dict) output of `call`)."""
@@ -224,7 +224,7 @@ def test_score_document_projects_positions_once_per_document(model, monkeypatch)
     assert len(calls) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_saved_model_cli_lists_every_signature(exported):
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
     shown = subprocess.run([cli, "show", "--dir", exported, "--all"], capture_output=True,
@@ -470,12 +470,7 @@ def test_sampling_filters_and_seeds():
     np.testing.assert_array_equal(everything, again)
 
 
-def run_cli(module, *args):
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                          timeout=300)
-
-
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_export_and_generate_command_lines(model, tmp_path):
     from tfxl.data.prepare import PrepareConfig, prepare
     text = tmp_path / "corpus.txt"
@@ -535,7 +530,7 @@ def test_export_and_generate_command_lines(model, tmp_path):
     assert bad.returncode == 2 and "top_p must be in (0, 1]" in bad.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_generate_names_a_prompt_or_seed_it_cannot_use(tmp_path):
     """Refused before any model is loaded: a --prompt of bytes that are not UTF-8 (Python sees
     surrogate escapes, which no encoder takes) and a --seed outside int32 (the signatures' type)."""
@@ -695,7 +690,7 @@ export_lib.export_saved_model(tiny_lm(), output_dir)
 """
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_export_killed_before_publishing_leaves_no_version(model, tmp_path):
     """kill -9 of an export leaves only its ".tmp-export-1-..." directory, which neither TF
     Serving (integer names only) nor the next export (then version 1, not 2) takes for a version."""

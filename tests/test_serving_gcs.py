@@ -18,24 +18,20 @@ from factories import tiny_lm
 from tfxl.data.prepare import PrepareConfig, prepare
 
 ROOT = "serve"
-# A model_dir in the bucket: config.json and a checkpoint of the .keras model there.
-MAKE_MODEL_DIR = """
+# In one process (one TensorFlow start): a model_dir in the bucket (config.json and a checkpoint
+# of the .keras model there), and a keras-hub preset saved to the bucket and loaded back; prints
+# whether the preset's outputs agree.
+MAKE_MODEL_DIR_AND_PRESET = """
 import json, sys
-import keras, tensorflow as tf
+import keras, numpy as np, tensorflow as tf
 import tfxl.models  # registers tfxl's models with Keras
-keras_file, run = sys.argv[1:]
+from tfxl.data.tokenizers import BytesTokenizer
+from tfxl.hub import TransfoXLCausalLM, causal_lm_from_model, causal_lm_from_model_dir
+keras_file, run, preset = sys.argv[1:]
 model = keras.saving.load_model(keras_file)
 with tf.io.gfile.GFile(run + "/config.json", "w") as f:
     f.write(json.dumps(model.config.to_dict()))
 tf.train.CheckpointManager(tf.train.Checkpoint(model=model), run + "/checkpoints", 1).save()
-"""
-# A keras-hub preset saved to the bucket and loaded back; prints whether the outputs agree.
-HUB_ROUND_TRIP = """
-import sys
-import numpy as np
-from tfxl.data.tokenizers import BytesTokenizer
-from tfxl.hub import TransfoXLCausalLM, causal_lm_from_model, causal_lm_from_model_dir
-keras_file, preset = sys.argv[1:]
 lm = causal_lm_from_model_dir(keras_file)
 causal_lm = causal_lm_from_model(lm.backbone.language_model, BytesTokenizer(), sequence_length=8)
 causal_lm.save_to_preset(preset)
@@ -55,7 +51,7 @@ def run_ok(gcs, argv, cwd, **kwargs):
     return done
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_export_generate_eval_and_presets_on_gcs(gcs, tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -86,8 +82,14 @@ def test_export_generate_eval_and_presets_on_gcs(gcs, tmp_path):
     assert f"{ROOT}/exports/1/assets.extra/tfxl_data.json" in names
     assert not [name for name in names if ".tmp-" in name]  # staged locally, never uploaded
 
-    # A model_dir in the bucket exports as the next version.
-    run_ok(gcs, [sys.executable, "-c", MAKE_MODEL_DIR, f"{url}/lm.keras", f"{url}/run"], cwd)
+    # A model_dir in the bucket exports as the next version. keras-hub: a preset saved to the
+    # bucket (config.json among its objects) loads back.
+    done = run_ok(gcs, [sys.executable, "-c", MAKE_MODEL_DIR_AND_PRESET, f"{url}/lm.keras",
+                        f"{url}/run", f"{url}/preset"], cwd,
+                  env={"KERAS_HOME": str(tmp_path / "keras_home")})
+    assert done.stdout.strip().splitlines()[-1] == "True"
+    assert {f"{ROOT}/preset/config.json", f"{ROOT}/preset/model.weights.h5",
+            f"{ROOT}/preset/tokenizer.json"} <= set(gcs.list(f"{ROOT}/preset/"))
     done = run_ok(gcs, [*tool("tfxl.serving.export_main"), f"--model={url}/run",
                         f"--output_dir={url}/exports"], cwd)
     assert done.stdout.strip() == f"{url}/exports/2"
@@ -110,16 +112,10 @@ def test_export_generate_eval_and_presets_on_gcs(gcs, tmp_path):
                  f"--output={url}/eval.json", "--max_eval_batches=2"], cwd)
     assert json.loads(gcs.read(f"{ROOT}/eval.json"))["tokens"] > 0
 
-    # keras-hub: a preset saved to the bucket (config.json among its objects) loads back.
-    done = run_ok(gcs, [sys.executable, "-c", HUB_ROUND_TRIP, f"{url}/lm.keras",
-                        f"{url}/preset"], cwd, env={"KERAS_HOME": str(tmp_path / "keras_home")})
-    assert done.stdout.strip().splitlines()[-1] == "True"
-    assert {f"{ROOT}/preset/config.json", f"{ROOT}/preset/model.weights.h5",
-            f"{ROOT}/preset/tokenizer.json"} <= set(gcs.list(f"{ROOT}/preset/"))
     assert sorted(p.name for p in cwd.iterdir()) == []  # no local "gs:" folder anywhere
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_convert_on_gcs(gcs, tmp_path):
     """tfxl-convert: an .npz state dict and a --config in the bucket to a .keras file and its
     config there, the same model as converted locally."""

@@ -2,10 +2,8 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import keras
 import numpy as np
@@ -13,9 +11,10 @@ import pytest
 import tensorflow as tf
 
 import factories
+from factories import run_tool
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.train.loop import Runner, TrainingDiverged
-from tfxl.model_dir import ModelDir, check_or_store_config
+from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train.train_log import read_train_log
 
@@ -49,24 +48,21 @@ def copy_data(tmp_path_factory):
     return str(out)
 
 
-def tiny_config(vocab_size, **kw):
-    return factories.tiny_config(**{**dict(vocab_size=vocab_size, d_model=32, d_head=16,
-                                            d_inner=64, tgt_len=T, mem_len=T, init_std=0.05),
-                                     **kw})
+# The copy task's model (its thresholds were set with it): wider than factories.data_config's.
+COPY_TASK_MODEL = dict(n_layer=2, d_model=32, d_head=16, d_inner=64, dropout=0.0, init_std=0.05)
 
 
-def vocab(data_dir):
-    with open(os.path.join(data_dir, "manifest.json")) as f:
-        return json.load(f)["vocab_size"]
+def copy_task_config(data_dir, **overrides):
+    return factories.data_config(data_dir, tgt_len=T, **{**COPY_TASK_MODEL, **overrides})
 
 
 def train_losses(data_dir, model_dir, strategy=None, steps=20, batch=STREAMS,
                  jit_compile=False, lr=3e-3, **config):
     strategy = strategy or tf.distribute.get_strategy()
-    cfg = tiny_config(vocab(data_dir), **config)
+    cfg = copy_task_config(data_dir, **config)
     runner = Runner(cfg, strategy, data_dir, str(model_dir), batch,
                     OptimizerParams(learning_rate=lr, train_steps=steps, min_lr_ratio=1.0),
-                    jit_compile=jit_compile, steps_per_loop=10)
+                    jit_compile=jit_compile, steps_per_loop=10, lease=factories.fast_lease())
     metrics = runner.train(save_every=steps)
     return np.array([r["loss"] for r in read_train_log(str(model_dir))]), runner, metrics
 
@@ -100,10 +96,10 @@ def test_resume_under_mirrored_continues_step_for_step(copy_data, tmp_path, mirr
     """Two replicas on one host: the resumed input position counts both replicas' batches."""
     def run(model_dir, steps):
         strategy = mirrored
-        cfg = tiny_config(vocab(copy_data), n_layer=1, dropout=0.1)
+        cfg = copy_task_config(copy_data, n_layer=1, dropout=0.1)
         runner = Runner(cfg, strategy, copy_data, str(model_dir), STREAMS,
                         OptimizerParams(learning_rate=3e-3, train_steps=steps, min_lr_ratio=1.0),
-                        steps_per_loop=3)
+                        steps_per_loop=3, lease=factories.fast_lease())
         runner.train(save_every=6)
         return logged_losses(model_dir)
 
@@ -147,58 +143,25 @@ def test_checkpoint_keys_of_the_dropout_seeds_are_those_earlier_checkpoints_have
             reader.get_tensor(f"rng/seed_{i}/.ATTRIBUTES/VARIABLE_VALUE"), state.numpy())
 
 
-def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "tfxl.train.main", *args], capture_output=True,
-                          text=True, env={**os.environ, **(env or {})}, timeout=300)
-
-
 def common_flags(data_dir, model_dir, steps):
     return [f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--n_layer=1",
             "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=64", "--dropout=0.1",
             f"--tgt_len={T}", f"--mem_len={T}", f"--train_batch_size={STREAMS}",
             f"--train_steps={steps}", "--steps_per_loop=1", "--save_every=25",
-            "--learning_rate=0.003"]
+            "--learning_rate=0.003", "--lease_settle=0"]  # no other trainer: no settle
 
 
 def logged_losses(model_dir):
     return {r["step"]: r["loss"] for r in read_train_log(str(model_dir))}
 
 
-@pytest.mark.slow
-def test_kill_9_and_resume_continues_step_for_step(copy_data, tmp_path):
-    steps = 150
-    reference = tmp_path / "reference"
-    assert cli(*common_flags(copy_data, reference, steps)).returncode == 0
-    killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "tfxl.train.main",
-                             *common_flags(copy_data, killed, steps)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    index = killed / "checkpoints" / "ckpt-25.index"
-    deadline = time.time() + 240
-    while not index.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    done = logged_losses(killed)
-    assert max(done) < steps, "the run finished before it could be killed"
-    resumed = cli(*common_flags(copy_data, killed, steps))
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    want, got = logged_losses(reference), logged_losses(killed)
-    assert sorted(got) == list(range(1, steps + 1))
-    lines = sum(len(open(path).readlines()) for _, _, path in  # steps redone: logged once
-                ModelDir(str(killed)).train_log_part_list())
-    assert lines == steps
-    for step in range(1, steps + 1):  # dropout on: the RNG state is checkpointed too
-        assert got[step] == pytest.approx(want[step], abs=1e-5), step
-
-
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_nan_loss_stops_with_the_step_and_keeps_the_checkpoint(copy_data, tmp_path):
     model_dir = tmp_path / "nan"
     flags = common_flags(copy_data, model_dir, 200)
     flags[-1] = "--learning_rate=1e30"
     flags += ["--clip=1e30", "--save_every=1"]
-    result = cli(*flags)
+    result = run_tool("tfxl.train.main", *flags)
     assert result.returncode == 3, result.stderr[-2000:]
     assert "non-finite loss" in result.stderr and "at step" in result.stderr
     failed_step = int(result.stderr.split("at step ")[1].split(";")[0])
@@ -217,28 +180,29 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_checkpoint(copy_data, tmp_pa
     (["--train_batch_size=3"], "batch"),
     (["--strategy=tpu"], "--tpu"),
 ])
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_bad_flags_fail_with_a_clear_message(copy_data, tmp_path, extra, needle):
-    result = cli(*common_flags(copy_data, tmp_path / "bad", 5), *extra)
+    result = run_tool("tfxl.train.main", *common_flags(copy_data, tmp_path / "bad", 5), *extra)
     assert result.returncode != 0
     assert needle in result.stderr
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_resuming_with_another_model_is_refused(copy_data, tmp_path):
     model_dir = tmp_path / "m"
-    check_or_store_config(str(model_dir), tiny_config(vocab(copy_data)))
+    check_or_store_config(str(model_dir), copy_task_config(copy_data))
     with pytest.raises(ValueError, match=r"d_model: model_dir has 32, flags give 48"):
-        check_or_store_config(str(model_dir), tiny_config(vocab(copy_data), d_model=48))
-    result = cli(*common_flags(copy_data, model_dir, 5), "--d_model=48")
+        check_or_store_config(str(model_dir), copy_task_config(copy_data, d_model=48))
+    result = run_tool("tfxl.train.main", *common_flags(copy_data, model_dir, 5), "--d_model=48")
     assert result.returncode == 2 and "d_model" in result.stderr
 
 
 def test_diverged_error_type(copy_data, tmp_path):
-    cfg = tiny_config(vocab(copy_data))
+    cfg = copy_task_config(copy_data)
     runner = Runner(cfg, tf.distribute.get_strategy(), copy_data, str(tmp_path), STREAMS,
-                    OptimizerParams(learning_rate=1e30, clip=1e30, train_steps=50))
+                    OptimizerParams(learning_rate=1e30, clip=1e30, train_steps=50),
+                    lease=factories.fast_lease())
     with pytest.raises(TrainingDiverged, match="at step"):
         runner.train()
 
@@ -254,13 +218,13 @@ def free_ports(n):
     return ports
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_multi_worker_mirrored_two_local_workers_equal_one_device(copy_data, tmp_path):
     steps = 6
     flags = [f for f in common_flags(copy_data, tmp_path / "single", steps)
              if not f.startswith("--dropout")] + ["--dropout=0.0", "--steps_per_loop=3",
                                                   "--eval_every=6", "--max_eval_batches=5"]
-    single = cli(*flags)
+    single = run_tool("tfxl.train.main", *flags)
     assert single.returncode == 0, single.stderr[-2000:]
     workers = [f"127.0.0.1:{p}" for p in free_ports(2)]
     model_dir = tmp_path / "multi"
@@ -291,10 +255,10 @@ def test_multi_worker_mirrored_two_local_workers_equal_one_device(copy_data, tmp
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision_training_runs_and_learns(copy_data, tmp_path, policy):
-    cfg = tiny_config(vocab(copy_data), n_layer=1)
+    cfg = copy_task_config(copy_data, n_layer=1)
     runner = Runner(cfg, tf.distribute.get_strategy(), copy_data, str(tmp_path), STREAMS,
                     OptimizerParams(learning_rate=3e-3, train_steps=30, min_lr_ratio=1.0),
-                    mixed_precision=policy, steps_per_loop=10)
+                    mixed_precision=policy, steps_per_loop=10, lease=factories.fast_lease())
     runner.train(save_every=30)
     losses = [r["loss"] for r in read_train_log(str(tmp_path))]
     assert np.isfinite(losses).all()
@@ -304,10 +268,10 @@ def test_mixed_precision_training_runs_and_learns(copy_data, tmp_path, policy):
     assert np.isfinite(runner.evaluate("valid", max_batches=3)["loss"])
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_tfxl_eval_counts_every_token_with_its_own_settings(copy_data, tmp_path):
     model_dir = tmp_path / "m"
-    assert cli(*common_flags(copy_data, model_dir, 10)).returncode == 0
+    assert run_tool("tfxl.train.main", *common_flags(copy_data, model_dir, 10)).returncode == 0
     with open(os.path.join(copy_data, "manifest.json")) as f:
         tokens = json.load(f)["splits"]["valid"]["tokens"]
     results = {}
@@ -329,7 +293,7 @@ def test_tfxl_eval_counts_every_token_with_its_own_settings(copy_data, tmp_path)
     assert bad.returncode == 2 and "config.json" in bad.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_bad_files_and_values_fail_with_a_message(copy_data, tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
@@ -358,17 +322,17 @@ def test_bad_files_and_values_fail_with_a_message(copy_data, tmp_path):
     assert a_file.read_text() == "x"  # nothing overwritten
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_resuming_on_data_with_another_vocabulary_is_refused(copy_data, tmp_path):
     import shutil
     model_dir = tmp_path / "m"
-    assert cli(*common_flags(copy_data, model_dir, 2)).returncode == 0
+    assert run_tool("tfxl.train.main", *common_flags(copy_data, model_dir, 2)).returncode == 0
     other = tmp_path / "other"
     shutil.copytree(copy_data, other)
     manifest = json.loads((other / "manifest.json").read_text())
     manifest["vocab_sha256"] = "0" * 64
     (other / "manifest.json").write_text(json.dumps(manifest))
-    result = cli(*common_flags(str(other), model_dir, 4))
+    result = run_tool("tfxl.train.main", *common_flags(str(other), model_dir, 4))
     assert result.returncode == 2 and "another vocabulary" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -382,7 +346,7 @@ def collective_elements(graph):
 
 
 def test_the_gradients_cross_the_replicas_once_per_step(copy_data, tmp_path, mirrored):
-    cfg = tiny_config(vocab(copy_data), n_layer=1)
+    cfg = copy_task_config(copy_data, n_layer=1)
     runner = Runner(cfg, mirrored, copy_data, str(tmp_path), STREAMS,
                     OptimizerParams(learning_rate=3e-3, train_steps=5))
     trainer = runner.trainer
@@ -409,7 +373,7 @@ def spy_on_shapes(function, seen):
 def test_every_tensor_that_reaches_a_step_has_a_static_shape(copy_data, tmp_path, mirrored,
                                                              strategy_name):
     strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
-    runner = Runner(tiny_config(vocab(copy_data), n_layer=1), strategy, copy_data,
+    runner = Runner(copy_task_config(copy_data, n_layer=1), strategy, copy_data,
                     str(tmp_path), STREAMS, OptimizerParams(train_steps=2), steps_per_loop=2)
     seen = []
     trainer, evaluator = runner.trainer, runner.evaluator
@@ -432,7 +396,7 @@ def test_train_and_eval_steps_compile_as_one_xla_computation(copy_data, tmp_path
     identity), with the results of the step run op by op."""
     def runner_and_features(name):
         keras.utils.set_random_seed(0)
-        runner = Runner(tiny_config(vocab(copy_data), dropout=0.1), tf.distribute.get_strategy(),
+        runner = Runner(copy_task_config(copy_data, dropout=0.1), tf.distribute.get_strategy(),
                         copy_data, str(tmp_path / name), STREAMS,
                         OptimizerParams(learning_rate=3e-3, train_steps=5))
         return runner, next(iter(runner.data.dataset("train", STREAMS, True)))
@@ -499,7 +463,9 @@ def test_keras_tensorboard_callback_works_with_stateful_fit(tmp_path):
     x = rng.integers(0, 16, (4 * 6, T)).astype(np.int32)
     y = rng.integers(0, 16, (4 * 6, T)).astype(np.int32)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(4, drop_remainder=True)
-    model = StatefulTransfoXLLM(tiny_config(16, n_layer=1), batch_size=4)
+    config = factories.tiny_config(**{**COPY_TASK_MODEL, "n_layer": 1}, vocab_size=16,
+                                   tgt_len=T, mem_len=T)
+    model = StatefulTransfoXLLM(config, batch_size=4)
     model.compile(keras.optimizers.Adam(3e-3))
     history = model.fit(data, epochs=2, verbose=0, validation_data=data, shuffle=False,
                         callbacks=[keras.callbacks.TensorBoard(str(tmp_path), update_freq=1)])

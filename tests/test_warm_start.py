@@ -4,8 +4,6 @@ fit is listed in one error line and nothing is written."""
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -21,7 +19,6 @@ from tfxl.train.train_log import read_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 4    # streams per split
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 @pytest.fixture(scope="module")
@@ -34,18 +31,12 @@ def manifest(data_dir):
         return json.load(f)
 
 
-def config(data_dir, **changes):
-    return factories.tiny_config(**{**dict(
-        vocab_size=manifest(data_dir)["vocab_size"], n_layer=1, d_head=8, d_inner=32,
-        dropout=0.1, tgt_len=T, mem_len=T, init_std=0.02), **changes})
-
-
 def runner(data_dir, model_dir, steps, **changes):
-    c = config(data_dir, **changes)
+    c = factories.data_config(data_dir, tgt_len=T, **changes)
     check_or_store_config(str(model_dir), c, store=False)  # what tfxl-train does first
     return Runner(c, tf.distribute.get_strategy(), data_dir, str(model_dir), STREAMS,
                   OptimizerParams(learning_rate=3e-3, train_steps=steps, min_lr_ratio=1.0),
-                  steps_per_loop=5)
+                  steps_per_loop=5, lease=factories.fast_lease())
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +52,7 @@ def weights(model):
 
 
 def source_model(data_dir, source, checkpoint=None):
-    model = build_model(config(data_dir), tf.distribute.get_strategy())
+    model = build_model(factories.data_config(data_dir), tf.distribute.get_strategy())
     restore_weights(model, checkpoint, os.path.join(source, "checkpoints"))
     return model
 
@@ -171,7 +162,7 @@ def test_a_model_that_does_not_fit_is_listed_and_nothing_is_written(data_dir, so
 
 
 def test_another_vocabulary_is_named(data_dir, tmp_path):
-    other = factories.TransfoXLLM(config(data_dir, vocab_size=300))
+    other = factories.TransfoXLLM(factories.data_config(data_dir, vocab_size=300))
     other.build((None, T))
     path = str(tmp_path / "other.keras")
     other.save(path)
@@ -186,7 +177,7 @@ def test_another_vocabulary_is_named(data_dir, tmp_path):
 
 
 def test_a_pre_lnorm_source_does_not_fit_a_post_lnorm_model(data_dir, tmp_path):
-    other = factories.TransfoXLLM(config(data_dir, pre_lnorm=True))
+    other = factories.TransfoXLLM(factories.data_config(data_dir, pre_lnorm=True))
     other.build((None, T))
     path = str(tmp_path / "pre.keras")
     other.save(path)
@@ -219,15 +210,15 @@ def cli_flags(data_dir, model_dir, steps=2):
     return [f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--n_layer=1", "--d_model=16",
             "--n_head=2", "--d_head=8", "--d_inner=32", "--dropout=0.1", f"--tgt_len={T}",
             f"--mem_len={T}", f"--train_batch_size={STREAMS}", f"--train_steps={steps}",
-            "--steps_per_loop=2", "--save_every=0", "--learning_rate=0.003"]
+            "--steps_per_loop=2", "--save_every=0", "--learning_rate=0.003",
+            "--lease_settle=0"]  # no other trainer: no settle
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "tfxl.train.main", *args], capture_output=True,
-                          text=True, env=ENV, timeout=300)
+    return factories.run_tool("tfxl.train.main", *args)
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_cli_warm_starts_and_refuses_what_does_not_fit(data_dir, source, tmp_path):
     started = run_cli(*cli_flags(data_dir, tmp_path / "m"), f"--init_checkpoint={source}")
     assert started.returncode == 0, started.stderr[-2000:]
@@ -245,10 +236,8 @@ def test_cli_warm_starts_and_refuses_what_does_not_fit(data_dir, source, tmp_pat
                 [f"--init_checkpoint={source}", "--d_model=32", "--dry_run"],
                 [f"--init_checkpoint={tmp_path / 'missing'}"]):
         refused = run_cli(*cli_flags(data_dir, tmp_path / "n"), *bad)
-        assert refused.returncode == 2, refused.stderr[-2000:]
-        errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
-        assert len(errors) == 1 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
-        assert errors[0].startswith("error: --init_checkpoint=")
+        error = factories.assert_one_error_line(refused, "--init_checkpoint=")
+        assert error.startswith("error: --init_checkpoint="), error
         assert not (tmp_path / "n").exists()
 
 
@@ -258,7 +247,7 @@ def test_warm_start_under_mirrored_gives_every_replica_the_weights(data_dir, sou
     path = str(tmp_path / "source.keras")
     source_model(data_dir, source).save(path)
     for init in (source, path):
-        model = build_model(config(data_dir), mirrored)
+        model = build_model(factories.data_config(data_dir), mirrored)
         warm_start.warm_start(init, model, str(tmp_path / "m"), manifest(data_dir), data_dir,
                               log=lambda *a: None)
         for name, variable in warm_start.model_variables(model).items():

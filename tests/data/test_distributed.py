@@ -7,26 +7,46 @@ global slot g = r*b + j; we check the (stream, position) sequence of every
 slot and reconstruct the original token sequence of the split from it.
 """
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 from data_helpers import run_prepare, sample_text
 from tfxl.data.manifest import load_manifest
-from tfxl.data.pipeline import slot_streams
+from tfxl.data.pipeline import InputParams, input_fn, slot_streams
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
 GLOBAL_BATCH, PER_REPLICA, T, S = 4, 2, 8, 8
-# Every test reads the results of one worker process.
-pytestmark = pytest.mark.slow
+KEYS = ("stream", "position", "reset", "targets", "target_mask")
+
+
+def distributed_batches(strategy, data_dir):
+    """{"<method>/<split>/<replica>/<key>": [steps, PER_REPLICA, ...]} for both methods
+    (experimental_distribute_dataset, distribute_datasets_from_function): 40 training steps and
+    one whole pass over valid."""
+    results = {}
+    for split, training, steps in (("train", True, 40), ("valid", False, None)):
+        params = InputParams(data_dir=data_dir, batch_size=GLOBAL_BATCH, training=training)
+        datasets = {
+            "experimental": strategy.experimental_distribute_dataset(input_fn(split, params)),
+            "from_function": strategy.distribute_datasets_from_function(
+                lambda ctx, p=params, s=split: input_fn(s, p, ctx)),
+        }
+        for method, dist in datasets.items():
+            per_replica = {(r, k): [] for r in range(2) for k in KEYS}
+            for step, batch in enumerate(dist):
+                if steps is not None and step >= steps:
+                    break
+                for k in KEYS:
+                    for r, value in enumerate(strategy.experimental_local_results(batch[k])):
+                        per_replica[(r, k)].append(value.numpy())
+            for (r, k), values in per_replica.items():
+                results[f"{method}/{split}/{r}/{k}"] = np.stack(values)
+    return results
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def results(tmp_path_factory, mirrored):
+    """The batches of both methods under the session's MirroredStrategy over two logical CPUs
+    (tests/conftest.py makes them)."""
     root = tmp_path_factory.mktemp("dist")
     text = sample_text(150, seed=21)
     (root / "train.txt").write_text(text, encoding="utf-8")
@@ -34,15 +54,8 @@ def results(tmp_path_factory):
     data_dir = str(root / "data")
     run_prepare(data_dir, train=[str(root / "train.txt")], valid=[str(root / "valid.txt")],
                 tgt_len=T, num_streams=S)
-    out = str(root / "out.npz")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "distributed_worker.py"),
-                           data_dir, str(GLOBAL_BATCH), out],
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with np.load(out) as arrays:
-        return dict(arrays), load_manifest(data_dir), text
+    assert mirrored.num_replicas_in_sync == 2
+    return distributed_batches(mirrored, data_dir), load_manifest(data_dir), text
 
 
 def slot_rows(arrays, method, split, key):

@@ -46,7 +46,7 @@ def run_ok(gcs, argv, cwd):
     return done
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_prepare_on_gcs_publishes_manifest_last_and_readers_read_it(gcs, tmp_path):
     root = f"data-{tmp_path.name}"
     text = sample_text(300, seed=5)
@@ -82,7 +82,7 @@ def test_prepare_on_gcs_publishes_manifest_last_and_readers_read_it(gcs, tmp_pat
     assert os.listdir(cwd) == []   # no local "gs:" tree
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_prepare_killed_on_gcs_leaves_the_old_data_and_the_next_run_cleans_up(gcs, tmp_path):
     root = f"data-{tmp_path.name}"
     gcs.write(f"{root}/in/small.txt", sample_text(200, seed=1))

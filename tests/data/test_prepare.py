@@ -484,7 +484,7 @@ def _env():
     return env
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_cli_subprocess_error_line_and_unknown_flag(tmp_path):
     cmd = [sys.executable, "-m", "tfxl.data.prepare"]
     bad = subprocess.run(cmd + [f"--train={tmp_path}/missing.txt", f"--output_dir={tmp_path}/o"],
@@ -498,7 +498,7 @@ def test_cli_subprocess_error_line_and_unknown_flag(tmp_path):
     assert unknown.returncode != 0 and "no_such_flag" in unknown.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_kill_during_prepare_leaves_no_manifest(tmp_path):
     src = tmp_path / "big.bin"
     src.write_bytes(np.random.default_rng(0).integers(0, 256, 6_000_000, dtype=np.uint8).tobytes())

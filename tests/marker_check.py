@@ -1,0 +1,110 @@
+"""The markers `subprocess` and `expensive`, kept true as the suite runs (BUILD.md, "Tests").
+
+tests/conftest.py imports these hooks and the fixture; tests/test_markers.py runs them on a
+small suite of its own.
+
+`subprocess`: the test starts another process. A test that starts one without the mark is
+listed at the end of the run.
+`expensive`: the test took over `expensive_seconds` (setup, call and teardown) in a whole
+`make test`. The tests are listed, with their seconds, in the `expensive_list` file (both are
+pytest ini options: setup.cfg), which is read here to mark them. Each run lists the tests over
+the threshold that the file lacks; `--update-expensive` rewrites the file from the run.
+"""
+
+import os
+import subprocess
+
+import pytest
+
+__all__ = ["pytest_addoption", "pytest_configure", "pytest_collection_modifyitems",
+           "_processes_only_where_marked"]
+
+
+def pytest_addoption(parser):
+    parser.addini("expensive_list", "file of the tests marked expensive (one node id a line)",
+                  default="tests/expensive_tests.txt")
+    parser.addini("expensive_seconds", "a test over this many seconds is expensive",
+                  default="5")
+    parser.addoption("--update-expensive", action="store_true",
+                     help="rewrite the expensive_list file from this run's durations (run the "
+                          "whole suite, as `make test` does)")
+
+
+def _list_path(config):
+    return os.path.join(str(config.rootpath), config.getini("expensive_list"))
+
+
+def _threshold(config):
+    return float(config.getini("expensive_seconds"))
+
+
+def pytest_collection_modifyitems(config, items):
+    path = _list_path(config)
+    listed = set()
+    if os.path.exists(path):
+        with open(path) as f:
+            listed = {line.split("#")[0].strip() for line in f} - {""}
+    for item in items:
+        if item.nodeid in listed:
+            item.add_marker(pytest.mark.expensive)
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_where_marked(request, monkeypatch):
+    """Notes every process an unmarked test starts (listed at the end of the run)."""
+    if request.node.get_closest_marker("subprocess"):
+        yield
+        return
+    popen_init = subprocess.Popen.__init__
+
+    def noted(self, args, *rest, **kwargs):
+        request.node.user_properties.append(("unmarked_process", str(args)[:200]))
+        popen_init(self, args, *rest, **kwargs)
+    monkeypatch.setattr(subprocess.Popen, "__init__", noted)
+    yield
+
+
+class _MarkerCheck:
+    """In the process that reports (the xdist controller, or the only one): each test's seconds
+    and the processes that unmarked tests started."""
+
+    def __init__(self, config):
+        self.config = config
+        self.seconds, self.unmarked, self.marked_expensive = {}, {}, set()
+
+    def pytest_runtest_logreport(self, report):
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+        if "expensive" in report.keywords:
+            self.marked_expensive.add(report.nodeid)
+        for name, value in report.user_properties:
+            if name == "unmarked_process":
+                self.unmarked.setdefault(report.nodeid, value)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        write = terminalreporter.write_line
+        if self.unmarked:
+            terminalreporter.section("tests that start a process without the subprocess mark")
+            for nodeid, args in sorted(self.unmarked.items()):
+                write(f"{nodeid}: {args}")
+        threshold, path = _threshold(self.config), _list_path(self.config)
+        over = {n for n, s in self.seconds.items() if s > threshold}
+        if self.config.getoption("update_expensive"):
+            with open(path, "w") as f:
+                f.write(f"# Tests measured over {threshold:g} s (setup + call + teardown) in a "
+                        "whole `make test`; tests/marker_check.py marks them expensive.\n"
+                        "# Rewritten by `make test PYTEST_ARGS=--update-expensive`.\n")
+                for nodeid in sorted(over):
+                    f.write(f"{nodeid}  # {self.seconds[nodeid]:.1f} s\n")
+            write(f"{path}: {len(over)} expensive tests written")
+            return
+        unlisted = sorted(over - self.marked_expensive)
+        if unlisted:
+            terminalreporter.section(f"tests over {threshold:g} s not marked expensive")
+            for nodeid in unlisted:
+                write(f"{nodeid}: {self.seconds[nodeid]:.1f} s")
+            write(f"(measured under this run's load; `make test PYTEST_ARGS=--update-expensive` "
+                  f"rewrites {path})")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_MarkerCheck(config), "tfxl_marker_check")

@@ -1,0 +1,74 @@
+"""The markers are kept true (tests/marker_check.py): a test that starts a process without the
+`subprocess` mark is listed, and so is one over the `expensive` threshold that the list lacks;
+`--update-expensive` writes the list, which then marks it. Run on a small suite of its own."""
+
+import pytest
+
+pytest_plugins = ("pytester",)
+pytestmark = pytest.mark.subprocess  # the small suite's tests start `true`, in this process
+
+SUITE = """
+import subprocess, time
+import pytest
+
+def test_starts_a_process_unmarked():
+    subprocess.run(["true"])
+
+@pytest.mark.subprocess
+def test_starts_a_process_marked():
+    subprocess.run(["true"])
+
+def test_slow():
+    time.sleep(0.5)
+
+def test_quick():
+    pass
+"""
+
+
+@pytest.fixture
+def suite(pytester):
+    pytester.makeini("[pytest]\nmarkers =\n    subprocess: starts a process\n"
+                     "    expensive: measured cost\nexpensive_list = expensive.txt\n"
+                     "expensive_seconds = 0.3\n")
+    pytester.makeconftest("from marker_check import *\n")
+    pytester.makepyfile(test_suite=SUITE)
+    return pytester
+
+
+def section(result, title):
+    """The lines of the end-of-run section whose header holds `title` ([] if there is none)."""
+    lines = result.stdout.lines
+    start = next((i for i, line in enumerate(lines) if title in line and "===" in line), None)
+    if start is None:
+        return []
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("=")),
+               len(lines))
+    return [line for line in lines[start + 1:end] if line]
+
+
+def run(suite, *args):
+    # in-process: marker_check is importable from this test's own sys.path (tests/)
+    return suite.runpytest_inprocess("-p", "no:randomly", "-p", "no:xdist", *args)
+
+
+def test_a_process_started_without_the_mark_is_listed(suite):
+    result = run(suite)
+    result.assert_outcomes(passed=4)
+    listed = section(result, "without the subprocess mark")
+    assert listed == ["test_suite.py::test_starts_a_process_unmarked: ['true']"], (
+        result.stdout.str())
+
+
+def test_an_expensive_test_is_listed_until_the_list_names_it(suite):
+    first = section(run(suite), "tests over 0.3 s not marked expensive")
+    assert [line.split(":")[-2] for line in first[:-1]] == ["test_slow"], first
+
+    run(suite, "--update-expensive").assert_outcomes(passed=4)
+    listed = (suite.path / "expensive.txt").read_text()
+    assert "test_suite.py::test_slow  # " in listed and "test_quick" not in listed, listed
+
+    again = run(suite)
+    assert section(again, "not marked expensive") == [], again.stdout.str()
+    inner = run(suite, "-m", "not expensive")
+    inner.assert_outcomes(passed=3, deselected=1)
