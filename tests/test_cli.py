@@ -226,6 +226,9 @@ def run_tool(monkeypatch, capsys, error, *argv):
 
     monkeypatch.setattr(sys, "argv", ["tfxl-test", *argv])
     capsys.readouterr()
+    # absl keeps a flag's value across parses: an earlier test of this process may have left
+    # --verbosity=1, which a command line without the flag does not reset.
+    flags.FLAGS.verbosity = flags.FLAGS["verbosity"].default
     try:
         with pytest.raises(SystemExit) as exit_:
             cli.run(main)

@@ -80,3 +80,34 @@ def test_check_writable_names_the_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     check_writable("ram://files-test/out.json", "--output")  # a bucket: no directories to check
     assert os.listdir(tmp_path) == []
+
+
+def test_two_writers_in_one_process_replace_a_file_without_losing_either_write(tmp_path,
+                                                                                monkeypatch):
+    """Two threads (two Runners' leases in one process) write the same file at once: each
+    writes its own temporary file (one per process was shared, and the second rename found it
+    gone: NotFoundError), and the file ends as one of the two texts."""
+    import threading
+    both_written = threading.Barrier(2, timeout=30)
+    rename = tf.io.gfile.rename
+
+    def rename_after_both_wrote(src, dst, overwrite=False):
+        both_written.wait()
+        rename(src, dst, overwrite=overwrite)
+
+    monkeypatch.setattr(tf.io.gfile, "rename", rename_after_both_wrote)
+    path, failures = str(tmp_path / "lease.json"), []
+
+    def write(text):
+        try:
+            tfxl.files.write_text_atomically(path, text)
+        except Exception as err:  # noqa: BLE001 (reported below, with the thread's text)
+            failures.append(f"{text}: {err!r}")
+
+    threads = [threading.Thread(target=write, args=(text,)) for text in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+    assert open(path).read() in ("a", "b") and os.listdir(tmp_path) == ["lease.json"]

@@ -62,7 +62,8 @@ def write_text_atomically(path, text):
         with tf.io.gfile.GFile(path, "w") as f:
             f.write(text)
         return
-    tmp = f"{path}.tmp-{os.getpid()}"
+    # Unique per writer, not per process: two writers in one process (threads) must not share it.
+    tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     with tf.io.gfile.GFile(tmp, "w") as f:
         f.write(text)
     tf.io.gfile.rename(tmp, path, overwrite=True)

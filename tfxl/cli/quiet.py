@@ -77,8 +77,8 @@ def stream_is_terminal(stream):
     real stderr behind the filter's pipe is one."""
     try:
         fd = stream.fileno()
-    except (AttributeError, OSError, ValueError):  # io.StringIO, a closed stream
-        return False
+    except (AttributeError, OSError, ValueError):  # io.StringIO, a closed stream: no fd
+        return bool(getattr(stream, "isatty", lambda: False)())
     if fd == 2 and _stderr_was_a_terminal is not None:
         return _stderr_was_a_terminal
     return os.isatty(fd)

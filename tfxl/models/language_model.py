@@ -107,7 +107,9 @@ class TransfoXLLM(keras.Model):
         settings = self.config.eval_settings(mem_len=mem_len)
         mem_len = settings["mem_len"]
         if not hasattr(self, "_generate_loops"):
-            self._generate_loops = {}
+            # Set past Keras/TensorFlow tracking: a tracked dict of tf.functions keyed by ints
+            # would make every later SavedModel export of this model fail.
+            object.__setattr__(self, "_generate_loops", {})
         if mem_len not in self._generate_loops:
             run = dict(clamp_len=settings["clamp_len"], same_length=settings["same_length"])
             self._generate_loops[mem_len] = tf.function(
