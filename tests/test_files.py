@@ -101,7 +101,7 @@ def test_two_writers_in_one_process_replace_a_file_without_losing_either_write(t
     def write(text):
         try:
             tfxl.files.write_text_atomically(path, text)
-        except Exception as err:  # noqa: BLE001 (reported below, with the thread's text)
+        except Exception as err:  # reported below, with the thread's text
             failures.append(f"{text}: {err!r}")
 
     threads = [threading.Thread(target=write, args=(text,)) for text in ("a", "b")]
