@@ -126,3 +126,31 @@ def assert_one_error_line(result, *needles):
     for needle in needles:
         assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
     return errors[0]
+
+
+# -- resume tests: one trained model_dir per file, a copy per test --------------------------------
+
+def trained_model_dir_fixtures(train, steps=20):
+    """The two fixtures of a file of resume tests, for its `train(data_dir, model_dir, steps)`:
+    `trained_to_<steps>` (module scope: one model_dir trained once, from the file's `data_dir`
+    fixture) and `trained_copy` (each test's own copy of it: checkpoint paths are relative, so
+    the copy resumes from its own, as `train(data_dir, tmp_path / "m", steps)` would leave it).
+    Assign both at module level: `trained_to_20, trained_copy = trained_model_dir_fixtures(train)`.
+    """
+    import shutil
+    from pathlib import Path
+
+    import pytest
+
+    @pytest.fixture(scope="module", name=f"trained_to_{steps}")
+    def trained(data_dir, tmp_path_factory):
+        model_dir = tmp_path_factory.mktemp(f"trained_to_{steps}") / "m"
+        train(data_dir, model_dir, steps)
+        return model_dir
+
+    @pytest.fixture(name="trained_copy")
+    def copy(request, tmp_path):
+        return Path(shutil.copytree(request.getfixturevalue(f"trained_to_{steps}"),
+                                    tmp_path / "m"))
+
+    return trained, copy

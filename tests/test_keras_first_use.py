@@ -207,6 +207,7 @@ def test_readme_inference_snippet_runs_on_a_fresh_model_with_the_evaluation_sett
     assert namespace["new_tokens"].shape == (B, 100)
 
 
+@pytest.mark.subprocess  # git check-ignore
 def test_readme_output_paths_are_git_ignored():
     """What the README's commands write into the checkout (`--output_dir=exports/tiny`, ...)
     must not show up as untracked files."""

@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 import urllib.parse
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -85,20 +84,8 @@ def straight(data_dir, tmp_path_factory):
     return logged(model_dir)
 
 
-@pytest.fixture(scope="module")
-def trained_to_20(data_dir, tmp_path_factory):
-    """A model_dir trained to step 20 (checkpoints 10 and 20): the start of every test that
-    resumes one; each takes a copy (`trained_copy`)."""
-    model_dir = tmp_path_factory.mktemp("trained_to_20") / "m"
-    train(data_dir, model_dir, 20)
-    return model_dir
-
-
-@pytest.fixture
-def trained_copy(trained_to_20, tmp_path):
-    """This test's own copy of `trained_to_20`, as `train(data_dir, tmp_path / "m", 20)` would
-    leave it (checkpoint paths are relative: the copy resumes from its own)."""
-    return Path(shutil.copytree(trained_to_20, tmp_path / "m"))
+# A model_dir trained to step 20 (checkpoints 10 and 20), once; each test resumes a copy.
+trained_to_20, trained_copy = factories.trained_model_dir_fixtures(train)
 
 
 def assert_continues_exactly(model_dir, straight, steps=30):
