@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
-from factories import assert_one_error_line as assert_refused, tiny_config
+from factories import assert_one_error_line as assert_refused, run_in_process, tiny_config
 from tfxl import TransfoXLLM
 from tfxl import cli
 from tfxl.cli import TOOLS
@@ -32,7 +32,9 @@ CHATTER = ("oneDNN", "cuda", "Sharding callback", "I0000", "E0000", "absl::Initi
 
 
 def run_tool(module, *args, **env):
-    """`python -m module args` as a user runs it: TF_CPP_MIN_LOG_LEVEL unset unless given."""
+    """`python -m module args` in a new process as a user runs it, TF_CPP_MIN_LOG_LEVEL unset
+    unless given: for what only a process shows (TensorFlow's native log lines). What a tool
+    decides runs in this process (`run_in_process`), sparing a TensorFlow start per run."""
     environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     environ["PYTHONPATH"] = REPO + os.pathsep + environ.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True,
@@ -43,21 +45,19 @@ def run_tool(module, *args, **env):
 assert set(OWN_FLAG) == set(TOOLS.values())
 
 
-@pytest.mark.subprocess
 @pytest.mark.parametrize("module", sorted(OWN_FLAG))
 def test_usage_errors_exit_2_and_help_lists_the_tools_own_flags(module):
-    assert_refused(run_tool(module, "--no_such_flag=1"), "no_such_flag")
-    shown = run_tool(module, "--help")
+    assert_refused(run_in_process(module, "--no_such_flag=1"), "no_such_flag")
+    shown = run_in_process(module, "--help")
     assert shown.returncode == 0, shown.stderr[-2000:]
     flag, help_text = OWN_FLAG[module]
     assert f"{flag}:" in shown.stdout and help_text in " ".join(shown.stdout.split())
 
 
-@pytest.mark.subprocess
 def test_bad_flag_values_and_stray_arguments_exit_2():
-    assert_refused(run_tool("tfxl.serving.generate_main", "--max_new_tokens=many"),
+    assert_refused(run_in_process("tfxl.serving.generate_main", "--max_new_tokens=many"),
                    "max_new_tokens", "many")
-    assert_refused(run_tool("tfxl.train.main", "stray", "words"),
+    assert_refused(run_in_process("tfxl.train.main", "stray", "words"),
                    "unexpected arguments: stray words")
 
 
@@ -94,38 +94,36 @@ def trained(tmp_path_factory):
 
 
 # --------------------------------------------------------------------------- point 4
-@pytest.mark.subprocess
 def test_export_and_generate_refuse_another_vocabulary(trained, tmp_path):
     exports = tmp_path / "exports"
     export = ("tfxl.serving.export_main", f"--model={trained['model']}",
               f"--output_dir={exports}")
-    assert_refused(run_tool(*export, f"--data_dir={trained['same_size']}"),
+    assert_refused(run_in_process(*export, f"--data_dir={trained['same_size']}"),
                    str(trained["same_size"]), "another vocabulary")
     assert not exports.exists()
-    assert_refused(run_tool(*export, f"--data_dir={trained['other_size']}"),
+    assert_refused(run_in_process(*export, f"--data_dir={trained['other_size']}"),
                    str(trained["other_size"]), "vocabulary of")
     generate = ("tfxl.serving.generate_main", f"--model={trained['model']}", "--prompt=ab",
                 "--max_new_tokens=3")
-    assert_refused(run_tool(*generate, f"--data_dir={trained['same_size']}"),
+    assert_refused(run_in_process(*generate, f"--data_dir={trained['same_size']}"),
                    str(trained["same_size"]), "another vocabulary")
-    assert_refused(run_tool(*generate, f"--data_dir={trained['other_size']}"),
+    assert_refused(run_in_process(*generate, f"--data_dir={trained['other_size']}"),
                    str(trained["other_size"]), "vocabulary of")
 
 
-@pytest.mark.subprocess
 def test_generate_from_an_export_needs_no_data_dir(trained, tmp_path):
     exports = tmp_path / "exports"
-    made = run_tool("tfxl.serving.export_main", f"--model={trained['model']}",
+    made = run_in_process("tfxl.serving.export_main", f"--model={trained['model']}",
                     f"--data_dir={trained['data']}", f"--output_dir={exports}")
     assert made.returncode == 0, made.stderr[-2000:]
     sampling = ["--prompt=abc", "--max_new_tokens=6", "--seed=3"]
-    alone = run_tool("tfxl.serving.generate_main", f"--model={exports / '1'}", *sampling)
-    with_data = run_tool("tfxl.serving.generate_main", f"--model={trained['model']}",
+    alone = run_in_process("tfxl.serving.generate_main", f"--model={exports / '1'}", *sampling)
+    with_data = run_in_process("tfxl.serving.generate_main", f"--model={trained['model']}",
                          f"--data_dir={trained['data']}", *sampling)
     assert alone.returncode == 0, alone.stderr[-2000:]
     assert with_data.returncode == 0, with_data.stderr[-2000:]
     assert alone.stdout == with_data.stdout and len(alone.stdout) > 1
-    assert_refused(run_tool("tfxl.serving.generate_main", f"--model={exports / '1'}",
+    assert_refused(run_in_process("tfxl.serving.generate_main", f"--model={exports / '1'}",
                             f"--data_dir={trained['same_size']}", *sampling),
                    "another vocabulary")
 
@@ -161,19 +159,18 @@ def test_training_hides_the_savers_info_but_not_its_own_progress(trained, tmp_pa
     assert "done: step 2" in quiet.stdout
 
 
-@pytest.mark.subprocess
 def test_a_bad_model_description_is_one_error_line_naming_its_source(trained, tmp_path):
     """tfxl-train and tfxl-convert describe the model by the same rule (tfxl.cli.resolve_config)
     and refuse a bad one the same way, before anything is written."""
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"n_layer": 0}))
     model_dir = tmp_path / "model"
-    assert_refused(run_tool("tfxl.train.main", f"--data_dir={trained['data']}",
+    assert_refused(run_in_process("tfxl.train.main", f"--data_dir={trained['data']}",
                             f"--model_dir={model_dir}", f"--config={bad}"),
                    "n_layer must be > 0", f"--config={bad}")
     assert not model_dir.exists()
     output = tmp_path / "converted.keras"
-    assert_refused(run_tool("tfxl.convert.main", "--format=tf1", f"--input={tmp_path}",
+    assert_refused(run_in_process("tfxl.convert.main", "--format=tf1", f"--input={tmp_path}",
                             f"--output={output}", "--preset=tiny", f"--config={bad}"),
                    "n_layer must be > 0", "--preset=tiny", f"--config={bad}")
     assert not output.exists()
@@ -284,11 +281,11 @@ def test_prepare_refuses_an_option_out_of_range(tmp_path, capsys, flag, least):
     assert not out.exists()
 
 
-@pytest.mark.subprocess
 def test_eval_says_whether_its_result_covers_the_whole_split(trained):
     evaluate = ("tfxl.train.evaluate", f"--data_dir={trained['data']}",
                 f"--model_dir={trained['model']}")
-    whole, partial = run_tool(*evaluate), run_tool(*evaluate, "--max_eval_batches=2")
+    whole = run_in_process(*evaluate)
+    partial = run_in_process(*evaluate, "--max_eval_batches=2")
     assert whole.returncode == 0 and partial.returncode == 0, partial.stderr[-2000:]
     whole, partial = json.loads(whole.stdout), json.loads(partial.stdout)
     split_tokens = load_manifest(str(trained["data"]))["splits"]["valid"]["tokens"]
@@ -296,23 +293,21 @@ def test_eval_says_whether_its_result_covers_the_whole_split(trained):
     assert (partial["tokens"], partial["partial"]) == (2 * 4, True)
 
 
-@pytest.mark.subprocess
 def test_a_data_dir_that_is_a_file_is_named_as_one(trained, tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
-    assert_refused(run_tool("tfxl.train.evaluate", f"--model_dir={trained['model']}",
+    assert_refused(run_in_process("tfxl.train.evaluate", f"--model_dir={trained['model']}",
                             f"--data_dir={a_file}"),
                    f"--data_dir={a_file} is a file, not a directory")
     with pytest.raises(ValueError, match=f"^data directory {a_file} is a file, not a directory"):
         load_manifest(str(a_file))
 
 
-@pytest.mark.subprocess
 def test_eval_refuses_sizes_no_machine_holds_before_building_the_model(trained, tmp_path):
     evaluate = ("tfxl.train.evaluate", f"--model_dir={trained['model']}")
     output = tmp_path / "result.json"
     # 10**11 slots: some 30 TiB, more than any host has (10**9, the issue's, is 330 GiB)
-    refused = assert_refused(run_tool(*evaluate, f"--data_dir={trained['data']}",
+    refused = assert_refused(run_in_process(*evaluate, f"--data_dir={trained['data']}",
                                       "--mem_len=100000000000", f"--output={output}"),
                              "the estimated memory of this evaluation",
                              "--mem_len (100000000000, flag --mem_len)",
@@ -331,11 +326,10 @@ def test_a_truncated_keras_file_is_named_as_such(tmp_path):
                                   "is not a zip file; truncated, or not a .keras file)")
 
 
-@pytest.mark.subprocess
 def test_train_refuses_a_memory_no_machine_holds_before_anything_is_written(trained, tmp_path):
     """tfxl-train's plan (train/plan.py) names --mem_len and its value; no TensorFlow OOM."""
     model_dir = tmp_path / "model"
-    refused = assert_refused(run_tool("tfxl.train.main", f"--data_dir={trained['data']}",
+    refused = assert_refused(run_in_process("tfxl.train.main", f"--data_dir={trained['data']}",
                                       f"--model_dir={model_dir}", "--preset=tiny", "--tgt_len=4",
                                       "--train_batch_size=1", "--mem_len=1000000000"),
                              "the estimated memory", "--mem_len (1000000000)")

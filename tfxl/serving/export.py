@@ -1,4 +1,4 @@
-"""SavedModel export for TF Serving (Keras ExportArchive), stateless: every request is complete.
+"""SavedModel export for TF Serving (`tf.saved_model.save`), stateless: every request is complete.
 
 Shape glossary: B batch, T segment length, S document length (tokens), P prompt length, G new
 tokens, L layers, N heads, M memory length, H head size, V vocabulary size, K score_top_k.
@@ -56,7 +56,6 @@ that input_signature. `export_saved_model` (tfxl-export) writes them in a versio
 import math
 import os
 
-import keras
 import tensorflow as tf
 
 from tfxl.files import StagedDirectory
@@ -130,7 +129,7 @@ class Signatures:
     """The export's signatures, one `@signature` method each.
 
     `functions` maps each signature name to its tf.function (with its input_signature), in the
-    order of the methods below: `score` first, which the archive makes serving_default.
+    order of the methods below; `score` is also written as serving_default.
     tgt_len, mem_len, clamp_len, same_length default to `model.config.eval_settings()`;
     score_top_k is K, the size of `score`'s top-k output (0: full log-probs).
     """
@@ -147,10 +146,10 @@ class Signatures:
                         same_length=self.settings["same_length"])
         c = model.config
         # The glossary's fixed sizes; the other letters are free (None) in the input signatures.
-        # autograph=False, as ExportArchive.add_endpoint traces: the bodies use tf control flow.
         self.sizes = dict(L=c.n_layer, N=c.n_head, H=c.d_head, M=self.settings["mem_len"])
         row_bytes = 4 * 2 * c.n_layer * c.n_head * c.d_head * self.sizes["M"] + self.sizes["M"]
         self.max_batch_size = max(1, MAX_MEMORY_BYTES // max(1, row_bytes))
+        # autograph=False: the bodies use tf control flow themselves (while_loop, cond).
         self.functions = {
             name: tf.function(getattr(self, name), autograph=False, input_signature=[
                 tf.TensorSpec([self.sizes.get(d) for d in shape.split()], dtype, input_name)
@@ -317,18 +316,50 @@ class Signatures:
 
 
 def write_signatures(signatures, path, data_dir=None, verbose=False):
-    """Writes the SavedModel of `signatures` at `path`: a Keras ExportArchive tracking the model
-    (and the tokenizer's tables), then the vocabulary record (`tfxl.model_dir`)."""
-    archive = keras.export.ExportArchive()
-    archive.track(signatures.model)
-    tokenizer = signatures.tokenizer
-    if tokenizer is not None:
-        archive.track(tokenizer)  # its lookup tables and constants
+    """Writes the SavedModel of `signatures` at `path` (the model's variables, the tokenizer's
+    tables and constants, `score` also as serving_default), then the vocabulary record
+    (`tfxl.model_dir`). verbose: prints each signature's inputs and outputs, as written.
+
+    `tf.saved_model.save` itself rather than `keras.export.ExportArchive`: the archive traces
+    every signature twice (once to list the variables it uses; once more inside the save, whose
+    tracing context differs), and tracing is nearly all of an export's time. Here each
+    signature is traced once, inside the save.
+    """
+    root = tf.Module()
+    # The tf.Variables themselves (`.value` of a Keras variable on TensorFlow): what the traced
+    # signatures capture, so the saver maps each capture to the one variable it restores.
+    root.model_variables = [variable.value for variable in signatures.model.variables]
+    if signatures.tokenizer is not None:
+        root.tokenizer = signatures.tokenizer  # its lookup tables and constants
     for name, function in signatures.functions.items():
-        archive.add_endpoint(name, function)
-    archive.write_out(path, verbose=verbose)
+        setattr(root, name, function)
+    tf.saved_model.save(root, path, signatures={**signatures.functions,
+                                                "serving_default": signatures.functions["score"]})
     write_export_record(path, signatures.model.config.vocab_size,
-                        tokenizer.vocab_sha256 if tokenizer is not None else None, data_dir)
+                        signatures.tokenizer.vocab_sha256 if signatures.tokenizer is not None
+                        else None, data_dir)
+    if verbose:
+        print(describe_saved_model(path))
+
+
+def describe_saved_model(path):
+    """The signatures of the SavedModel at `path` as written, one line each:
+    `name(input: dtype [shape], ...) -> output: dtype [shape], ...` (-1: any size)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+    saved = saved_model_pb2.SavedModel()
+    with tf.io.gfile.GFile(os.path.join(path, SAVED_MODEL), "rb") as f:
+        saved.ParseFromString(f.read())
+
+    def tensors(infos):
+        return ", ".join(f"{name}: {tf.dtypes.as_dtype(info.dtype).name} "
+                         f"{[dim.size for dim in info.tensor_shape.dim]}"
+                         for name, info in sorted(infos.items()))
+
+    lines = [f"Saved the SavedModel at {path}; its signatures:"]
+    for name, sig in sorted(saved.meta_graphs[0].signature_def.items()):
+        if not name.startswith("__"):  # TF's own (__saved_model_init_op)
+            lines.append(f"  {name}({tensors(sig.inputs)}) -> {tensors(sig.outputs)}")
+    return "\n".join(lines)
 
 
 def export_saved_model(model, output_dir, version=None, tgt_len=None, mem_len=None,
