@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import factories
-from factories import run_tool
+from factories import run_in_process, run_tool
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.train.loop import Runner, TrainingDiverged
 from tfxl.model_dir import check_or_store_config
@@ -155,13 +155,12 @@ def logged_losses(model_dir):
     return {r["step"]: r["loss"] for r in read_train_log(str(model_dir))}
 
 
-@pytest.mark.subprocess
 def test_nan_loss_stops_with_the_step_and_keeps_the_checkpoint(copy_data, tmp_path):
     model_dir = tmp_path / "nan"
     flags = common_flags(copy_data, model_dir, 200)
     flags[-1] = "--learning_rate=1e30"
     flags += ["--clip=1e30", "--save_every=1"]
-    result = run_tool("tfxl.train.main", *flags)
+    result = run_in_process("tfxl.train.main", *flags)
     assert result.returncode == 3, result.stderr[-2000:]
     assert "non-finite loss" in result.stderr and "at step" in result.stderr
     failed_step = int(result.stderr.split("at step ")[1].split(";")[0])
@@ -180,21 +179,21 @@ def test_nan_loss_stops_with_the_step_and_keeps_the_checkpoint(copy_data, tmp_pa
     (["--train_batch_size=3"], "batch"),
     (["--strategy=tpu"], "--tpu"),
 ])
-@pytest.mark.subprocess
 def test_bad_flags_fail_with_a_clear_message(copy_data, tmp_path, extra, needle):
-    result = run_tool("tfxl.train.main", *common_flags(copy_data, tmp_path / "bad", 5), *extra)
+    result = run_in_process("tfxl.train.main", *common_flags(copy_data, tmp_path / "bad", 5),
+                            *extra)
     assert result.returncode != 0
     assert needle in result.stderr
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.subprocess
 def test_resuming_with_another_model_is_refused(copy_data, tmp_path):
     model_dir = tmp_path / "m"
     check_or_store_config(str(model_dir), copy_task_config(copy_data))
     with pytest.raises(ValueError, match=r"d_model: model_dir has 32, flags give 48"):
         check_or_store_config(str(model_dir), copy_task_config(copy_data, d_model=48))
-    result = run_tool("tfxl.train.main", *common_flags(copy_data, model_dir, 5), "--d_model=48")
+    result = run_in_process("tfxl.train.main", *common_flags(copy_data, model_dir, 5),
+                            "--d_model=48")
     assert result.returncode == 2 and "d_model" in result.stderr
 
 
@@ -268,40 +267,38 @@ def test_mixed_precision_training_runs_and_learns(copy_data, tmp_path, policy):
     assert np.isfinite(runner.evaluate("valid", max_batches=3)["loss"])
 
 
-@pytest.mark.subprocess
 def test_tfxl_eval_counts_every_token_with_its_own_settings(copy_data, tmp_path):
     model_dir = tmp_path / "m"
-    assert run_tool("tfxl.train.main", *common_flags(copy_data, model_dir, 10)).returncode == 0
+    trained = run_in_process("tfxl.train.main", *common_flags(copy_data, model_dir, 10))
+    assert trained.returncode == 0, trained.stderr[-2000:]
     with open(os.path.join(copy_data, "manifest.json")) as f:
         tokens = json.load(f)["splits"]["valid"]["tokens"]
     results = {}
     for mem_len in (0, 4 * T):
         out = tmp_path / f"eval{mem_len}.json"
-        result = subprocess.run(
-            [sys.executable, "-m", "tfxl.train.evaluate", f"--data_dir={copy_data}",
-             f"--model_dir={model_dir}", "--split=valid", f"--tgt_len={T // 2}",
-             f"--mem_len={mem_len}", "--same_length", f"--output={out}"],
-            capture_output=True, text=True, timeout=300)
+        result = run_in_process("tfxl.train.evaluate", f"--data_dir={copy_data}",
+                                f"--model_dir={model_dir}", "--split=valid",
+                                f"--tgt_len={T // 2}", f"--mem_len={mem_len}", "--same_length",
+                                f"--output={out}")
         assert result.returncode == 0, result.stderr[-2000:]
         results[mem_len] = json.loads(out.read_text())
     for r in results.values():
         assert r["tokens"] == tokens and r["tgt_len"] == T // 2 and r["same_length"]
         assert r["bpc"] == pytest.approx(r["loss"] / np.log(2))
     assert results[0]["loss"] != results[4 * T]["loss"]
-    bad = subprocess.run([sys.executable, "-m", "tfxl.train.evaluate", f"--data_dir={copy_data}",
-                          f"--model_dir={tmp_path / 'nothing'}"], capture_output=True, text=True)
+    bad = run_in_process("tfxl.train.evaluate", f"--data_dir={copy_data}",
+                         f"--model_dir={tmp_path / 'nothing'}")
     assert bad.returncode == 2 and "config.json" in bad.stderr
 
 
-@pytest.mark.subprocess
 def test_bad_files_and_values_fail_with_a_message(copy_data, tmp_path):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     bad_config = tmp_path / "bad_config.json"
     bad_config.write_text('{"cutoffs": 5}')
     cases = [
-        (["-m", "tfxl.train.main", *common_flags(copy_data, a_file, 5)], "is a file"),
-        (["-m", "tfxl.train.main", *common_flags(copy_data, tmp_path / "m1", 5),
+        (["tfxl.train.main", *common_flags(copy_data, a_file, 5)], "is a file"),
+        (["tfxl.train.main", *common_flags(copy_data, tmp_path / "m1", 5),
           f"--config={bad_config}"], "bad_config.json"),
     ]
     model_dir = tmp_path / "corrupt"
@@ -309,30 +306,29 @@ def test_bad_files_and_values_fail_with_a_message(copy_data, tmp_path):
     (model_dir / "config.json").write_text("{not json")
     eval_flags = [f"--data_dir={copy_data}", f"--model_dir={model_dir}"]
     cases += [
-        (["-m", "tfxl.train.evaluate", *eval_flags], "config.json is not valid JSON"),
-        (["-m", "tfxl.train.evaluate", *eval_flags, f"--output={tmp_path / 'no' / 'x.json'}"],
+        (["tfxl.train.evaluate", *eval_flags], "config.json is not valid JSON"),
+        (["tfxl.train.evaluate", *eval_flags, f"--output={tmp_path / 'no' / 'x.json'}"],
          "does not exist"),
-        (["-m", "tfxl.train.evaluate", *eval_flags, f"--output={tmp_path}"], "is a directory"),
+        (["tfxl.train.evaluate", *eval_flags, f"--output={tmp_path}"], "is a directory"),
     ]
     for args, needle in cases:
-        result = subprocess.run([sys.executable, *args], capture_output=True, text=True,
-                                timeout=300)
+        result = run_in_process(*args)
         assert result.returncode == 2, (args, result.stderr[-1500:])
         assert needle in result.stderr and "Traceback" not in result.stderr, args
     assert a_file.read_text() == "x"  # nothing overwritten
 
 
-@pytest.mark.subprocess
 def test_resuming_on_data_with_another_vocabulary_is_refused(copy_data, tmp_path):
     import shutil
     model_dir = tmp_path / "m"
-    assert run_tool("tfxl.train.main", *common_flags(copy_data, model_dir, 2)).returncode == 0
+    trained = run_in_process("tfxl.train.main", *common_flags(copy_data, model_dir, 2))
+    assert trained.returncode == 0, trained.stderr[-2000:]
     other = tmp_path / "other"
     shutil.copytree(copy_data, other)
     manifest = json.loads((other / "manifest.json").read_text())
     manifest["vocab_sha256"] = "0" * 64
     (other / "manifest.json").write_text(json.dumps(manifest))
-    result = run_tool("tfxl.train.main", *common_flags(str(other), model_dir, 4))
+    result = run_in_process("tfxl.train.main", *common_flags(str(other), model_dir, 4))
     assert result.returncode == 2 and "another vocabulary" in result.stderr
     assert "Traceback" not in result.stderr
 
