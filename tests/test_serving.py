@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from factories import run_tool as run_cli, tiny_lm
+from factories import run_in_process, run_tool as run_cli, tiny_lm
 from tfxl import StatefulTransfoXLLM
 from tfxl.data.tokenizers import BytesTokenizer
 from tfxl.layers.relative_position import RelativePositionEncoding
@@ -470,7 +470,6 @@ def test_sampling_filters_and_seeds():
     np.testing.assert_array_equal(everything, again)
 
 
-@pytest.mark.subprocess
 def test_export_and_generate_command_lines(model, tmp_path):
     from tfxl.data.prepare import PrepareConfig, prepare
     text = tmp_path / "corpus.txt"
@@ -486,8 +485,9 @@ def test_export_and_generate_command_lines(model, tmp_path):
                                str(model_dir / "checkpoints"), 1).save()
 
     exports = tmp_path / "exports"
-    first = run_cli("tfxl.serving.export_main", f"--model={model_dir}", f"--data_dir={data_dir}",
-                    f"--output_dir={exports}", "--tgt_len=4", "--score_top_k=3")
+    first = run_in_process("tfxl.serving.export_main", f"--model={model_dir}",
+                           f"--data_dir={data_dir}", f"--output_dir={exports}", "--tgt_len=4",
+                           "--score_top_k=3")
     assert first.returncode == 0, first.stderr[-2000:]
     assert first.stdout.strip().endswith(os.path.join("exports", "1"))
     signatures = tf.saved_model.load(str(exports / "1")).signatures
@@ -497,21 +497,21 @@ def test_export_and_generate_command_lines(model, tmp_path):
     scored = signatures["score"](token_ids=tf.constant(ids, tf.int32),
                                  **model.init_key_value_memory(1, mem_len=MEM))
     assert scored["top_ids"].shape == (1, 11, 3)
-    again = run_cli("tfxl.serving.export_main", f"--model={model_dir}",
-                    f"--output_dir={exports}", "--version=1")
+    again = run_in_process("tfxl.serving.export_main", f"--model={model_dir}",
+                           f"--output_dir={exports}", "--version=1")
     assert again.returncode == 2 and "already exists" in again.stderr
-    missing = run_cli("tfxl.serving.export_main", f"--model={tmp_path / 'nope'}",
-                      f"--output_dir={exports}")
+    missing = run_in_process("tfxl.serving.export_main", f"--model={tmp_path / 'nope'}",
+                             f"--output_dir={exports}")
     assert missing.returncode == 2 and "config.json" in missing.stderr
-    negative = run_cli("tfxl.serving.export_main", f"--model={model_dir}",
-                       f"--output_dir={exports}", "--version=-1")
+    negative = run_in_process("tfxl.serving.export_main", f"--model={model_dir}",
+                              f"--output_dir={exports}", "--version=-1")
     assert negative.returncode == 2 and "--version must be a positive integer" in negative.stderr
     assert sorted(os.listdir(exports)) == ["1"]
 
     flags = [f"--data_dir={data_dir}", "--prompt=def f(", "--max_new_tokens=12",
              "--temperature=0.9", "--top_k=50", "--seed=2148"]  # seed * 1_000_003 > 2**31
-    from_checkpoint = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags)
-    from_export = run_cli("tfxl.serving.generate_main", f"--model={exports / '1'}", *flags)
+    from_checkpoint = run_in_process("tfxl.serving.generate_main", f"--model={model_dir}", *flags)
+    from_export = run_in_process("tfxl.serving.generate_main", f"--model={exports / '1'}", *flags)
     assert from_checkpoint.returncode == 0, from_checkpoint.stderr[-2000:]
     assert from_export.returncode == 0, from_export.stderr[-2000:]
     assert from_checkpoint.stdout == from_export.stdout  # same seed, same text, either backend
@@ -520,13 +520,13 @@ def test_export_and_generate_command_lines(model, tmp_path):
                           seed=2148)
     assert from_checkpoint.stdout == BytesTokenizer().decode(want) + "\n"
     assert len(from_checkpoint.stdout) > 1
-    bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags,
-                  "--prompt_file=x")
+    bad = run_in_process("tfxl.serving.generate_main", f"--model={model_dir}", *flags,
+                         "--prompt_file=x")
     assert bad.returncode == 2 and "exactly one" in bad.stderr
-    bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", flags[0],
-                  f"--prompt_file={tmp_path / 'none.txt'}")
+    bad = run_in_process("tfxl.serving.generate_main", f"--model={model_dir}", flags[0],
+                         f"--prompt_file={tmp_path / 'none.txt'}")
     assert bad.returncode == 2 and "--prompt_file" in bad.stderr and "none.txt" in bad.stderr
-    bad = run_cli("tfxl.serving.generate_main", f"--model={model_dir}", *flags, "--top_p=0")
+    bad = run_in_process("tfxl.serving.generate_main", f"--model={model_dir}", *flags, "--top_p=0")
     assert bad.returncode == 2 and "top_p must be in (0, 1]" in bad.stderr
 
 
