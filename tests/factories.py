@@ -125,6 +125,7 @@ def run_in_process(module, *args):
     import contextlib
     import importlib
     import io
+    import logging
     import subprocess
     import sys
 
@@ -135,8 +136,20 @@ def run_in_process(module, *args):
     argv = [module, *map(str, args)]
     out, err = io.StringIO(), io.StringIO()
     known, saved_argv = set(flags.FLAGS), sys.argv
-    log_handler = absl_logging.get_absl_handler().python_handler
+    # Logging as absl's app.run sets up a process: its handler on the root logger, writing to
+    # `err`, at the level --verbosity gives, INFO by default (app.run makes it so only in its
+    # first run in a process). pytest's logging setup is put back afterwards.
+    root, absl_handler = logging.getLogger(), absl_logging.get_absl_handler()
+    saved_root_level, had_absl_handler = root.level, absl_handler in root.handlers
+    saved_verbosity = flags.FLAGS["verbosity"].default
+    flags.FLAGS.set_default("verbosity", absl_logging.converter.ABSL_INFO)
+    absl_logging.use_absl_handler()
+    log_handler = absl_handler.python_handler
     saved_log_stream, log_handler.stream = log_handler.stream, err
+    # TensorFlow's Python logs (its own handler holds an earlier stderr): what the tool lets
+    # through its filters reaches `err` too, as it would a process's stderr.
+    tensorflow_log = logging.StreamHandler(err)
+    logging.getLogger("tensorflow").addHandler(tensorflow_log)
     sys.argv, code = argv, 0
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -146,9 +159,14 @@ def run_in_process(module, *args):
                 code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
     finally:
         sys.argv, log_handler.stream = saved_argv, saved_log_stream
+        logging.getLogger("tensorflow").removeHandler(tensorflow_log)
         for name in set(flags.FLAGS) - known:
             delattr(flags.FLAGS, name)
         flags.FLAGS.unparse_flags()
+        flags.FLAGS.set_default("verbosity", saved_verbosity)
+        if not had_absl_handler:
+            root.removeHandler(absl_handler)
+        root.setLevel(saved_root_level)
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 

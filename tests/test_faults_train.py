@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import factories
-from factories import assert_one_error_line, run_tool
+from factories import assert_one_error_line, run_in_process
 from tfxl.serving.loading import load_language_model
 from tfxl.train import flags as train_flags
 from tfxl.checkpoints import restore_weights
@@ -92,20 +92,21 @@ def test_damaged_latest_checkpoint_is_skipped_and_training_resumes_exactly(
         assert resumed[step] == pytest.approx(straight_losses[step], abs=1e-5), step
 
 
-@pytest.mark.subprocess
 def test_damaged_checkpoint_is_named_by_eval_and_export(data_dir, tmp_path, trained_copy):
     model_dir = trained_copy
     latest = str(model_dir / "checkpoints" / "ckpt-20")
     damage(latest, "truncated")
     eval_flags = [f"--data_dir={data_dir}", f"--model_dir={model_dir}", "--max_eval_batches=1"]
-    result = run_tool("tfxl.train.evaluate", *eval_flags)  # falls back, saying what it skipped
+    # Falls back, saying what it skipped.
+    result = run_in_process("tfxl.train.evaluate", *eval_flags)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout.splitlines()[-1])["checkpoint"].endswith("ckpt-10")
     assert f"skipping damaged checkpoint {latest}" in result.stderr
-    assert_one_error_line(run_tool("tfxl.train.evaluate", *eval_flags, f"--checkpoint={latest}"),
-                          latest, "is damaged")
-    assert_one_error_line(run_tool("tfxl.serving.export_main", f"--model={model_dir}",
-                                  f"--checkpoint={latest}", f"--output_dir={tmp_path / 'x'}"),
+    assert_one_error_line(run_in_process("tfxl.train.evaluate", *eval_flags,
+                                         f"--checkpoint={latest}"), latest, "is damaged")
+    assert_one_error_line(run_in_process("tfxl.serving.export_main", f"--model={model_dir}",
+                                         f"--checkpoint={latest}",
+                                         f"--output_dir={tmp_path / 'x'}"),
                           latest, "is damaged")
     assert not (tmp_path / "x").exists()
     # tfxl-export and tfxl-generate load through load_language_model: the same fallback.
@@ -148,16 +149,15 @@ def cli_flags(data_dir, model_dir, steps):
             "--lease_settle=0"]  # one trainer per model_dir here: no settle to wait
 
 
-@pytest.mark.subprocess
 def test_a_refused_first_run_leaves_no_config_behind(data_dir, tmp_path):
     model_dir = tmp_path / "m"
     for bad, needle in [(f"--tgt_len={2 * T}", "tgt_len mismatch"),
                         ("--train_batch_size=3", "global batch size 3")]:
-        assert_one_error_line(run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 2),
-                                      bad), needle)
+        assert_one_error_line(run_in_process("tfxl.train.main",
+                                             *cli_flags(data_dir, model_dir, 2), bad), needle)
         assert not (model_dir / "config.json").exists(), bad
         assert not (model_dir / "data.json").exists(), bad
-    corrected = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 2))
+    corrected = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 2))
     assert corrected.returncode == 0, corrected.stderr[-2000:]
     assert (model_dir / "config.json").exists() and (model_dir / "data.json").exists()
 
@@ -201,47 +201,45 @@ def test_every_numeric_flag_has_a_rule(module):
         train_flags.FLAG_RULES)
 
 
-@pytest.mark.subprocess
 def test_cli_refuses_a_negative_learning_rate_before_writing(data_dir, tmp_path):
     model_dir = tmp_path / "m"
-    assert_one_error_line(run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 2),
-                                  "--learning_rate=-1"), "--learning_rate=-1")
+    assert_one_error_line(run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 2),
+                                         "--learning_rate=-1"), "--learning_rate=-1")
     assert not model_dir.exists()
-    assert_one_error_line(run_tool("tfxl.train.evaluate", f"--data_dir={data_dir}",
-                                  f"--model_dir={model_dir}", "--mem_len=-1"), "--mem_len=-1")
+    assert_one_error_line(run_in_process("tfxl.train.evaluate", f"--data_dir={data_dir}",
+                                         f"--model_dir={model_dir}", "--mem_len=-1"),
+                          "--mem_len=-1")
 
 
 # -- 5. a run with nothing to do keeps the results of the run that did the work ------------------
 
-@pytest.mark.subprocess
 def test_a_finished_run_keeps_its_metrics_and_says_it_had_nothing_to_do(data_dir, tmp_path):
     model_dir = tmp_path / "m"
-    first = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 5))
+    first = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 5))
     assert first.returncode == 0, first.stderr[-2000:]
     def written():
         return {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
 
     kept = written()
     assert json.loads(kept[model_dir / "metrics.json"])["train_loss"] is not None
-    again = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 5))
+    again = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 5))
     assert again.returncode == 0, again.stderr[-2000:]
     assert written() == kept  # the metrics, the log, everything
     assert "nothing to do" in again.stdout
 
 
-@pytest.mark.subprocess
 def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path):
     out = tmp_path / "demo"
     shutil.copytree(data_dir, out / "data")  # reused by the demo: no corpus to prepare
     args = [f"--out={out}", "--train_steps=2", f"--batch_size={STREAMS}", f"--eval_tgt_len={T}",
             "--eval_mem_lens=0,1,2,3,4"]
-    first = run_tool("tfxl.train.demo", *args)
+    first = run_in_process("tfxl.train.demo", *args)
     assert first.returncode == 0, first.stderr[-2000:]
     # Five memory lengths, five traced evaluation steps: by design, so TF's hint stays hidden.
     assert "retracing" not in first.stderr + first.stdout
     trained = json.loads((out / "results.json").read_text())["train"]
     assert trained["train_loss"] is not None and trained["step"] == 2
-    again = run_tool("tfxl.train.demo", *args)
+    again = run_in_process("tfxl.train.demo", *args)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((out / "results.json").read_text())["train"] == trained
     assert "nothing to do" in again.stdout
@@ -249,18 +247,17 @@ def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path):
 
 # -- 15. evaluation settings: set by tfxl-train, reported by tfxl-eval ----------------------------
 
-@pytest.mark.subprocess
 def test_tfxl_train_stores_eval_settings_and_tfxl_eval_says_where_each_came_from(data_dir,
                                                                                  tmp_path):
     model_dir = tmp_path / "m"
-    trained = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 2), "--eval_tgt_len=4",
-                      "--eval_mem_len=16", "--eval_same_length")
+    trained = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 2),
+                             "--eval_tgt_len=4", "--eval_mem_len=16", "--eval_same_length")
     assert trained.returncode == 0, trained.stderr[-2000:]
     config = json.loads((model_dir / "config.json").read_text())
     assert (config["eval_tgt_len"], config["eval_mem_len"], config["eval_same_length"]) == (
         4, 16, True)
-    evaluated = run_tool("tfxl.train.evaluate", f"--data_dir={data_dir}",
-                         f"--model_dir={model_dir}", "--mem_len=8", "--max_eval_batches=1")
+    evaluated = run_in_process("tfxl.train.evaluate", f"--data_dir={data_dir}",
+                               f"--model_dir={model_dir}", "--mem_len=8", "--max_eval_batches=1")
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     result = json.loads(evaluated.stdout)  # stdout is the result's JSON line only
     assert (result["tgt_len"], result["mem_len"], result["clamp_len"], result["same_length"]) == (
@@ -298,7 +295,7 @@ def test_a_corrupt_valid_shard_stops_training_before_the_first_step(data_dir, tm
 @pytest.fixture(scope="module")
 def straight_run(data_dir, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("straight") / "m"
-    result = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
+    result = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
     assert result.returncode == 0, result.stderr[-2000:]
     return logged_losses(model_dir)
 
@@ -323,7 +320,7 @@ def test_kill_9_during_a_save_resumes_exactly(data_dir, tmp_path, straight_run, 
     assert marker.exists(), "the save was never reached"
     proc.kill()  # SIGKILL
     proc.wait()
-    resumed = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
+    resumed = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from" in resumed.stderr and "Traceback" not in resumed.stderr
     losses = logged_losses(model_dir)
