@@ -10,8 +10,8 @@ import pytest
 
 from tfxl.data import DataError
 from tfxl.data.classification import (LENGTHS, TOKEN_IDS, ClassificationConfig,
-                                      classification_dataset, load_classification_manifest,
-                                      prepare_classification)
+                                      classification_dataset, label_order,
+                                      load_classification_manifest, prepare_classification)
 from tfxl.data.manifest import load_manifest
 from tfxl.data.tokenizers import BytesTokenizer
 
@@ -148,3 +148,8 @@ def test_batches_feed_the_classifier_and_language_model_readers_refuse_them(tmp_
     with pytest.raises(DataError, match="holds classification data, not language model data"):
         load_manifest(data_dir)
     np.testing.assert_array_equal(labels.numpy(), [1, 0])
+
+
+def test_integer_labels_are_ordered_by_value():
+    assert label_order({"10", "2", "-1"}) == ["-1", "2", "10"]
+    assert label_order({"b", "a", "10"}) == ["10", "a", "b"]

@@ -14,9 +14,10 @@ Preparing (`prepare_classification(ClassificationConfig(...))`):
   document of a tfxl-prepare split does;
 * one record per document, kept whole (no segments, no streams: the reader decides T):
   `RECORD_FEATURES`; `num_shards` files per split, documents dealt round-robin;
-* the label set (sorted names; label id = index) and per split the documents, tokens, longest
-  document and per-label counts in the manifest (`tfxl.data.manifest`, kind "classification"),
-  published as tfxl-prepare publishes (`tfxl.data.staging`: manifest last, local or gs://).
+* the label set (sorted names, integers by value; label id = index) and per split the
+  documents, tokens, longest document and per-label counts in the manifest
+  (`tfxl.data.manifest`, kind "classification"), published as tfxl-prepare publishes
+  (`tfxl.data.staging`: manifest last, local or gs://).
 
 Reading (`classification_dataset`): ({"token_ids": int32 [B, L], "lengths": int32 [B]},
 labels int32 [B]), right-padded with ``<pad>``, L the batch's longest document rounded up to a
@@ -123,6 +124,15 @@ def _split_of(config: ClassificationConfig):
     return split_of
 
 
+def label_order(names) -> list:
+    """The label names in label-id order: by value when every name is an integer ("2" before
+    "10"), else by name."""
+    names = set(names)
+    if all(name.lstrip("-").isdigit() for name in names):
+        return sorted(names, key=int)
+    return sorted(names)
+
+
 def _encode_record(ids: np.ndarray, label: int) -> bytes:
     def ints(values):
         return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
@@ -189,7 +199,7 @@ def prepare_classification(config: ClassificationConfig, log=None) -> dict:
     as_text = tokenizer.reads_text
     # Pass 1: the label set, from every training input (also the documents drawn off for
     # valid/test), so that a label id means the same in every split.
-    labels = sorted({doc.label for doc in _documents(config, "train", as_text)})
+    labels = label_order({doc.label for doc in _documents(config, "train", as_text)})
     if len(labels) < 2:
         raise DataError(f"train: {len(labels)} label{'s' * (len(labels) != 1)} in "
                         f"{', '.join(config.train)}; classification needs at least two")
