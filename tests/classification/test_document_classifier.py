@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 from factories import tiny_config, tiny_lm
-from tfxl.classification import POOLINGS, DocumentClassifier
+from layer_test_case import run_layer_test
+from tfxl.classification import POOLINGS, DocumentClassifier, SegmentAttentionPooling
 from tfxl.classification.classifier import LENGTHS, TOKEN_IDS
 
 T = 4  # tiny_config's tgt_len: the classifier's segment length
@@ -143,3 +144,16 @@ def test_the_loop_before_the_gradient_window_builds_no_backward_pass():
     loops = [op for op in graph.get_operations() if op.type in ("While", "StatelessWhile")]
     assert len(loops) == 1
     assert not [out for out in loops[0].outputs if out.dtype == tf.variant]
+
+
+def test_segment_attention_pooling_passes_the_layer_checks_and_ignores_empty_segments():
+    summaries = np.random.default_rng(0).normal(size=(2, 3, 16)).astype("float32")
+    valid = np.array([[True, True, False], [False, False, False]])
+    _, pooled = run_layer_test(SegmentAttentionPooling, dict(init_std=0.5), (summaries, valid),
+                               expected_output_shape=(2, 16))
+    changed = summaries.copy()
+    changed[0, 2] = 100.0  # an empty segment's summary gets no weight
+    layer = SegmentAttentionPooling(init_std=0.5)
+    layer(summaries, valid)
+    np.testing.assert_allclose(layer(changed, valid), layer(summaries, valid), atol=1e-6)
+    np.testing.assert_array_equal(pooled[1], 0.0)  # no valid segment: zeros
