@@ -172,9 +172,12 @@ class _SplitWriter:
         self.tokens += ids.size
         self.max_length = max(self.max_length, int(ids.size))
 
-    def close(self, inputs) -> dict:
+    def close_files(self) -> None:
         for writer in self.writers:
             writer.close()
+
+    def entry(self, inputs) -> dict:
+        """The manifest's `splits.<split>` entry, once the files are closed."""
         if self.documents == 0:
             raise DataError(f"split {self.split!r} got no documents (from "
                             f"{', '.join(inputs)}); give more documents or set its fraction to 0")
@@ -246,16 +249,19 @@ def _write_splits(config, tokenizer, labels, staging) -> Dict[str, dict]:
         return np.concatenate([[tokenizer.eod_id], tokenizer.encode(document.text)]).astype(
             np.int64)
 
-    for document in _documents(config, "train", tokenizer.reads_text):
-        writers[split_of(document)].write(encode(document), document.label)
-    for split in ("valid", "test"):
-        if getattr(config, split):
+    try:
+        for document in _documents(config, "train", tokenizer.reads_text):
+            writers[split_of(document)].write(encode(document), document.label)
+        for split in ("valid", "test"):
             for document in _documents(config, split, tokenizer.reads_text):
                 if document.label not in labels:
-                    raise DataError(f"{document.where}: label {document.label!r} is not one of "
-                                    f"the training labels ({', '.join(labels)})")
+                    raise DataError(f"{document.where}: label {document.label!r} is not one "
+                                    f"of the training labels ({', '.join(labels)})")
                 writers[split].write(encode(document), document.label)
-    return {s: writers[s].close(getattr(config, s) or config.train) for s in names}
+    finally:
+        for writer in writers.values():
+            writer.close_files()
+    return {s: writers[s].entry(getattr(config, s) or config.train) for s in names}
 
 
 # ---------------------------------------------------------------------------------- reading

@@ -125,8 +125,11 @@ _SHARD_FIELDS = {"file": (str, None, True), "bytes": (int, 0, True),
 _TYPE_NAMES = {int: "an integer", str: "a string", bool: "true or false", dict: "an object"}
 
 
+_REPREPARE = "re-run tfxl-prepare"
+
+
 def _refuse(path: str, problem: str):
-    raise DataError(f"{path}: {problem}; re-run tfxl-prepare")
+    raise DataError(f"{path}: {problem}; {_REPREPARE}")
 
 
 def _shown(value) -> str:
@@ -201,6 +204,13 @@ def check_classification_schema(manifest: dict, path: str = MANIFEST_NAME) -> No
     """`check_schema` for a classification manifest: its fields, the labels distinct (at least
     two), and each split's class counts naming only known labels and adding up to its
     documents."""
+    try:
+        _check_classification_fields(manifest, path)
+    except DataError as err:  # the shared checks name tfxl-prepare; this data has its own maker
+        raise DataError(str(err).replace(_REPREPARE, "re-run prepare_classification")) from None
+
+
+def _check_classification_fields(manifest: dict, path: str) -> None:
     _check_fields(manifest, _CLASSIFICATION_FIELDS, "", path)
     _check_vocabulary(manifest, path)
     labels = manifest["labels"]
