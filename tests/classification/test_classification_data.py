@@ -153,3 +153,12 @@ def test_batches_feed_the_classifier_and_language_model_readers_refuse_them(tmp_
 def test_integer_labels_are_ordered_by_value():
     assert label_order({"10", "2", "-1"}) == ["-1", "2", "10"]
     assert label_order({"b", "a", "10"}) == ["10", "a", "b"]
+
+
+def test_a_hand_edited_manifest_is_refused_naming_the_field(tmp_path):
+    manifest, data_dir = prepare(tmp_path, test_fraction=0.0)
+    manifest["splits"]["train"]["class_counts"]["book"] += 1
+    (tmp_path / "data" / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=r"'splits.train.class_counts' adds up to 6, "
+                                        r"'splits.train.documents' is 5; re-run prepare_class"):
+        classification_dataset(data_dir, "train", 2, 4)
