@@ -162,3 +162,13 @@ def test_a_hand_edited_manifest_is_refused_naming_the_field(tmp_path):
     with pytest.raises(DataError, match=r"'splits.train.class_counts' adds up to 6, "
                                         r"'splits.train.documents' is 5; re-run prepare_class"):
         classification_dataset(data_dir, "train", 2, 4)
+
+
+def test_a_damaged_shard_is_named_before_reading(tmp_path):
+    _, data_dir = prepare(tmp_path, test_fraction=0.0)
+    shard = tmp_path / "data" / "valid.documents-00000-of-00001.tfrecord"
+    data = bytearray(shard.read_bytes())
+    data[20] ^= 0xFF  # same size, a record's CRC no longer matches
+    shard.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"corrupt TFRecord shard .*valid\.documents-00000"):
+        classification_dataset(data_dir, "valid", 2, 4)

@@ -43,6 +43,7 @@ from tfxl.data import storage, tokenizers
 from tfxl.data.errors import DataError
 from tfxl.data.labelled import LABELLED_FORMATS, read_labelled
 from tfxl.data.options import ERRORS, option
+from tfxl.data.pipeline import verify_shards
 from tfxl.data.staging import open_output_dir
 
 # The reader's feature names: the keys `tfxl.classification.DocumentClassifier` reads (the data
@@ -273,10 +274,15 @@ def load_classification_manifest(data_dir: str) -> dict:
 def classification_dataset(data_dir: str, split: str, batch_size: int, segment_len: int, *,
                            shuffle: bool = False, seed: int = 0,
                            max_tokens: Optional[int] = None, pad_to_max_tokens: bool = False,
-                           drop_remainder: bool = False,
+                           drop_remainder: bool = False, verify: bool = True,
                            manifest: Optional[dict] = None) -> tf.data.Dataset:
     """Batches of a split: ({"token_ids": int32 [B, L], "lengths": int32 [B]}, labels int32 [B])
-    (module docstring). Every document once per pass, in shard order unless `shuffle`."""
+    (module docstring). Every document once per pass, in shard order unless `shuffle`.
+
+    Before the dataset is built its shards are checked as `input_fn` checks its own
+    (`verify_shards`: each file's size, and with `verify` every record's CRC and the count), so a
+    damaged shard is a `DataError` naming it, not an error inside a step.
+    """
     manifest = manifest or load_classification_manifest(data_dir)
     info = manifest_lib.split_info(manifest, split)
     if segment_len < 1 or batch_size < 1:
@@ -284,6 +290,7 @@ def classification_dataset(data_dir: str, split: str, batch_size: int, segment_l
                         f"{batch_size}")
     if pad_to_max_tokens and not max_tokens:
         raise DataError("pad_to_max_tokens needs max_tokens")
+    verify_shards(data_dir, info["shards"], crc=verify, records="documents")
     files = [os.path.join(data_dir, shard["file"]) for shard in info["shards"]]
     dataset = tf.data.TFRecordDataset(files)
     if shuffle:
