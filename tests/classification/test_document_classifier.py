@@ -80,11 +80,13 @@ def test_the_first_segment_reaches_the_logits_through_memory_only(pooling):
     np.testing.assert_allclose(without(first).numpy(), without(other).numpy(), atol=1e-6)
 
 
-@pytest.mark.parametrize("grad_segments", [1, 2])
-def test_gradients_reach_the_last_k_segments_and_no_earlier_one(grad_segments):
+@pytest.mark.parametrize("pooling,grad_segments", [
+    ("last", 1), ("last", 2), ("last_segment_mean", 2), ("segment_attention", 2)])
+def test_gradients_reach_the_last_k_segments_and_no_earlier_one(pooling, grad_segments):
     # Segment s holds tokens 1 + 4s .. 4 + 4s only: the embedding rows with a gradient tell
-    # which segments the loss reached.
-    model = classifier(grad_segments=grad_segments, mem_len=8)
+    # which segments the loss reached (through the memory, and for attention pooling through
+    # the segment summaries too).
+    model = classifier(pooling=pooling, grad_segments=grad_segments, mem_len=8)
     ids = np.arange(1, 17, dtype="int32")[None]
     table = model.backbone.embedding.table_0
 
