@@ -129,20 +129,24 @@ def test_from_language_model_takes_the_backbone_and_a_fresh_head(tmp_path):
         np.testing.assert_array_equal(model.head.bias.numpy(), 0)
 
 
-def test_the_loop_before_the_gradient_window_builds_no_backward_pass():
-    # Compiled, the gradient of a step holds the loop's one While op, with no accumulators
-    # (variant outputs) for a backward pass: the activations kept are the last K segments'.
+def test_compiled_step_equals_eager_and_builds_no_backward_pass_for_the_loop():
+    # Under tf.function with [None, None] inputs the segment count is a tensor (the loop's trip
+    # count, the summaries' shape); eagerly it is a Python int. The compiled gradient holds the
+    # loop's one While op with no accumulators (variant outputs) for a backward pass: the
+    # activations kept are the last K segments'.
     model = DocumentClassifier(tiny_config(n_layer=1), 3, pooling="segment_attention")
     spec = {TOKEN_IDS: tf.TensorSpec([None, None], tf.int32),
             LENGTHS: tf.TensorSpec([None], tf.int32)}
 
     @tf.function(input_signature=[spec])
-    def gradients(inputs):
+    def step(inputs):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(model(inputs, training=True))
-        return tape.gradient(loss, model.trainable_weights)
+            logits = model(inputs, training=True)
+        return logits, tape.gradient(tf.reduce_sum(logits), model.trainable_weights)
 
-    graph = gradients.get_concrete_function().graph
+    batch = documents([14, 3, 9], 16)
+    np.testing.assert_allclose(step(batch)[0].numpy(), model(batch).numpy(), atol=1e-5)
+    graph = step.get_concrete_function().graph
     loops = [op for op in graph.get_operations() if op.type in ("While", "StatelessWhile")]
     assert len(loops) == 1
     assert not [out for out in loops[0].outputs if out.dtype == tf.variant]
