@@ -172,3 +172,13 @@ def test_a_damaged_shard_is_named_before_reading(tmp_path):
     shard.write_bytes(bytes(data))
     with pytest.raises(DataError, match=r"corrupt TFRecord shard .*valid\.documents-00000"):
         classification_dataset(data_dir, "valid", 2, 4)
+
+
+def test_overwrite_replaces_the_shards_of_earlier_data(tmp_path):
+    _, data_dir = prepare(tmp_path, test_fraction=0.0, num_shards=2)
+    with pytest.raises(DataError, match="is not empty; pass --overwrite"):
+        prepare(tmp_path, test_fraction=0.0)
+    prepare(tmp_path, test_fraction=0.0, overwrite=True)
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [
+        "manifest.json", "train.documents-00000-of-00001.tfrecord",
+        "valid.documents-00000-of-00001.tfrecord"]
