@@ -19,13 +19,14 @@ _LAZY = {
         "RelativeMultiHeadAttention", "RelativePositionEncoding", "TransformerXLBlock")},
     **{name: "tfxl.models" for name in (
         "StatefulTransfoXLLM", "TransfoXLBackbone", "TransfoXLLM")},
+    "DocumentClassifier": "tfxl.classification",
     "BitsPerCharacter": "tfxl.metrics", "Perplexity": "tfxl.metrics",
 }
 
 __all__ = list(_LAZY)
 # Subpackages and modules, imported on first attribute access too (`tfxl.data.input_fn`).
-_SUBMODULES = ("checkpoints", "cli", "config", "convert", "data", "files", "hub", "layers",
-               "metrics", "model_dir", "models", "serving", "tpu", "train")
+_SUBMODULES = ("checkpoints", "classification", "cli", "config", "convert", "data", "files",
+               "hub", "layers", "metrics", "model_dir", "models", "serving", "tpu", "train")
 
 
 def __getattr__(name):

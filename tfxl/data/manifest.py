@@ -22,6 +22,13 @@ Fields (see docs/data.md for an example):
                      (True when documents start inside streams), and
                      ``streams``: [{``file``, ``bytes``, ``segments``,
                      ``tokens``}] in stream order (stream s = entry s).
+
+A classification data directory (`tfxl.data.classification`) has a manifest of another
+``kind`` (a language-model manifest has none): ``"kind": "classification"``, the same tokenizer
+fields, ``labels`` (the label names, index = label id), ``record`` (one TFRecord = one whole
+document) and per split ``documents``, ``tokens``, ``max_length``, ``class_counts`` (label name ->
+documents) and ``shards``: [{``file``, ``bytes``, ``documents``}]. `load_manifest(kind=...)`
+checks the kind a reader needs, then that kind's schema.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from tfxl.data.errors import DataError
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+LANGUAGE_MODEL, CLASSIFICATION = "language_model", "classification"  # the "kind" field
 
 
 def data_dir_problem(data_dir: str) -> str | None:
@@ -48,8 +56,15 @@ def data_dir_problem(data_dir: str) -> str | None:
     return "does not exist; run tfxl-prepare first"
 
 
-def load_manifest(data_dir: str) -> dict:
-    """Reads ``data_dir/manifest.json``; a `DataError` says what is wrong."""
+def manifest_kind(manifest: dict) -> str:
+    """What a manifest describes: LANGUAGE_MODEL segments (no "kind" field) or CLASSIFICATION
+    documents."""
+    return manifest.get("kind", LANGUAGE_MODEL)
+
+
+def load_manifest(data_dir: str, kind: str | None = LANGUAGE_MODEL) -> dict:
+    """Reads ``data_dir/manifest.json`` of data of `kind` (None: any kind); a `DataError` says
+    what is wrong."""
     path = os.path.join(data_dir, MANIFEST_NAME)
     try:
         problem = data_dir_problem(data_dir)
@@ -71,7 +86,14 @@ def load_manifest(data_dir: str) -> dict:
     if version != FORMAT_VERSION:
         raise DataError(f"{path}: format_version {version!r} is not supported "
                         f"(this tfxl reads version {FORMAT_VERSION}); re-run tfxl-prepare")
-    check_schema(manifest, path)
+    found = manifest_kind(manifest)
+    if found not in _SCHEMAS:
+        raise DataError(f"{path}: unknown kind {found!r} (this tfxl reads "
+                        f"{', '.join(_SCHEMAS)})")
+    if kind is not None and found != kind:
+        raise DataError(f"{path}: {data_dir} holds {found.replace('_', ' ')} data, not "
+                        f"{kind.replace('_', ' ')} data; {_PREPARED_BY[kind]}")
+    _SCHEMAS[found](manifest, path)
     return manifest
 
 
@@ -91,11 +113,23 @@ _SPLIT_FIELDS = {"tokens": (int, 0, True), "segments": (int, 0, True),
                  "resets_inside": (bool, None, False)}
 _STREAM_FIELDS = {"file": (str, None, True), "bytes": (int, 0, True),
                   "segments": (int, 1, True), "tokens": (int, 0, True)}
+_CLASSIFICATION_FIELDS = {"tokenizer": (dict, None, True), "vocab_size": (int, 1, True),
+                          "vocab_sha256": (str, None, True), "pad_id": (int, 0, True),
+                          "eod_id": (int, 0, True), "labels": ([str], None, True),
+                          "splits": (dict, None, True)}
+_CLASSIFICATION_SPLIT_FIELDS = {"documents": (int, 1, True), "tokens": (int, 0, True),
+                                "max_length": (int, 0, True), "class_counts": (dict, None, True),
+                                "shards": ([dict], None, True)}
+_SHARD_FIELDS = {"file": (str, None, True), "bytes": (int, 0, True),
+                 "documents": (int, 0, True)}
 _TYPE_NAMES = {int: "an integer", str: "a string", bool: "true or false", dict: "an object"}
 
 
+_REPREPARE = "re-run tfxl-prepare"
+
+
 def _refuse(path: str, problem: str):
-    raise DataError(f"{path}: {problem}; re-run tfxl-prepare")
+    raise DataError(f"{path}: {problem}; {_REPREPARE}")
 
 
 def _shown(value) -> str:
@@ -138,14 +172,8 @@ def check_schema(manifest: dict, path: str = MANIFEST_NAME) -> None:
     or inconsistent with another field (vocab_size against its tokenizer's, the pad and eod ids
     and the cutoffs against vocab_size, the streams of a split against num_streams)."""
     _check_fields(manifest, _TOP_FIELDS, "", path)
-    _check_fields(manifest["tokenizer"], _TOKENIZER_FIELDS, "tokenizer.", path)
-    V, tokenizer = manifest["vocab_size"], manifest["tokenizer"]
-    if V != tokenizer["vocab_size"]:  # the size every model, embedding and check is built for
-        _refuse(path, f"field 'vocab_size' is {V} but its tokenizer ({tokenizer['type']}) has "
-                      f"{tokenizer['vocab_size']} tokens")
-    for key in ("pad_id", "eod_id"):
-        if manifest[key] >= V:
-            _refuse(path, f"field {key!r} is {manifest[key]}, outside the vocabulary [0, {V})")
+    _check_vocabulary(manifest, path)
+    V = manifest["vocab_size"]
     cutoffs = manifest.get("cutoffs", [])
     if any(a >= b for a, b in zip(cutoffs, cutoffs[1:] + [V])):
         _refuse(path, f"field 'cutoffs' must increase and stay below vocab_size {V}, got "
@@ -158,6 +186,58 @@ def check_schema(manifest: dict, path: str = MANIFEST_NAME) -> None:
                           f"num_streams is {manifest['num_streams']}")
         for i, stream in enumerate(streams):
             _check_fields(stream, _STREAM_FIELDS, f"splits.{split}.streams[{i}].", path)
+
+
+def _check_vocabulary(manifest: dict, path: str) -> None:
+    """The tokenizer entry, and vocab_size and the special ids against it (both kinds)."""
+    _check_fields(manifest["tokenizer"], _TOKENIZER_FIELDS, "tokenizer.", path)
+    V, tokenizer = manifest["vocab_size"], manifest["tokenizer"]
+    if V != tokenizer["vocab_size"]:  # the size every model, embedding and check is built for
+        _refuse(path, f"field 'vocab_size' is {V} but its tokenizer ({tokenizer['type']}) has "
+                      f"{tokenizer['vocab_size']} tokens")
+    for key in ("pad_id", "eod_id"):
+        if manifest[key] >= V:
+            _refuse(path, f"field {key!r} is {manifest[key]}, outside the vocabulary [0, {V})")
+
+
+def check_classification_schema(manifest: dict, path: str = MANIFEST_NAME) -> None:
+    """`check_schema` for a classification manifest: its fields, the labels distinct (at least
+    two), and each split's class counts naming only known labels and adding up to its
+    documents."""
+    try:
+        _check_classification_fields(manifest, path)
+    except DataError as err:  # the shared checks name tfxl-prepare; this data has its own maker
+        raise DataError(str(err).replace(_REPREPARE, "re-run prepare_classification")) from None
+
+
+def _check_classification_fields(manifest: dict, path: str) -> None:
+    _check_fields(manifest, _CLASSIFICATION_FIELDS, "", path)
+    _check_vocabulary(manifest, path)
+    labels = manifest["labels"]
+    if len(labels) < 2 or len(set(labels)) != len(labels):
+        _refuse(path, f"field 'labels' must list at least two distinct labels, got "
+                      f"{_shown(labels)}")
+    for split, info in manifest["splits"].items():
+        where = f"splits.{split}."
+        _check_fields(info, _CLASSIFICATION_SPLIT_FIELDS, where, path)
+        counts = info["class_counts"]
+        unknown = sorted(set(counts) - set(labels))
+        if unknown:
+            _refuse(path, f"field '{where}class_counts' names labels not in 'labels': "
+                          f"{_shown(unknown)}")
+        for label, count in counts.items():
+            _check_value(count, int, 0, f"{where}class_counts.{label}", path)
+        if sum(counts.values()) != info["documents"]:
+            _refuse(path, f"field '{where}class_counts' adds up to {sum(counts.values())}, "
+                          f"'{where}documents' is {info['documents']}")
+        for i, shard in enumerate(info["shards"]):
+            _check_fields(shard, _SHARD_FIELDS, f"{where}shards[{i}].", path)
+
+
+# Each kind's schema check, and what makes data of that kind.
+_SCHEMAS = {LANGUAGE_MODEL: check_schema, CLASSIFICATION: check_classification_schema}
+_PREPARED_BY = {LANGUAGE_MODEL: "prepare it with tfxl-prepare",
+                CLASSIFICATION: "prepare it with tfxl.data.classification.prepare_classification"}
 
 
 def check_manifest(manifest: dict, *, tgt_len: int | None = None,

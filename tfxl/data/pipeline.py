@@ -91,13 +91,15 @@ def eval_steps(manifest: dict, split: str, global_batch_size: int) -> int:
                for g in range(global_batch_size))
 
 
-def verify_shards(data_dir: str, streams: Sequence[dict], crc: bool = True) -> None:
+def verify_shards(data_dir: str, streams: Sequence[dict], crc: bool = True,
+                  records: str = "segments") -> None:
     """Checks shard files before reading them; a `DataError` names the bad shard.
 
     Always: the file exists and has the byte size recorded in the manifest
     (catches truncated copies and interrupted writes).  With ``crc=True`` (and
     eager execution) every record is read once so TFRecord's length and data
-    CRCs are checked, and the record count must match the manifest.
+    CRCs are checked, and the record count must match the manifest (its field
+    `records`: "segments" of a stream, "documents" of a classification shard).
     """
     for info in streams:
         path = os.path.join(data_dir, info["file"])
@@ -120,9 +122,9 @@ def verify_shards(data_dir: str, streams: Sequence[dict], crc: bool = True) -> N
         except tf.errors.DataLossError as e:
             raise DataError(f"corrupt TFRecord shard {path}: "
                             f"{e.message.split('}}')[-1].strip().splitlines()[0]}") from None
-        if count != info["segments"]:
+        if count != info[records]:
             raise DataError(f"shard {path} has {count} records, the manifest says "
-                            f"{info['segments']}")
+                            f"{info[records]}")
 
 
 def _pass_shift(pass_index, tgt_len: int, seed: int):

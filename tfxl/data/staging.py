@@ -207,7 +207,7 @@ def _old_manifest(output_dir: str, entries: List[str]) -> tuple:
     if manifest_lib.MANIFEST_NAME not in entries:
         return None, True
     try:
-        return manifest_lib.load_manifest(output_dir), True
+        return manifest_lib.load_manifest(output_dir, kind=None), True
     except DataError:
         return None, False
 
@@ -243,10 +243,11 @@ def _remove_unlisted(output_dir: str, old_manifest: dict, keep: set) -> None:
 
 
 def manifest_files(manifest: dict) -> List[str]:
-    """The files a manifest lists (shards, vocabulary), relative to its directory: plain names,
-    or names in a ``gen-*`` directory; anything else (a path leading elsewhere) is left alone."""
+    """The files a manifest of either kind lists (shards, vocabulary), relative to its directory:
+    plain names, or names in a ``gen-*`` directory; anything else (a path leading elsewhere) is
+    left alone."""
     names = [s["file"] for split in manifest.get("splits", {}).values()
-             for s in split.get("streams", [])]
+             for s in split.get("streams", []) + split.get("shards", [])]
     names += spec_files(manifest.get("tokenizer", {}))
     return [n for n in names if n and _is_own_name(n)]
 

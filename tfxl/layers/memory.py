@@ -24,7 +24,10 @@ Key/value memory (evaluation, generation, serving): 2·N·H/D times the layer-in
 
 Shapes are static (M is fixed) so steps compile once under XLA/TPU; the mask keeps the semantics
 exact: a fresh or reset memory has no valid slot and is never attended to (the original TF code
-attends to zero-filled slots after a reset). Memory never carries gradients.
+attends to zero-filled slots after a reset). Memory carries no gradient (the paper's truncated
+backpropagation), except where a caller asks for it: `updated_memory(..., stop_gradient=False)`,
+which document classification uses inside its window of segments read with gradient
+(`tfxl.classification`).
 """
 
 from keras import ops
@@ -104,8 +107,9 @@ def _next_valid(valid, new_rows, segment_valid):
     return _last_slots(valid, ops.cast(segment_valid, "bool"), axis=1)
 
 
-def updated_memory(memory, layer_inputs, segment_valid=None):
-    """The next layer-input memory: last M positions of [old memory; this segment], stop-gradient.
+def updated_memory(memory, layer_inputs, segment_valid=None, stop_gradient=True):
+    """The next layer-input memory: last M positions of [old memory; this segment], stop-gradient
+    unless `stop_gradient` is False (gradients then reach the segment through the next one).
 
     Args:
       memory: the memory the segment attended to ("states" [B, L, M, D], "valid" [B, M]).
@@ -115,7 +119,8 @@ def updated_memory(memory, layer_inputs, segment_valid=None):
       A memory of the same shapes. M may be smaller than, equal to or larger than T.
     """
     current = ops.stack(layer_inputs, axis=1)  # [B, L, T, D]
-    return {STATES: ops.stop_gradient(_last_slots(memory[STATES], current, axis=2)),
+    states = _last_slots(memory[STATES], current, axis=2)
+    return {STATES: ops.stop_gradient(states) if stop_gradient else states,
             VALID: _next_valid(memory[VALID], current[:, 0, :, 0], segment_valid)}
 
 

@@ -63,6 +63,9 @@ class TransfoXLBackbone(keras.layers.Layer):
         longer settings with the same weights).
       position_keys: `position_keys(M + T, clamp_len)` computed once and reused by every call of
         that shape (inference; without it each call projects the K encodings in every layer).
+      memory_gradient: keep the gradient path through the new layer-input memory (default False:
+        the paper's stop-gradient). Document classification reads its last segments with it, so
+        that the loss reaches them through the memory (`tfxl.classification`).
     Returns:
       (hidden [B, T, D], new memory of the same shapes as the one used); with
       `return_memory=False` (a constructor argument) only hidden, so that the backbone can be
@@ -136,7 +139,7 @@ class TransfoXLBackbone(keras.layers.Layer):
         return [block.attention.project_positions(position) for block in self.blocks]
 
     def call(self, token_ids, memory=None, reset=None, training=None, clamp_len=None,
-             same_length=None, segment_valid=None, position_keys=None):
+             same_length=None, segment_valid=None, position_keys=None, memory_gradient=False):
         c = self.config
         same_length = c.same_length if same_length is None else bool(same_length)
         segment_len = token_ids.shape[1] if token_ids.shape[1] is not None else (
@@ -168,7 +171,8 @@ class TransfoXLBackbone(keras.layers.Layer):
         if key_value:
             return hidden, updated_key_value_memory(memory, segment_keys, segment_values,
                                                     segment_valid)
-        return hidden, updated_memory(memory, layer_inputs, segment_valid)
+        return hidden, updated_memory(memory, layer_inputs, segment_valid,
+                                      stop_gradient=not memory_gradient)
 
     def decode_step(self, token_ids, memory_parts, memory_valid, key_distance, position_keys):
         """One token per row [B, 1] against a key/value cache kept in parts (inference only).
@@ -217,7 +221,7 @@ class TransfoXLBackbone(keras.layers.Layer):
 
     def compute_output_spec(self, token_ids, memory=None, reset=None, training=None,
                             clamp_len=None, same_length=None, segment_valid=None,
-                            position_keys=None):
+                            position_keys=None, memory_gradient=False):
         memory_shape = None if memory is None else {k: t.shape for k, t in memory.items()}
         shapes = self.compute_output_shape(token_ids.shape, memory_shape)
         if not self.return_memory:

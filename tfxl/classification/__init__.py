@@ -1,0 +1,13 @@
+"""Document classification with Transformer-XL (issue #18): `DocumentClassifier` reads documents
+of any length segment by segment on a carried memory, pools what it has read, and classifies.
+
+Layering: this package imports the model (`tfxl.models`, `tfxl.layers`), never the trainer or
+the data package; its data is `tfxl.data.classification`'s.
+"""
+
+from tfxl.classification.classifier import (LENGTHS, TOKEN_IDS, DocumentClassifier,
+                                            align_to_last_segment)
+from tfxl.classification.pooling import POOLINGS, SegmentAttentionPooling
+
+__all__ = ["DocumentClassifier", "LENGTHS", "POOLINGS", "SegmentAttentionPooling", "TOKEN_IDS",
+           "align_to_last_segment"]

@@ -1,0 +1,238 @@
+"""A Transformer-XL document classifier: reads documents of any length segment by segment on a
+carried memory, pools what it has read, and classifies.
+
+Shape glossary: B batch (documents), L padded document length (tokens), T segment length,
+S segments read (ceil(L / T), at least K), K `grad_segments`, M memory length (slots), D model
+size, C classes. (The backbone's layer count is never a dimension here.)
+
+Reading. The input is right-padded: token ids [B, L] and each document's length [B]. Each row is
+first moved right so that the document starts at a segment boundary and ends in the last
+segment S - 1 (`align_to_last_segment`); the segments before it are all padding. Then the S
+segments are read in order on a layer-input memory of M slots: padding is masked as the backbone
+masks it (`segment_valid`: no query attends to it, the memory marks its slots invalid), so an
+all-padding segment leaves the memory empty, and every document is read exactly as if it were
+alone and unpadded. Aligning the ends (rather than the starts) gives every row its own last
+segment at the same index: the last position, the last segment's mean and the segments read with
+gradient are the same positions for every row, and no row spends its gradient window on padding.
+
+Gradient reach (`grad_segments` = K). Transformer-XL trains with the memory under stop-gradient,
+which bounds a step's activations to one segment. A classifier's loss sits at the end of the
+document, so with the stop-gradient only the last segment's tokens would learn anything from it
+directly. Here the last K segments are read with the gradient flowing through the memory between
+them (`TransfoXLBackbone(memory_gradient=True)`): the loss reaches the tokens of the last K
+segments (as far back as the memory of M slots reaches: choose M >= T for a full window). The
+S - K segments before are read in a `keras.ops.fori_loop` whose results (the memory and the
+segment summaries) leave it under stop-gradient: nothing inside it is on a path to the loss, so no
+backward pass is built for it and the activation memory of a training step is that of K segments
+whatever the document's length; the earlier segments still shape the logits through the memory
+and (attention pooling) their summaries. Under TensorFlow this holds for compiled steps
+(`tf.function`, what `fit` and the trainer run): eagerly, a `GradientTape` keeps what the loop's
+ops touch, though their gradient is still zero. K = 1 is the cheapest and already trains every
+weight; a larger K lets the loss teach the model what to carry across segment boundaries.
+
+Poolings (`pooling=`, `tfxl.classification.pooling`): "last" the state at the last valid position
+(it has attended to everything the memory holds); "last_segment_mean" the mean of the last
+segment's valid states; "segment_attention" a learned query's attention over one summary per
+segment (the mean of its valid states), all S of them.
+"""
+
+import keras
+from keras import ops
+
+from tfxl.classification.pooling import (LAST, LAST_SEGMENT_MEAN, SEGMENT_ATTENTION,
+                                         SegmentAttentionPooling, check_pooling,
+                                         last_valid_state, valid_mean)
+from tfxl.config import TransfoXLConfig
+from tfxl.layers.transformer_xl_block import attention_class
+from tfxl.models.backbone import TransfoXLBackbone, as_config, default_name
+
+# The input's keys (the same names as `tfxl.data.classification`'s reader yields; the data
+# package knows nothing of the model, so a test keeps the two equal).
+TOKEN_IDS = "token_ids"
+LENGTHS = "lengths"
+
+
+def _dim(x, axis):
+    return x.shape[axis] if x.shape[axis] is not None else ops.shape(x)[axis]
+
+
+def align_to_last_segment(token_ids, lengths, segment_len, min_segments=1):
+    """Right-padded documents -> (segments [B, S, T], valid [B, S, T] bool): each document starts
+    at a segment boundary and ends in segment S - 1, with S = max(ceil(L / T), min_segments).
+
+    lengths: int [B] (None: every row is L tokens); clipped to [0, L]. Padding reads as token 0,
+    masked by `valid`.
+    """
+    length = _dim(token_ids, 1)
+    if isinstance(length, int):
+        num_segments = max(-(-length // segment_len), min_segments)
+    else:
+        num_segments = ops.maximum((length + segment_len - 1) // segment_len, min_segments)
+    if lengths is None:
+        lengths = ops.full((_dim(token_ids, 0),), length, dtype="int32")
+    lengths = ops.clip(ops.cast(lengths, "int32"), 0, length)
+    used = (lengths + segment_len - 1) // segment_len  # segments each document fills
+    shift = (num_segments - used) * segment_len       # [B]: where each document starts
+    source = ops.arange(num_segments * segment_len, dtype="int32")[None, :] - shift[:, None]
+    valid = ops.logical_and(source >= 0, source < lengths[:, None])
+    ids = ops.take_along_axis(token_ids, ops.clip(source, 0, length - 1), axis=1)
+    ids = ops.where(valid, ids, ops.zeros((), ids.dtype))
+    shape = (-1, num_segments, segment_len)
+    return ops.reshape(ids, shape), ops.reshape(valid, shape)
+
+
+@keras.saving.register_keras_serializable(package="tfxl")
+class DocumentClassifier(keras.Model):
+    """A `TransfoXLBackbone` that reads whole documents, a pooling, and a linear head.
+
+    Args:
+      config: the backbone's `TransfoXLConfig` (or its dict).
+      num_classes: C.
+      pooling: "last", "last_segment_mean" or "segment_attention" (module docstring).
+      grad_segments: K >= 1, the trailing segments read with gradient (module docstring).
+      segment_len: T (default config.tgt_len). mem_len: M (default config.mem_len).
+      head_dropout: dropout rate on the pooled features.
+    Call:
+      inputs: {"token_ids": int [B, L], "lengths": int [B]} (right-padded documents; L any
+        length, the reader makes it a multiple of T), or token ids alone (every row L tokens).
+    Returns:
+      logits [B, C] float32.
+    The backbone's clamp_len and same_length are the config's (training) values.
+    """
+
+    def __init__(self, config, num_classes, pooling=LAST, grad_segments=1, segment_len=None,
+                 mem_len=None, head_dropout=0.0, attention_cls=None, name=None, **kwargs):
+        super().__init__(name=name or default_name("document_classifier"), **kwargs)
+        self.config = as_config(config)
+        self.num_classes = int(num_classes)
+        self.pooling = check_pooling(pooling)
+        self.grad_segments = int(grad_segments)
+        self.segment_len = int(self.config.tgt_len if segment_len is None else segment_len)
+        self.mem_len = int(self.config.mem_len if mem_len is None else mem_len)
+        self.head_dropout = float(head_dropout)
+        self.attention_cls = attention_class(attention_cls)
+        for what, value, least in (("num_classes", self.num_classes, 2),
+                                   ("grad_segments", self.grad_segments, 1),
+                                   ("segment_len", self.segment_len, 1),
+                                   ("mem_len", self.mem_len, 0)):
+            if value < least:
+                raise ValueError(f"DocumentClassifier: {what} must be >= {least}, got {value}")
+        if not 0.0 <= self.head_dropout < 1.0:
+            raise ValueError(f"DocumentClassifier: head_dropout must be in [0, 1), got "
+                             f"{self.head_dropout}")
+        self.build((None, None))  # no weight's shape depends on the input
+
+    def build(self, input_shape=None):
+        if self.built:  # built by __init__; Keras and callers may ask again
+            return
+        c, policy = self.config, self.dtype_policy
+        self.backbone = TransfoXLBackbone(c, attention_cls=self.attention_cls, name="backbone",
+                                          dtype=policy)
+        self.backbone.build((None, self.segment_len))
+        if self.pooling == SEGMENT_ATTENTION:
+            self.segment_attention = SegmentAttentionPooling(c.init_std, name="segment_attention",
+                                                             dtype=policy)
+            self.segment_attention.build((None, None, c.d_model))
+        self.dropout = keras.layers.Dropout(self.head_dropout, name="head_dropout", dtype=policy)
+        self.head = keras.layers.Dense(
+            self.num_classes, kernel_initializer=keras.initializers.RandomNormal(
+                stddev=c.init_std), name="head", dtype=policy)
+        self.head.build((None, c.d_model))
+        self.built = True
+
+    @classmethod
+    def from_language_model(cls, lm_or_path, num_classes, checkpoint=None, **kwargs):
+        """A classifier whose backbone is a tfxl language model's, with a fresh head.
+
+        lm_or_path: a `TransfoXLLM`, or where one is: a `.keras` file (tfxl-convert's output of
+          a published checkpoint too) or a tfxl-train model_dir (its newest readable checkpoint,
+          or `checkpoint`), local or gs://, loaded by `tfxl.serving.loading.load_language_model`.
+        kwargs: the classifier's own arguments (pooling, grad_segments, ...); the backbone's
+          config and attention class are the language model's.
+        """
+        lm = lm_or_path
+        if isinstance(lm_or_path, str):
+            # Imported here: loading sits above the model (it reads model_dirs and data
+            # manifests); the classifier needs it only to find a language model's weights.
+            from tfxl.serving.loading import load_language_model
+            lm = load_language_model(lm_or_path, checkpoint=checkpoint)
+        classifier = cls(lm.config, num_classes, attention_cls=lm.attention_cls, **kwargs)
+        classifier.backbone.set_weights(lm.backbone.get_weights())
+        return classifier
+
+    # -- reading --------------------------------------------------------------------------------
+    def read(self, token_ids, lengths=None, training=None):
+        """Reads the documents. Returns (hidden [B, T, D] of the last segment, its valid [B, T],
+        segment summaries [B, S, D] and their valid [B, S]; the summaries are None unless the
+        pooling uses them)."""
+        K = self.grad_segments
+        segments, valid = align_to_last_segment(token_ids, lengths, self.segment_len, K)
+        num_segments = _dim(segments, 1)
+        memory = self.backbone.init_memory(_dim(segments, 0), self.mem_len)
+        summarise = self.pooling == SEGMENT_ATTENTION
+
+        def read_segment(s, memory, gradient):
+            segment_valid = ops.take(valid, s, axis=1)
+            hidden, memory = self.backbone(ops.take(segments, s, axis=1), memory,
+                                           training=training, segment_valid=segment_valid,
+                                           memory_gradient=gradient)
+            return hidden, segment_valid, memory
+
+        def read_without_gradient(s, carry):
+            hidden, segment_valid, carry["memory"] = read_segment(s, carry["memory"], False)
+            if summarise:
+                summary = valid_mean(hidden, segment_valid)[0]
+                carry["summaries"] = ops.slice_update(carry["summaries"], (0, s, 0),
+                                                      summary[:, None, :])
+            return carry
+
+        carry = {"memory": memory}
+        if summarise:
+            carry["summaries"] = ops.zeros((_dim(segments, 0), num_segments - K,
+                                            self.config.d_model), self.compute_dtype)
+        if not isinstance(num_segments, int) or num_segments > K:
+            carry = ops.fori_loop(0, num_segments - K, read_without_gradient, carry)
+            # What leaves the loop carries no gradient: no backward pass is built for the loop.
+            carry = keras.tree.map_structure(ops.stop_gradient, carry)
+        memory, summaries = carry["memory"], [carry["summaries"]] if summarise else []
+        for j in range(K):
+            # Gradient through the memory between the last K segments (not out of the last).
+            hidden, segment_valid, memory = read_segment(num_segments - K + j, memory, j < K - 1)
+            if summarise:
+                summaries.append(valid_mean(hidden, segment_valid)[0][:, None, :])
+        if not summarise:
+            return hidden, segment_valid, None, None
+        return (hidden, segment_valid, ops.concatenate(summaries, axis=1),
+                ops.any(valid, axis=2))
+
+    def features(self, inputs, training=None):
+        """The pooled features [B, D] of `inputs` (as `call` takes them)."""
+        token_ids, lengths = (inputs[TOKEN_IDS], inputs.get(LENGTHS)) if isinstance(
+            inputs, dict) else (inputs, None)
+        hidden, valid, summaries, summary_valid = self.read(token_ids, lengths, training)
+        if self.pooling == LAST:
+            return last_valid_state(hidden, valid)
+        if self.pooling == LAST_SEGMENT_MEAN:
+            return valid_mean(hidden, valid)[0]
+        return self.segment_attention(summaries, summary_valid)
+
+    def call(self, inputs, training=None):
+        pooled = self.dropout(self.features(inputs, training), training=training)
+        return ops.cast(self.head(pooled), "float32")
+
+    def compute_output_spec(self, inputs, training=None):
+        token_ids = inputs[TOKEN_IDS] if isinstance(inputs, dict) else inputs
+        return keras.KerasTensor((token_ids.shape[0], self.num_classes), "float32")
+
+    def get_config(self):
+        return {**super().get_config(), "config": self.config.to_dict(),
+                "num_classes": self.num_classes, "pooling": self.pooling,
+                "grad_segments": self.grad_segments, "segment_len": self.segment_len,
+                "mem_len": self.mem_len, "head_dropout": self.head_dropout,
+                "attention_cls": keras.saving.get_registered_name(self.attention_cls)}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        model_config = TransfoXLConfig.from_dict(config.pop("config"))
+        return cls(model_config, **config)
