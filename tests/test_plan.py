@@ -133,10 +133,9 @@ def data_dir(tmp_path_factory):
 
 
 def run_cli(*args):
-    return factories.run_tool("tfxl.train.main", *args)
+    return factories.run_in_process("tfxl.train.main", *args)
 
 
-@pytest.mark.subprocess
 def test_cli_dry_run_prints_the_plan_and_writes_nothing(data_dir, tmp_path):
     flags = [f"--data_dir={data_dir}", f"--model_dir={tmp_path / 'm'}", "--train_batch_size=4",
              "--train_steps=2", "--lease_settle=0"]

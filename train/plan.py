@@ -206,8 +206,10 @@ class TrainingPlan:
         raise ValueError(f"{message}; or pass --ignore_memory_estimate to train anyway")
 
 
-def print_plan(plan, limit_gib=None, ignore=False, out=sys.stdout):
-    """Prints `plan` and its memory line; raises ValueError when it does not fit."""
+def print_plan(plan, limit_gib=None, ignore=False, out=None):
+    """Prints `plan` and its memory line to `out` (default: sys.stdout as it is when called);
+    raises ValueError when it does not fit."""
+    out = sys.stdout if out is None else out
     for line in plan.lines():
         print(line, file=out)
     limit = None if limit_gib is None else int(limit_gib * GIB)
