@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 import factories
-from factories import assert_one_error_line, run_tool
+from factories import assert_one_error_line, run_in_process, run_tool
 from tfxl.model_dir import ModelDir, check_or_store_config
 from tfxl.train.lease import Lease, LeaseHeld, LeaseLost, LeaseParams
 from tfxl.train.loop import Runner, TrainingDiverged
@@ -217,7 +217,7 @@ def test_an_old_single_file_log_with_a_partial_last_line_resumes(data_dir, strai
 @pytest.fixture(scope="module")
 def straight_cli(data_dir, tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("straight_cli") / "m"
-    result = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
+    result = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
     assert result.returncode == 0, result.stderr[-2000:]
     return logged(model_dir)
 
@@ -242,7 +242,7 @@ def test_kill_9_between_the_log_and_its_checkpoint_logs_each_step_once(data_dir,
     proc.wait()
     saved = int(checkpoint.split("-")[1])
     assert sorted(logged(model_dir)) == list(range(1, saved + 1))  # logged before the save
-    resumed = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
+    resumed = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert f"dropped steps {saved - 9}..{saved}" in resumed.stderr
     assert_continues_exactly(model_dir, straight_cli)
@@ -430,7 +430,6 @@ def test_a_corrupt_train_shard_is_refused_before_anything_is_written(data_dir, t
     assert files_of(trained) == before
 
 
-@pytest.mark.subprocess
 def test_a_manifest_with_a_bad_field_type_is_refused_before_anything_is_written(data_dir,
                                                                                 tmp_path):
     data = tmp_path / "data"
@@ -438,7 +437,8 @@ def test_a_manifest_with_a_bad_field_type_is_refused_before_anything_is_written(
     manifest = json.loads((data / "manifest.json").read_text())
     manifest["pad_id"] = str(manifest["pad_id"])
     (data / "manifest.json").write_text(json.dumps(manifest))
-    assert_one_error_line(run_tool("tfxl.train.main", *cli_flags(str(data), tmp_path / "m", 10)),
+    assert_one_error_line(run_in_process("tfxl.train.main",
+                                         *cli_flags(str(data), tmp_path / "m", 10)),
                           "'pad_id' must be an integer", "re-run tfxl-prepare")
     assert not (tmp_path / "m").exists()
 
@@ -509,17 +509,17 @@ def test_the_recorded_settings_and_a_run_without_a_checkpoint(tmp_path, mirrored
     assert fresh.schedule_steps == 200 and "replace the recorded ones" in fresh.messages[0]
 
 
-@pytest.mark.subprocess
 def test_tfxl_train_refuses_a_changed_setting_in_one_line(data_dir, tmp_path):
     model_dir = tmp_path / "m"
-    assert run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 10)).returncode == 0
+    first = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 10))
+    assert first.returncode == 0, first.stderr[-2000:]
     before = files_of(model_dir)
-    assert_one_error_line(run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 20,
-                                                                "--clip=0.5")),
+    assert_one_error_line(run_in_process("tfxl.train.main",
+                                         *cli_flags(data_dir, model_dir, 20, "--clip=0.5")),
                           "clip: run.json has 0.25, this run 0.5", "--allow_run_changes")
     assert files_of(model_dir) == before
-    allowed = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 20, "--clip=0.5",
-                                                    "--allow_run_changes"))
+    allowed = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 20, "--clip=0.5",
+                                                          "--allow_run_changes"))
     assert allowed.returncode == 0, allowed.stderr[-2000:]
     assert sorted(logged(model_dir)) == list(range(1, 21))
 
