@@ -20,6 +20,7 @@ from tfxl.layers.relative_position import RelativePositionEncoding
 from tfxl.models.generation import generate
 from tfxl.models.sampling import check_sampling, sample_next
 from tfxl.models.scoring import score_document
+import tfxl.serving.export as export_lib
 from tfxl.serving.export import export_saved_model, next_version
 
 HERE = os.path.dirname(__file__)
@@ -423,14 +424,27 @@ def test_sampling_rules_are_shared_by_the_command_line():
             check_sampling(*args)
 
 
-def test_score_top_k_export_and_versions(model, exported, tmp_path):
+def test_score_top_k_export_and_versions(model, exported, tmp_path, monkeypatch):
     base = os.path.dirname(exported)
     assert next_version(base) == 2
     with pytest.raises(ValueError, match="already exists"):
         export_saved_model(model, base, version=1)
     with pytest.raises(ValueError, match="tgt_len must be >= 1"):
         export_saved_model(model, str(tmp_path), tgt_len=0)
+    traced = []  # a signature's body runs once per trace: an export traces each one once
+
+    def counted(name):
+        original = getattr(export_lib, name)
+
+        def run(*args, **kwargs):
+            traced.append(name)
+            return original(*args, **kwargs)
+        return run
+
+    for name in ("generate", "score_document"):
+        monkeypatch.setattr(export_lib, name, counted(name))
     path = export_saved_model(model, str(tmp_path), score_top_k=5)
+    assert sorted(traced) == ["generate", "score_document", "score_document"]
     assert path.endswith(os.sep + "1")
     loaded = tf.saved_model.load(path).signatures
     assert "score_text" not in loaded  # no tokenizer
