@@ -1,10 +1,10 @@
-"""Serving, conversion, keras-hub presets, flagfiles and tfxl-eval --output on gs://, against a
-real GCS API (the `gcs` fixture, tests/gcs_emulator.py): TensorFlow's own GCS client, run as a
-user runs the tools.
+"""Serving, conversion and nested flagfiles on gs://, against a real GCS API (the `gcs` fixture,
+tests/gcs_emulator.py): TensorFlow's own GCS client, run as a user runs the tools.
 
 Each run is a subprocess inside the emulator's namespace, with a working directory that must
 stay empty (nothing may create a local folder named like a gs:// path); the test process checks
-the bucket past TensorFlow (`gcs.list`, `gcs.read`).
+the bucket past TensorFlow (`gcs.list`, `gcs.read`). What the README workflow does on gs://
+(model_dirs, tfxl-eval --output, keras-hub presets, warm starts) is tests/test_gcs_workflow.py's.
 """
 
 import json
@@ -18,27 +18,6 @@ from factories import tiny_lm
 from tfxl.data.prepare import PrepareConfig, prepare
 
 ROOT = "serve"
-# In one process (one TensorFlow start): a model_dir in the bucket (config.json and a checkpoint
-# of the .keras model there), and a keras-hub preset saved to the bucket and loaded back; prints
-# whether the preset's outputs agree.
-MAKE_MODEL_DIR_AND_PRESET = """
-import json, sys
-import keras, numpy as np, tensorflow as tf
-import tfxl.models  # registers tfxl's models with Keras
-from tfxl.data.tokenizers import BytesTokenizer
-from tfxl.hub import TransfoXLCausalLM, causal_lm_from_model, causal_lm_from_model_dir
-keras_file, run, preset = sys.argv[1:]
-model = keras.saving.load_model(keras_file)
-with tf.io.gfile.GFile(run + "/config.json", "w") as f:
-    f.write(json.dumps(model.config.to_dict()))
-tf.train.CheckpointManager(tf.train.Checkpoint(model=model), run + "/checkpoints", 1).save()
-lm = causal_lm_from_model_dir(keras_file)
-causal_lm = causal_lm_from_model(lm.backbone.language_model, BytesTokenizer(), sequence_length=8)
-causal_lm.save_to_preset(preset)
-loaded = TransfoXLCausalLM.from_preset(preset)
-x, _, _ = causal_lm.preprocessor(["def f(", "return"])
-print(bool(np.array_equal(np.asarray(loaded(x)), np.asarray(causal_lm(x)))))
-"""
 
 
 def tool(module):
@@ -52,10 +31,9 @@ def run_ok(gcs, argv, cwd, **kwargs):
 
 
 @pytest.mark.subprocess
-def test_export_generate_eval_and_presets_on_gcs(gcs, tmp_path):
+def test_export_and_generate_on_gcs(gcs, tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    (tmp_path / "keras_home").mkdir()
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("def f(x):\n    return x\n" * 100)
     data_dir = str(tmp_path / "data")
@@ -82,35 +60,24 @@ def test_export_generate_eval_and_presets_on_gcs(gcs, tmp_path):
     assert f"{ROOT}/exports/1/assets.extra/tfxl_data.json" in names
     assert not [name for name in names if ".tmp-" in name]  # staged locally, never uploaded
 
-    # A model_dir in the bucket exports as the next version. keras-hub: a preset saved to the
-    # bucket (config.json among its objects) loads back.
-    done = run_ok(gcs, [sys.executable, "-c", MAKE_MODEL_DIR_AND_PRESET, f"{url}/lm.keras",
-                        f"{url}/run", f"{url}/preset"], cwd,
-                  env={"KERAS_HOME": str(tmp_path / "keras_home")})
-    assert done.stdout.strip().splitlines()[-1] == "True"
-    assert {f"{ROOT}/preset/config.json", f"{ROOT}/preset/model.weights.h5",
-            f"{ROOT}/preset/tokenizer.json"} <= set(gcs.list(f"{ROOT}/preset/"))
-    done = run_ok(gcs, [*tool("tfxl.serving.export_main"), f"--model={url}/run",
+    # The next export lists the bucket's versions ("1/" there) and lands as 2; a given version
+    # that exists is refused.
+    done = run_ok(gcs, [*tool("tfxl.serving.export_main"), f"--model={url}/lm.keras",
                         f"--output_dir={url}/exports"], cwd)
     assert done.stdout.strip() == f"{url}/exports/2"
-    refused = gcs.run([*tool("tfxl.serving.export_main"), f"--model={url}/run",
+    refused = gcs.run([*tool("tfxl.serving.export_main"), f"--model={url}/lm.keras",
                        f"--output_dir={url}/exports", "--version=2"], cwd=cwd)
     assert refused.returncode == 2 and "already exists" in refused.stderr
 
-    # tfxl-generate: the prompt from the bucket; the export (its own tokenizer), the .keras file
-    # and the model_dir there give the same greedy text.
+    # tfxl-generate: the prompt from the bucket; the export (its own tokenizer) and the .keras
+    # file there give the same greedy text. (From a model_dir in a bucket, tfxl-eval --output
+    # and keras-hub presets there: tests/test_gcs_workflow.py.)
     gcs.write(f"{ROOT}/prompt.txt", "def f(")
     sampling = [f"--prompt_file={url}/prompt.txt", "--max_new_tokens=6", "--temperature=0"]
     texts = [run_ok(gcs, [*tool("tfxl.serving.generate_main"), *flags, *sampling], cwd).stdout
              for flags in ([f"--model={url}/exports/1"],
-                           [f"--model={url}/lm.keras", f"--data_dir={data_dir}"],
-                           [f"--model={url}/run", f"--data_dir={data_dir}"])]
-    assert texts[0] == texts[1] == texts[2] and texts[0].strip()
-
-    # tfxl-eval writes its --output into the bucket.
-    run_ok(gcs, [*tool("tfxl.train.evaluate"), f"--data_dir={data_dir}", f"--model_dir={url}/run",
-                 f"--output={url}/eval.json", "--max_eval_batches=2"], cwd)
-    assert json.loads(gcs.read(f"{ROOT}/eval.json"))["tokens"] > 0
+                           [f"--model={url}/lm.keras", f"--data_dir={data_dir}"])]
+    assert texts[0] == texts[1] and texts[0].strip()
 
     assert sorted(p.name for p in cwd.iterdir()) == []  # no local "gs:" folder anywhere
 
