@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 import tfxl
+from factories import run_in_process
 from convert_fixtures import (drop_tied_duplicates, hparams, pytorch_reference, pytorch_state,
                               tf1_reference, tf1_variables, write_malicious_torch_zip,
                               write_safetensors, write_tf1_checkpoint, write_torch_zip)
 from tfxl.convert import (ConversionError, config_overrides_from_hf, convert_checkpoint,
                           memory_from_time_major, open_checkpoint, save_converted)
-from tfxl.convert import main as convert_main
 
 ATOL = 2e-4
 
@@ -325,14 +325,12 @@ def test_hf_config_translation():
 # ------------------------------------------------------------------------------------------------
 # CLI
 def _cli(argv):
-    """tfxl-convert in this process: its flags on absl's FLAGS (defined once), exit status."""
-    from absl import flags
-    from tfxl import cli
-    if "format" not in flags.FLAGS:
-        convert_main.define_flags()
-    flags.FLAGS.unparse_flags()
-    rest = flags.FLAGS(["tfxl-convert", *argv])
-    return cli.exit_status(convert_main.main, rest)
+    """tfxl-convert run in this process (`factories.run_in_process`, which leaves no flag
+    defined behind): its exit status; what it printed goes to this test's stdout and stderr."""
+    result = run_in_process("tfxl.convert.main", *argv)
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    return result.returncode
 
 
 def test_cli_huggingface_directory_and_overwrite(tmp_path, capsys):
