@@ -22,6 +22,8 @@ from tfxl.data.manifest import load_manifest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One flag of each tool's own, which its --help must list with its help text.
 OWN_FLAG = {"tfxl.data.prepare": ("--num_streams", "Streams per split S."),
+            "tfxl.data.prepare_classification": ("--label_field",
+                                                 "The label's JSON field or CSV column."),
             "tfxl.train.main": ("--train_steps", "Total optimisation steps."),
             "tfxl.train.evaluate": ("--split", "Split to evaluate."),
             "tfxl.serving.export_main": ("--score_top_k", "score returns the top-k"),

@@ -7,7 +7,10 @@ the data package; its data is `tfxl.data.classification`'s.
 
 from tfxl.classification.classifier import (LENGTHS, TOKEN_IDS, DocumentClassifier,
                                             align_to_last_segment)
+from tfxl.classification.evaluation import (ClassificationMetrics, evaluate_classifier,
+                                            metrics_from_confusion)
 from tfxl.classification.pooling import POOLINGS, SegmentAttentionPooling
 
-__all__ = ["DocumentClassifier", "LENGTHS", "POOLINGS", "SegmentAttentionPooling", "TOKEN_IDS",
-           "align_to_last_segment"]
+__all__ = ["ClassificationMetrics", "DocumentClassifier", "LENGTHS", "POOLINGS",
+           "SegmentAttentionPooling", "TOKEN_IDS", "align_to_last_segment",
+           "evaluate_classifier", "metrics_from_confusion"]
