@@ -12,7 +12,9 @@ from tfxl.cli.quiet import quiet_tensorflow
 TOOLS = {"tfxl-prepare": "tfxl.data.prepare",
          "tfxl-prepare-classification": "tfxl.data.prepare_classification",
          "tfxl-train": "tfxl.train.main",
-         "tfxl-eval": "tfxl.train.evaluate", "tfxl-export": "tfxl.serving.export_main",
+         "tfxl-eval": "tfxl.train.evaluate",
+         "tfxl-classify-eval": "tfxl.classification.evaluate_main",
+         "tfxl-export": "tfxl.serving.export_main",
          "tfxl-generate": "tfxl.serving.generate_main", "tfxl-convert": "tfxl.convert.main",
          "python -m tfxl.train.demo": "tfxl.train.demo"}
 
@@ -30,6 +32,7 @@ prepare = _entry_point("tfxl-prepare")
 prepare_classification = _entry_point("tfxl-prepare-classification")
 train = _entry_point("tfxl-train")
 evaluate = _entry_point("tfxl-eval")
+classify_evaluate = _entry_point("tfxl-classify-eval")
 export = _entry_point("tfxl-export")
 generate = _entry_point("tfxl-generate")
 convert = _entry_point("tfxl-convert")
