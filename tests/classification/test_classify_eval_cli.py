@@ -57,6 +57,10 @@ def test_a_model_that_does_not_fit_the_data_is_one_error_line(data_and_model, tm
     four.save(tmp_path / "four.keras")
     assert_one_error_line(run_in_process(TOOL, f"--model={tmp_path / 'four.keras'}", data,
                                          f"--output={output}"), "4 classes", "3 labels")
+    small = DocumentClassifier(tiny_config(vocab_size=100), 3, segment_len=4)
+    small.save(tmp_path / "small.keras")
+    assert_one_error_line(run_in_process(TOOL, f"--model={tmp_path / 'small.keras'}", data),
+                          "token ids up to 257", "vocabulary of 100")
     tiny_lm().save(tmp_path / "lm.keras")
     assert_one_error_line(run_in_process(TOOL, f"--model={tmp_path / 'lm.keras'}", data,
                                          f"--output={output}"), "not a DocumentClassifier")
