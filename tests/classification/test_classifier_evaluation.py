@@ -31,7 +31,7 @@ def prepare(root, documents):
 @pytest.fixture(scope="module")
 def eleven_documents(tmp_path_factory):
     rng = np.random.default_rng(3)
-    documents = [("".join(rng.choice(list("abcdefgh"), rng.integers(3, 30))), "xyz"[i % 3])
+    documents = [("".join(rng.choice(list("abcdefgh"), rng.integers(3, 16))), "xyz"[i % 3])
                  for i in range(11)]
     return prepare(tmp_path_factory.mktemp("eleven"), documents)
 

@@ -13,7 +13,7 @@ from tfxl.data.classification import (ClassificationConfig, classification_datas
                                       prepare_classification)
 
 TOOL = "tfxl.classification.evaluate_main"
-DOCUMENTS = [(f"{'ab' * (i % 4)}document {i}", "cat dog eel".split()[i % 3]) for i in range(7)]
+DOCUMENTS = [(f"{'ab' * (i % 4)}d{i}", "cat dog eel".split()[i % 3]) for i in range(7)]
 
 
 @pytest.fixture(scope="module")
@@ -51,20 +51,20 @@ def test_the_tool_prints_evaluate_classifiers_result_by_label_name(data_and_mode
 
 def test_a_model_that_does_not_fit_the_data_is_one_error_line(data_and_model, tmp_path):
     root = data_and_model
-    data = f"--data_dir={root / 'data'}"
+    data = f"--data_dir={root / 'data'}", "--split=train"
     output = tmp_path / "result.json"
     four = DocumentClassifier(tiny_config(vocab_size=258), 4, segment_len=4)
     four.save(tmp_path / "four.keras")
-    assert_one_error_line(run_in_process(TOOL, f"--model={tmp_path / 'four.keras'}", data,
+    assert_one_error_line(run_in_process(TOOL, f"--model={tmp_path / 'four.keras'}", *data,
                                          f"--output={output}"), "4 classes", "3 labels")
     small = DocumentClassifier(tiny_config(vocab_size=100), 3, segment_len=4)
     small.save(tmp_path / "small.keras")
-    assert_one_error_line(run_in_process(TOOL, f"--model={tmp_path / 'small.keras'}", data),
+    assert_one_error_line(run_in_process(TOOL, f"--model={tmp_path / 'small.keras'}", *data),
                           "token ids up to 257", "vocabulary of 100")
     tiny_lm().save(tmp_path / "lm.keras")
-    assert_one_error_line(run_in_process(TOOL, f"--model={tmp_path / 'lm.keras'}", data,
+    assert_one_error_line(run_in_process(TOOL, f"--model={tmp_path / 'lm.keras'}", *data,
                                          f"--output={output}"), "not a DocumentClassifier")
-    assert_one_error_line(run_in_process(TOOL, f"--model={root / 'classifier.keras'}", data,
-                                         "--split=valid"), "split 'valid'")
-    assert_one_error_line(run_in_process(TOOL, data), "--model is required")
+    assert_one_error_line(run_in_process(TOOL, f"--model={root / 'classifier.keras'}",
+                                         data[0]), "split 'test' is not in the manifest")
+    assert_one_error_line(run_in_process(TOOL, *data), "--model is required")
     assert not output.exists()
