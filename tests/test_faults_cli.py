@@ -22,8 +22,12 @@ from tfxl.data.manifest import load_manifest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # One flag of each tool's own, which its --help must list with its help text.
 OWN_FLAG = {"tfxl.data.prepare": ("--num_streams", "Streams per split S."),
+            "tfxl.data.prepare_classification": ("--label_field",
+                                                 "The label's JSON field or CSV column."),
             "tfxl.train.main": ("--train_steps", "Total optimisation steps."),
             "tfxl.train.evaluate": ("--split", "Split to evaluate."),
+            "tfxl.classification.evaluate_main": ("--max_tokens",
+                                                  "Read each document's first N tokens only"),
             "tfxl.serving.export_main": ("--score_top_k", "score returns the top-k"),
             "tfxl.serving.generate_main": ("--prompt_file", "Read the prompt from this file."),
             "tfxl.convert.main": ("--hf_config", "Hugging Face config.json"),

@@ -1,5 +1,5 @@
-"""The one runner of every command-line tool: tfxl-prepare, -train, -eval, -export, -generate,
--convert and `python -m tfxl.train.demo`.
+"""The one runner of every command-line tool: tfxl-prepare, -prepare-classification, -train,
+-eval, -classify-eval, -export, -generate, -convert and `python -m tfxl.train.demo`.
 
 * A usage error (unknown flag, bad flag value, stray argument) prints one `error: ...` line and
   exits 2, as does every error a user can cause (ValueError, OSError, TensorFlow's OpError, and

@@ -9,8 +9,12 @@ import importlib
 from tfxl.cli.quiet import quiet_tensorflow
 
 # Tool name -> its module (what `python -m` runs, and what defines its `run`).
-TOOLS = {"tfxl-prepare": "tfxl.data.prepare", "tfxl-train": "tfxl.train.main",
-         "tfxl-eval": "tfxl.train.evaluate", "tfxl-export": "tfxl.serving.export_main",
+TOOLS = {"tfxl-prepare": "tfxl.data.prepare",
+         "tfxl-prepare-classification": "tfxl.data.prepare_classification",
+         "tfxl-train": "tfxl.train.main",
+         "tfxl-eval": "tfxl.train.evaluate",
+         "tfxl-classify-eval": "tfxl.classification.evaluate_main",
+         "tfxl-export": "tfxl.serving.export_main",
          "tfxl-generate": "tfxl.serving.generate_main", "tfxl-convert": "tfxl.convert.main",
          "python -m tfxl.train.demo": "tfxl.train.demo"}
 
@@ -19,14 +23,16 @@ def _entry_point(tool):
     def run():
         quiet_tensorflow()
         importlib.import_module(TOOLS[tool]).run()
-    run.__name__ = run.__qualname__ = tool.replace("tfxl-", "")
+    run.__name__ = run.__qualname__ = tool.replace("tfxl-", "").replace("-", "_")
     run.__doc__ = f"`{tool}`: quiets TensorFlow, then runs {TOOLS[tool]}.run."
     return run
 
 
 prepare = _entry_point("tfxl-prepare")
+prepare_classification = _entry_point("tfxl-prepare-classification")
 train = _entry_point("tfxl-train")
 evaluate = _entry_point("tfxl-eval")
+classify_evaluate = _entry_point("tfxl-classify-eval")
 export = _entry_point("tfxl-export")
 generate = _entry_point("tfxl-generate")
 convert = _entry_point("tfxl-convert")

@@ -82,6 +82,8 @@ class ClassificationConfig:
 
 
 def _check(config: ClassificationConfig) -> None:
+    if not config.output_dir:  # before the inputs are read, which may take long
+        raise DataError("output_dir is required")
     if not config.train:
         raise DataError("train: no training inputs given")
     if config.format not in LABELLED_FORMATS:

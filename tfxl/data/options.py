@@ -90,11 +90,11 @@ class PrepareConfig:
 
 # ------------------------------------------------------------------------------ flags
 def _flag_kind(annotation) -> str:
-    """'bool', 'int', 'str' or 'list' for a field annotation (Optional[X] is X: the flag's None
-    is the field's None)."""
+    """'bool', 'int', 'float', 'str' or 'list' for a field annotation (Optional[X] is X: the
+    flag's None is the field's None)."""
     if typing.get_origin(annotation) is typing.Union:
         annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
-    if annotation in (bool, int, str):
+    if annotation in (bool, int, float, str):
         return annotation.__name__
     if typing.get_origin(annotation) in (collections.abc.Sequence, list, tuple):
         return "list"
@@ -118,6 +118,8 @@ def define_flags_of(cls, flag_values, module_name: str) -> None:
             flags.DEFINE_bool(field.name, default, help_, **where)
         elif kind == "int":
             flags.DEFINE_integer(field.name, default, help_, **where)
+        elif kind == "float":
+            flags.DEFINE_float(field.name, default, help_, **where)
         elif kind == "list":
             flags.DEFINE_list(field.name, list(default), help_, **where)
         else:

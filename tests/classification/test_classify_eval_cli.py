@@ -1,0 +1,70 @@
+"""tfxl-classify-eval: a .keras classifier over every document of a split, the result of
+`evaluate_classifier` as one JSON line by label name; a model that does not fit the data is one
+`error:` line, exit 2, with nothing written."""
+
+import json
+
+import keras
+import pytest
+
+from factories import assert_one_error_line, run_in_process, tiny_config, tiny_lm
+from tfxl.classification import DocumentClassifier, evaluate_classifier
+from tfxl.data.classification import (ClassificationConfig, classification_dataset,
+                                      prepare_classification)
+
+TOOL = "tfxl.classification.evaluate_main"
+DOCUMENTS = [(f"{'ab' * (i % 4)}d{i}", "cat dog eel".split()[i % 3]) for i in range(7)]
+
+
+@pytest.fixture(scope="module")
+def data_and_model(tmp_path_factory):
+    root = tmp_path_factory.mktemp("classify_eval")
+    (root / "t.jsonl").write_text("".join(json.dumps({"text": t, "label": y}) + "\n"
+                                          for t, y in DOCUMENTS))
+    prepare_classification(ClassificationConfig(
+        output_dir=str(root / "data"), train=[str(root / "t.jsonl")], valid_fraction=0.0,
+        test_fraction=0.0), log=lambda *a: None)
+    keras.utils.set_random_seed(4)
+    model = DocumentClassifier(tiny_config(vocab_size=258, init_std=0.5), 3, segment_len=4)
+    model.save(root / "classifier.keras")
+    return root
+
+
+def test_the_tool_prints_evaluate_classifiers_result_by_label_name(data_and_model, tmp_path):
+    root = data_and_model
+    output = tmp_path / "result.json"
+    done = run_in_process(TOOL, f"--model={root / 'classifier.keras'}",
+                          f"--data_dir={root / 'data'}", "--split=train", "--batch_size=2",
+                          f"--output={output}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert json.loads(output.read_text()) == result
+    model = keras.saving.load_model(root / "classifier.keras")
+    want = evaluate_classifier(model, classification_dataset(str(root / "data"), "train", 7, 4),
+                               7)
+    assert result["documents"] == 7 and result["labels"] == ["cat", "dog", "eel"]
+    assert result["confusion"] == want.confusion.tolist()
+    assert result["loss"] == pytest.approx(want.loss, abs=1e-6)
+    assert result["macro_f1"] == pytest.approx(want.macro_f1)
+    assert set(result["per_class_f1"]) == {"cat", "dog", "eel"}
+
+
+def test_a_model_that_does_not_fit_the_data_is_one_error_line(data_and_model, tmp_path):
+    root = data_and_model
+    data = f"--data_dir={root / 'data'}", "--split=train"
+    output = tmp_path / "result.json"
+    four = DocumentClassifier(tiny_config(vocab_size=258), 4, segment_len=4)
+    four.save(tmp_path / "four.keras")
+    assert_one_error_line(run_in_process(TOOL, f"--model={tmp_path / 'four.keras'}", *data,
+                                         f"--output={output}"), "4 classes", "3 labels")
+    small = DocumentClassifier(tiny_config(vocab_size=100), 3, segment_len=4)
+    small.save(tmp_path / "small.keras")
+    assert_one_error_line(run_in_process(TOOL, f"--model={tmp_path / 'small.keras'}", *data),
+                          "token ids up to 257", "vocabulary of 100")
+    tiny_lm().save(tmp_path / "lm.keras")
+    assert_one_error_line(run_in_process(TOOL, f"--model={tmp_path / 'lm.keras'}", *data,
+                                         f"--output={output}"), "not a DocumentClassifier")
+    assert_one_error_line(run_in_process(TOOL, f"--model={root / 'classifier.keras'}",
+                                         data[0]), "split 'test' is not in the manifest")
+    assert_one_error_line(run_in_process(TOOL, *data), "--model is required")
+    assert not output.exists()

@@ -1,0 +1,106 @@
+r"""`tfxl-classify-eval`: a document classifier's loss, accuracy, macro-F1 and confusion matrix
+over every document of a split.
+
+    tfxl-classify-eval --model=runs/topics/classifier.keras --data_dir=data/topics \
+        --split=test --batch_size=16 --output=runs/topics/test.json
+
+--model is a `.keras` file of a `DocumentClassifier` (local or gs://); --data_dir a data
+directory of tfxl-prepare-classification whose labels are the model's classes. Documents are
+read whole (up to --max_tokens) on the model's segment and memory lengths. stdout carries only
+the result as one JSON line (per-class F1 and the confusion matrix by label name; rows are the
+true labels); --output writes it to a file too.
+"""
+
+if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
+    from tfxl.cli.quiet import quiet_tensorflow
+    quiet_tensorflow()
+
+import json
+
+import keras
+from absl import flags
+
+from tfxl import cli
+from tfxl.classification.classifier import DocumentClassifier
+from tfxl.classification.evaluation import evaluate_classifier
+from tfxl.data.classification import classification_dataset, load_classification_manifest
+from tfxl.data.manifest import split_info
+from tfxl.files import check_writable, write_json_atomically
+from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
+
+FLAGS = flags.FLAGS
+HELP_GROUPS = (("model and data", ("model", "data_dir", "split")),
+               ("reading", ("batch_size", "max_tokens")),
+               ("devices", ("strategy", "tpu", "num_gpus")),
+               ("result", ("output",)))
+
+
+def define_flags():
+    flags.DEFINE_string("model", None, "A .keras file of a DocumentClassifier.")
+    flags.DEFINE_string("data_dir", None, "A tfxl-prepare-classification data directory.")
+    flags.DEFINE_enum("split", "test", ["train", "valid", "test"], "Split to evaluate.")
+    flags.DEFINE_integer("batch_size", 8, "Documents per global batch (a multiple of the "
+                         "replicas).", lower_bound=1)
+    flags.DEFINE_integer("max_tokens", None, "Read each document's first N tokens only "
+                         "(default: whole documents).", lower_bound=1)
+    define_strategy_flags()
+    flags.DEFINE_string("output", None, "Also write the result as JSON to this file.")
+
+
+def load_classifier(path):
+    """The DocumentClassifier in the .keras file `path`; ValueError naming it otherwise."""
+    try:
+        model = keras.saving.load_model(path)
+    except (ValueError, OSError, KeyError, TypeError) as err:
+        raise ValueError(f"--model={path} is not a readable .keras file "
+                         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+                         ) from None
+    if not isinstance(model, DocumentClassifier):
+        raise ValueError(f"--model={path} holds a {type(model).__name__}, not a "
+                         "DocumentClassifier")
+    return model
+
+
+def evaluate_from_flags():
+    for name in ("model", "data_dir"):
+        if not FLAGS[name].value:
+            raise ValueError(f"--{name} is required")
+    if FLAGS.output:  # checked first: never evaluate and then fail to write
+        check_writable(FLAGS.output, "--output")
+    manifest = load_classification_manifest(FLAGS.data_dir)
+    documents = split_info(manifest, FLAGS.split)["documents"]
+    strategy = strategy_from_flags()
+    with strategy.scope():
+        model = load_classifier(FLAGS.model)
+    labels = manifest["labels"]
+    if len(labels) != model.num_classes:
+        raise ValueError(f"--model={FLAGS.model} has {model.num_classes} classes, --data_dir="
+                         f"{FLAGS.data_dir} {len(labels)} labels ({', '.join(labels)})")
+    if manifest["vocab_size"] > model.config.vocab_size:
+        raise ValueError(f"--data_dir={FLAGS.data_dir} has token ids up to "
+                         f"{manifest['vocab_size'] - 1}, --model={FLAGS.model} a vocabulary of "
+                         f"{model.config.vocab_size} (another tokenizer)")
+    dataset = classification_dataset(FLAGS.data_dir, FLAGS.split, FLAGS.batch_size,
+                                     model.segment_len, max_tokens=FLAGS.max_tokens,
+                                     manifest=manifest)
+    metrics = evaluate_classifier(model, dataset, FLAGS.batch_size, strategy)
+    assert metrics.documents == documents, (metrics.documents, documents)  # every one, once
+    return {"split": FLAGS.split, **metrics.to_dict(labels), "max_tokens": FLAGS.max_tokens}
+
+
+def main(argv):
+    del argv  # stray arguments are refused by tfxl/cli/runner.py
+    result = evaluate_from_flags()
+    print(json.dumps(result, sort_keys=True))
+    if FLAGS.output:
+        write_json_atomically(FLAGS.output, result)
+    return 0
+
+
+def run():
+    """Console-script entry point (`tfxl-classify-eval`)."""
+    cli.run(main, define_flags, errors=(StrategyError,), help_groups=HELP_GROUPS)
+
+
+if __name__ == "__main__":
+    run()
