@@ -17,7 +17,6 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
 
 import json
 
-import keras
 from absl import flags
 
 from tfxl import cli
@@ -26,6 +25,7 @@ from tfxl.classification.evaluation import evaluate_classifier
 from tfxl.data.classification import classification_dataset, load_classification_manifest
 from tfxl.data.manifest import split_info
 from tfxl.files import check_writable, write_json_atomically
+from tfxl.serving.loading import load_keras_model
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 
 FLAGS = flags.FLAGS
@@ -48,17 +48,11 @@ def define_flags():
 
 
 def load_classifier(path):
-    """The DocumentClassifier in the .keras file `path`; ValueError naming it otherwise."""
+    """The DocumentClassifier in the .keras file `path`; ValueError naming the flag otherwise."""
     try:
-        model = keras.saving.load_model(path)
-    except (ValueError, OSError, KeyError, TypeError) as err:
-        raise ValueError(f"--model={path} is not a readable .keras file "
-                         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
-                         ) from None
-    if not isinstance(model, DocumentClassifier):
-        raise ValueError(f"--model={path} holds a {type(model).__name__}, not a "
-                         "DocumentClassifier")
-    return model
+        return load_keras_model(path, DocumentClassifier)
+    except ValueError as err:
+        raise ValueError(f"--model={err}") from None
 
 
 def evaluate_from_flags():

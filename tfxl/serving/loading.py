@@ -62,6 +62,22 @@ def _not_a_zip(path):
         return None  # unreadable: Keras' own reason says more
 
 
+def load_keras_model(path, model_class):
+    """The `model_class` model in the .keras file `path`; ValueError naming the file when it is
+    missing, damaged (a truncated file said so) or holds another model."""
+    try:
+        # Keras reads a remote .keras file through tf.io.gfile (a copy in a local temporary
+        # directory, removed after loading).
+        model = keras.saving.load_model(path)
+    except (ValueError, OSError, KeyError, TypeError, tf.errors.OpError) as err:
+        reason = (_not_a_zip(path) or f"{type(err).__name__}: "
+                  f"{str(err).splitlines()[0] if str(err) else ''}")
+        raise ValueError(f"{path} is not a valid .keras file ({reason})") from None
+    if not isinstance(model, model_class):
+        raise ValueError(f"{path} holds a {type(model).__name__}, not a {model_class.__name__}")
+    return model
+
+
 def load_language_model(source, checkpoint=None, log=None):
     """A TransfoXLLM from `source`: a `.keras` file, or a model_dir (config.json + checkpoints/).
 
@@ -71,17 +87,7 @@ def load_language_model(source, checkpoint=None, log=None):
     """
     kind = model_kind(source)
     if kind == KERAS:
-        try:
-            # Keras reads a remote .keras file through tf.io.gfile (a copy in a local temporary
-            # directory, removed after loading).
-            model = keras.saving.load_model(source)
-        except (ValueError, OSError, KeyError, TypeError, tf.errors.OpError) as err:
-            reason = (_not_a_zip(source) or f"{type(err).__name__}: "
-                      f"{str(err).splitlines()[0] if str(err) else ''}")
-            raise ValueError(f"{source} is not a valid .keras file ({reason})") from None
-        if not isinstance(model, TransfoXLLM):
-            raise ValueError(f"{source} holds a {type(model).__name__}, not a TransfoXLLM")
-        return model
+        return load_keras_model(source, TransfoXLLM)
     if kind == EXPORT:
         raise ValueError(f"{source} is an exported SavedModel; this needs a .keras file or a "
                          "model_dir written by tfxl-train")
