@@ -160,6 +160,10 @@ class Runner:
         try:
             return self._train(restored, lease, save_every, eval_every, max_eval_batches, log)
         finally:
+            # The input's tf.data threads end now, not whenever Python's cycle collector reaches
+            # the trainer: a collection during a later trace under a MirroredStrategy waited
+            # 14-38 s on them (BUILD.md, "Tests"). The next train() rebuilds it at its step.
+            self.trainer.rewind_input()
             if lease is not None:
                 lease.release()
 
