@@ -93,6 +93,9 @@ class DocumentClassifier(keras.Model):
       grad_segments: K >= 1, the trailing segments read with gradient (module docstring).
       segment_len: T (default config.tgt_len). mem_len: M (default config.mem_len).
       head_dropout: dropout rate on the pooled features.
+      backbone: optional, a built `TransfoXLBackbone` of `config` to read with, shared rather
+        than created (not serialised: the owner recreates it; `tfxl.hub`'s text classifier
+        shares its keras-hub backbone's this way).
     Call:
       inputs: {"token_ids": int [B, L], "lengths": int [B]} (right-padded documents; L any
         length, the reader makes it a multiple of T), or token ids alone (every row L tokens).
@@ -103,9 +106,14 @@ class DocumentClassifier(keras.Model):
     """
 
     def __init__(self, config, num_classes, pooling=LAST, grad_segments=1, segment_len=None,
-                 mem_len=None, head_dropout=0.0, attention_cls=None, name=None, **kwargs):
+                 mem_len=None, head_dropout=0.0, attention_cls=None, backbone=None, name=None,
+                 **kwargs):
         super().__init__(name=name or default_name("document_classifier"), **kwargs)
         self.config = as_config(config)
+        if backbone is not None:
+            if backbone.config != self.config:
+                raise ValueError("DocumentClassifier: the given backbone has another config")
+            attention_cls, self.backbone = backbone.attention_cls, backbone
         self.num_classes = int(num_classes)
         self.pooling = check_pooling(pooling)
         self.grad_segments = int(grad_segments)
@@ -128,9 +136,10 @@ class DocumentClassifier(keras.Model):
         if self.built:  # built by __init__; Keras and callers may ask again
             return
         c, policy = self.config, self.dtype_policy
-        self.backbone = TransfoXLBackbone(c, attention_cls=self.attention_cls, name="backbone",
-                                          dtype=policy)
-        self.backbone.build((None, self.segment_len))
+        if not hasattr(self, "backbone"):  # else given, built
+            self.backbone = TransfoXLBackbone(c, attention_cls=self.attention_cls,
+                                              name="backbone", dtype=policy)
+            self.backbone.build((None, self.segment_len))
         if self.pooling == SEGMENT_ATTENTION:
             self.segment_attention = SegmentAttentionPooling(c.init_std, name="segment_attention",
                                                              dtype=policy)
