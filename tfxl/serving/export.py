@@ -50,7 +50,9 @@ in MAX_MEMORY_BYTES = 2 GiB, the most a protobuf response can carry back anyway.
 Code: each signature is a `Signatures` method marked `@signature(input=(shape, dtype), ...)`, the
 shape in the glossary's letters; `Signatures.functions` holds one tf.function per signature with
 that input_signature. `export_saved_model` (tfxl-export) writes them in a version directory,
-`export_model` (what `TransfoXLLM.export` calls) at the given path.
+`export_model` (what `TransfoXLLM.export` calls) at the given path. What any export shares (the
+functions, batch and text checks, `publish_version`, `publish_at`) is `SignatureSet`'s and this
+module's: a document classifier's signatures (`tfxl.serving.classifier_export`) use them too.
 """
 
 import math
