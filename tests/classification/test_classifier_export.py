@@ -209,3 +209,24 @@ def test_what_does_not_fit_is_one_error_line_and_nothing_is_written(exported, tm
                                          f"--output_dir={exports}"),
                           "has 4 classes", "3 labels (cat, dog, eel)")
     assert sorted(os.listdir(exports)) == before
+
+
+def test_model_export_writes_these_signatures_at_a_path(monkeypatch, tmp_path):
+    # What `DocumentClassifier.export` hands to the publication tfxl-export and
+    # `TransfoXLLM.export` share (tested with them); no tracing here.
+    import tfxl.serving.classifier_export as classifier_export
+    written = []
+    monkeypatch.setattr(classifier_export, "publish_at", lambda *args: written.append(args))
+    model, tokenizer = new_classifier(), BytesTokenizer()
+    model.export(str(tmp_path / "export"), tokenizer=tokenizer, labels=LABELS)
+    (signatures, path, verbose), = written
+    assert isinstance(signatures, ClassifierSignatures) and signatures.model is model
+    assert (path, verbose, signatures.tokenizer, signatures.labels) == (
+        str(tmp_path / "export"), None, tokenizer, LABELS)
+    assert list(signatures.functions) == ["classify_document", "classify_text"]
+    with pytest.raises(ValueError, match="only format='tf_saved_model'"):
+        model.export(str(tmp_path / "export"), format="onnx")
+    with pytest.raises(ValueError, match="needs the label names"):
+        model.export(str(tmp_path / "export"), tokenizer=tokenizer)
+    with pytest.raises(ValueError, match="3 classes, but 2 label names"):
+        model.export(str(tmp_path / "export"), tokenizer=tokenizer, labels=LABELS[:2])

@@ -1,4 +1,4 @@
-"""`tfxl-export`: a trained model as a versioned SavedModel for TF Serving.
+r"""`tfxl-export`: a trained model as a versioned SavedModel for TF Serving.
 
     tfxl-export --model=runs/tiny --data_dir=data/stdlib --output_dir=exports/tiny
     # -> exports/tiny/1/saved_model.pb with score (serving_default), init_memory, generate,
