@@ -73,10 +73,11 @@ def probabilities(model, token_ids, lengths):
 
 
 def test_key_value_memory_reads_as_the_layer_input_memory():
-    # What the signatures run (the key/value memory, M < T) against what training runs.
+    # What the signatures run (the key/value memory, M < T) against what training runs; the
+    # export's tests compare segment_attention's through the signatures.
     ids = np.random.default_rng(0).integers(0, V, (3, 13)).astype("int32")
     batch = {TOKEN_IDS: ids, LENGTHS: np.array([13, 4, 2], np.int32)}
-    for pooling in POOLINGS:
+    for pooling in [p for p in POOLINGS if p != "segment_attention"]:
         model = new_classifier(pooling=pooling)
         np.testing.assert_allclose(model(batch, key_value_memory=True).numpy(),
                                    model(batch).numpy(), atol=1e-5, err_msg=pooling)

@@ -15,7 +15,7 @@ from tfxl.classification.classifier import LENGTHS, TOKEN_IDS
 from tfxl.data.tokenizers import BytesTokenizer
 from tfxl.hub import TransfoXLTextClassifier, causal_lm_from_model
 
-TEXTS = ["a document of five segments", "x", "abc"]  # 27, 2 and 4 tokens with <eod>: T = 4
+TEXTS = ["four segments", "x", "abc"]  # 14, 2 and 4 tokens with <eod>: T = 4
 SETTINGS = dict(pooling="segment_attention", grad_segments=2, mem_len=3)
 
 
