@@ -210,3 +210,52 @@ def trained_model_dir_fixtures(train, steps=20):
                                     tmp_path / "m"))
 
     return trained, copy
+
+
+# -- exports as TF Serving runs them --------------------------------------------------------------
+
+def load_as_served(export_dir):
+    """An export loaded as TF Serving loads it: (a TF1 session on its "serve" MetaGraphDef, its
+    signature_defs by name), for `serve`. Close the session when done."""
+    import tensorflow as tf
+    session = tf.compat.v1.Session(graph=tf.Graph())
+    meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], export_dir)
+    return session, meta_graph.signature_def
+
+
+def serve(served, signature, **feeds):
+    """`signature`'s outputs for `feeds`, fed by the signature's tensor names as TF Serving feeds
+    them: session.run would check shapes client-side first, a callable (C++
+    Session::RunCallable) does not, so a request of any shape reaches the entry checks.
+    served: `load_as_served`'s pair."""
+    import numpy as np
+    from tensorflow.core.protobuf import config_pb2
+    session, signature_defs = served
+    signature_def = signature_defs[signature]
+    outputs = sorted(signature_def.outputs)
+    # One callable per signature and inputs: making one optimises the graph (about a second).
+    callables = _SERVED_CALLABLES.setdefault(session, {})
+    key = (signature, tuple(feeds))
+    if key not in callables:
+        callables[key] = session._make_callable_from_options(config_pb2.CallableOptions(
+            feed=[signature_def.inputs[name].name for name in feeds],
+            fetch=[signature_def.outputs[name].name for name in outputs]))
+    return dict(zip(outputs, callables[key](*[np.asarray(value) for value in feeds.values()])))
+
+
+_SERVED_CALLABLES = __import__("weakref").WeakKeyDictionary()  # session -> {key: callable}
+
+
+def prepare_labelled(root, documents, **config):
+    """A tfxl-prepare-classification data dir `root/data` of `documents` [(text, label), ...]
+    (JSON lines, every document in train unless `config` says otherwise; bytes tokenizer)."""
+    import json
+
+    from tfxl.data.classification import ClassificationConfig, prepare_classification
+    source = root / "labelled.jsonl"
+    source.write_text("".join(json.dumps({"text": text, "label": label}) + "\n"
+                              for text, label in documents))
+    prepare_classification(ClassificationConfig(**{
+        **dict(output_dir=str(root / "data"), train=[str(source)], valid_fraction=0.0,
+               test_fraction=0.0), **config}), log=lambda *a: None)
+    return root / "data"

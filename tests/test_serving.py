@@ -11,9 +11,8 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from tensorflow.core.protobuf import config_pb2
 
-from factories import run_in_process, run_tool as run_cli, tiny_lm
+from factories import load_as_served, run_in_process, run_tool as run_cli, serve, tiny_lm
 from tfxl import StatefulTransfoXLLM
 from tfxl.data.tokenizers import BytesTokenizer
 from tfxl.layers.relative_position import RelativePositionEncoding
@@ -238,23 +237,9 @@ def test_saved_model_cli_lists_every_signature(exported):
 
 @pytest.fixture(scope="module")
 def serving_session(exported):
-    """The export loaded as TF Serving loads it: a TF1 session on the "serve" MetaGraphDef."""
-    session = tf.compat.v1.Session(graph=tf.Graph())
-    meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], exported)
-    yield session, meta_graph.signature_def
-    session.close()
-
-
-def serve(serving_session, signature, **feeds):
-    """Feeds tensors by the signature's tensor names, as TF Serving does: session.run would
-    check shapes client-side first, a callable (C++ Session::RunCallable) does not."""
-    session, signature_defs = serving_session
-    signature_def = signature_defs[signature]
-    outputs = sorted(signature_def.outputs)
-    run = session._make_callable_from_options(config_pb2.CallableOptions(
-        feed=[signature_def.inputs[name].name for name in feeds],
-        fetch=[signature_def.outputs[name].name for name in outputs]))
-    return dict(zip(outputs, run(*[np.asarray(value) for value in feeds.values()])))
+    session = load_as_served(exported)
+    yield session
+    session[0].close()
 
 
 def zeros(*shape, dtype=np.float32):

@@ -165,13 +165,15 @@ def check_vocab_size(manifest, data_dir, vocab_size, model):
                          f"tokens but {model} was built for {vocab_size}")
 
 
-def write_export_record(export_dir, vocab_size, vocab_sha256=None, data_dir=None):
+def write_export_record(export_dir, vocab_size, vocab_sha256=None, data_dir=None, labels=None):
     """Records inside an export its vocabulary size and, when it embeds a tokenizer, the
-    tokenizer's hash."""
+    tokenizer's hash; a classifier's export also its label names (index = class id)."""
     path = os.path.join(export_dir, EXPORT_RECORD)
     tf.io.gfile.makedirs(os.path.dirname(path))
-    write_json_atomically(path, {"vocab_sha256": vocab_sha256, "vocab_size": vocab_size,
-                                 "data_dir": data_dir})
+    record = {"vocab_sha256": vocab_sha256, "vocab_size": vocab_size, "data_dir": data_dir}
+    if labels is not None:
+        record["labels"] = list(labels)
+    write_json_atomically(path, record)
 
 
 def export_vocab_size(export_dir):

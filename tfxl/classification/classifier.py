@@ -43,6 +43,7 @@ from tfxl.classification.pooling import (LAST, LAST_SEGMENT_MEAN, SEGMENT_ATTENT
                                          SegmentAttentionPooling, check_pooling,
                                          last_valid_state, valid_mean)
 from tfxl.config import TransfoXLConfig
+from tfxl.layers.memory import per_layer
 from tfxl.layers.transformer_xl_block import attention_class
 from tfxl.models.backbone import TransfoXLBackbone, as_config, default_name
 
@@ -92,18 +93,27 @@ class DocumentClassifier(keras.Model):
       grad_segments: K >= 1, the trailing segments read with gradient (module docstring).
       segment_len: T (default config.tgt_len). mem_len: M (default config.mem_len).
       head_dropout: dropout rate on the pooled features.
+      backbone: optional, a built `TransfoXLBackbone` of `config` to read with, shared rather
+        than created (not serialised: the owner recreates it; `tfxl.hub`'s text classifier
+        shares its keras-hub backbone's this way).
     Call:
       inputs: {"token_ids": int [B, L], "lengths": int [B]} (right-padded documents; L any
         length, the reader makes it a multiple of T), or token ids alone (every row L tokens).
+      key_value_memory: read on the key/value memory (inference; see `read`).
     Returns:
       logits [B, C] float32.
     The backbone's clamp_len and same_length are the config's (training) values.
     """
 
     def __init__(self, config, num_classes, pooling=LAST, grad_segments=1, segment_len=None,
-                 mem_len=None, head_dropout=0.0, attention_cls=None, name=None, **kwargs):
+                 mem_len=None, head_dropout=0.0, attention_cls=None, backbone=None, name=None,
+                 **kwargs):
         super().__init__(name=name or default_name("document_classifier"), **kwargs)
         self.config = as_config(config)
+        if backbone is not None:
+            if backbone.config != self.config:
+                raise ValueError("DocumentClassifier: the given backbone has another config")
+            attention_cls, self.backbone = backbone.attention_cls, backbone
         self.num_classes = int(num_classes)
         self.pooling = check_pooling(pooling)
         self.grad_segments = int(grad_segments)
@@ -126,9 +136,10 @@ class DocumentClassifier(keras.Model):
         if self.built:  # built by __init__; Keras and callers may ask again
             return
         c, policy = self.config, self.dtype_policy
-        self.backbone = TransfoXLBackbone(c, attention_cls=self.attention_cls, name="backbone",
-                                          dtype=policy)
-        self.backbone.build((None, self.segment_len))
+        if not hasattr(self, "backbone"):  # else given, built
+            self.backbone = TransfoXLBackbone(c, attention_cls=self.attention_cls,
+                                              name="backbone", dtype=policy)
+            self.backbone.build((None, self.segment_len))
         if self.pooling == SEGMENT_ATTENTION:
             self.segment_attention = SegmentAttentionPooling(c.init_std, name="segment_attention",
                                                              dtype=policy)
@@ -161,21 +172,34 @@ class DocumentClassifier(keras.Model):
         return classifier
 
     # -- reading --------------------------------------------------------------------------------
-    def read(self, token_ids, lengths=None, training=None):
+    def read(self, token_ids, lengths=None, training=None, key_value_memory=False):
         """Reads the documents. Returns (hidden [B, T, D] of the last segment, its valid [B, T],
         segment summaries [B, S, D] and their valid [B, S]; the summaries are None unless the
-        pooling uses them)."""
+        pooling uses them).
+
+        key_value_memory: read on the key/value memory (inference: each segment projects only
+        its own T keys and values, not the M remembered rows again; no gradient flows through
+        it). With the same weights it holds what the layer-input memory would be projected to,
+        so the logits are the same (tested to 1e-5); the serving signatures read this way.
+        """
         K = self.grad_segments
         segments, valid = align_to_last_segment(token_ids, lengths, self.segment_len, K)
         num_segments = _dim(segments, 1)
-        memory = self.backbone.init_memory(_dim(segments, 0), self.mem_len)
+        run = {}
+        if key_value_memory:
+            # Per-layer form: no [B, L, ...] slicing and restacking per segment (as scoring).
+            memory = per_layer(self.backbone.init_key_value_memory(_dim(segments, 0),
+                                                                   self.mem_len))
+            run["position_keys"] = self.backbone.position_keys(self.mem_len + self.segment_len)
+        else:
+            memory = self.backbone.init_memory(_dim(segments, 0), self.mem_len)
         summarise = self.pooling == SEGMENT_ATTENTION
 
         def read_segment(s, memory, gradient):
             segment_valid = ops.take(valid, s, axis=1)
             hidden, memory = self.backbone(ops.take(segments, s, axis=1), memory,
                                            training=training, segment_valid=segment_valid,
-                                           memory_gradient=gradient)
+                                           memory_gradient=gradient, **run)
             return hidden, segment_valid, memory
 
         def read_without_gradient(s, carry):
@@ -205,24 +229,39 @@ class DocumentClassifier(keras.Model):
         return (hidden, segment_valid, ops.concatenate(summaries, axis=1),
                 ops.any(valid, axis=2))
 
-    def features(self, inputs, training=None):
+    def features(self, inputs, training=None, key_value_memory=False):
         """The pooled features [B, D] of `inputs` (as `call` takes them)."""
         token_ids, lengths = (inputs[TOKEN_IDS], inputs.get(LENGTHS)) if isinstance(
             inputs, dict) else (inputs, None)
-        hidden, valid, summaries, summary_valid = self.read(token_ids, lengths, training)
+        hidden, valid, summaries, summary_valid = self.read(token_ids, lengths, training,
+                                                            key_value_memory)
         if self.pooling == LAST:
             return last_valid_state(hidden, valid)
         if self.pooling == LAST_SEGMENT_MEAN:
             return valid_mean(hidden, valid)[0]
         return self.segment_attention(summaries, summary_valid)
 
-    def call(self, inputs, training=None):
-        pooled = self.dropout(self.features(inputs, training), training=training)
+    def call(self, inputs, training=None, key_value_memory=False):
+        pooled = self.dropout(self.features(inputs, training, key_value_memory),
+                              training=training)
         return ops.cast(self.head(pooled), "float32")
 
-    def compute_output_spec(self, inputs, training=None):
+    def compute_output_spec(self, inputs, training=None, key_value_memory=False):
         token_ids = inputs[TOKEN_IDS] if isinstance(inputs, dict) else inputs
         return keras.KerasTensor((token_ids.shape[0], self.num_classes), "float32")
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+               tokenizer=None, labels=None):
+        """A SavedModel at `filepath` with the classifier's serving signatures: classify_document
+        (= serving_default) and, with `tokenizer` and the C label names `labels`, classify_text
+        (`tfxl.serving.classifier_export`). Never over an existing file or non-empty directory;
+        only format="tf_saved_model" and input_signature=None (the signatures fix their own)."""
+        if format != "tf_saved_model" or input_signature is not None:
+            raise ValueError("DocumentClassifier.export: only format='tf_saved_model' with "
+                             "input_signature=None (the signatures fix their own inputs)")
+        # Imported here: tfxl.serving sits above the model and imports it, never the reverse.
+        from tfxl.serving.classifier_export import export_classifier_at
+        export_classifier_at(self, filepath, verbose, tokenizer, labels)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(),

@@ -25,7 +25,7 @@ from tfxl.classification.evaluation import evaluate_classifier
 from tfxl.data.classification import classification_dataset, load_classification_manifest
 from tfxl.data.manifest import split_info
 from tfxl.files import check_writable, write_json_atomically
-from tfxl.serving.loading import load_keras_model
+from tfxl.serving.loading import check_classifier_fits, load_keras_model
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 
 FLAGS = flags.FLAGS
@@ -66,14 +66,8 @@ def evaluate_from_flags():
     strategy = strategy_from_flags()
     with strategy.scope():
         model = load_classifier(FLAGS.model)
+    check_classifier_fits(model, manifest, FLAGS.model, FLAGS.data_dir)
     labels = manifest["labels"]
-    if len(labels) != model.num_classes:
-        raise ValueError(f"--model={FLAGS.model} has {model.num_classes} classes, --data_dir="
-                         f"{FLAGS.data_dir} {len(labels)} labels ({', '.join(labels)})")
-    if manifest["vocab_size"] > model.config.vocab_size:
-        raise ValueError(f"--data_dir={FLAGS.data_dir} has token ids up to "
-                         f"{manifest['vocab_size'] - 1}, --model={FLAGS.model} a vocabulary of "
-                         f"{model.config.vocab_size} (another tokenizer)")
     dataset = classification_dataset(FLAGS.data_dir, FLAGS.split, FLAGS.batch_size,
                                      model.segment_len, max_tokens=FLAGS.max_tokens,
                                      manifest=manifest)

@@ -1,5 +1,6 @@
 """Transformer-XL for keras-hub (the `tfxl[hub]` extra): `TransfoXLCausalLM` with its backbone,
-preprocessor and tokenizer, and converters from a trained tfxl model.
+preprocessor and tokenizer, converters from a trained tfxl model, and `TransfoXLTextClassifier`
+(documents of any length, from a language model's preset).
 
     from tfxl.hub import causal_lm_from_model_dir
     causal_lm = causal_lm_from_model_dir("runs/tiny", "data/tiny", sequence_length=128)
@@ -19,7 +20,9 @@ from tfxl.hub.backbone import TransfoXLHubBackbone
 from tfxl.hub.causal_lm import TransfoXLCausalLM
 from tfxl.hub.convert import causal_lm_from_model, causal_lm_from_model_dir
 from tfxl.hub.preprocessor import TransfoXLCausalLMPreprocessor
+from tfxl.hub.text_classifier import TransfoXLTextClassifier, TransfoXLTextClassifierPreprocessor
 from tfxl.hub.tokenizer import TransfoXLTokenizer
 
 __all__ = ["TransfoXLCausalLM", "TransfoXLCausalLMPreprocessor", "TransfoXLHubBackbone",
+           "TransfoXLTextClassifier", "TransfoXLTextClassifierPreprocessor",
            "TransfoXLTokenizer", "causal_lm_from_model", "causal_lm_from_model_dir"]

@@ -50,7 +50,9 @@ in MAX_MEMORY_BYTES = 2 GiB, the most a protobuf response can carry back anyway.
 Code: each signature is a `Signatures` method marked `@signature(input=(shape, dtype), ...)`, the
 shape in the glossary's letters; `Signatures.functions` holds one tf.function per signature with
 that input_signature. `export_saved_model` (tfxl-export) writes them in a version directory,
-`export_model` (what `TransfoXLLM.export` calls) at the given path.
+`export_model` (what `TransfoXLLM.export` calls) at the given path. What any export shares (the
+functions, batch and text checks, `publish_version`, `publish_at`) is `SignatureSet`'s and this
+module's: a document classifier's signatures (`tfxl.serving.classifier_export`) use them too.
 """
 
 import math
@@ -125,30 +127,25 @@ def signature(needs_tokenizer=False, **inputs):
     return mark
 
 
-class Signatures:
-    """The export's signatures, one `@signature` method each.
+class SignatureSet:
+    """What every export's signatures share: one tf.function per `@signature` method of the
+    subclass (`functions`, in the methods' order, with their input_signature; the text ones
+    only with a tokenizer), the model and tokenizer they serve, the checks of a batch and of
+    text inputs, and which signature is also serving_default (`serving_default`).
 
-    `functions` maps each signature name to its tf.function (with its input_signature), in the
-    order of the methods below; `score` is also written as serving_default.
-    tgt_len, mem_len, clamp_len, same_length default to `model.config.eval_settings()`;
-    score_top_k is K, the size of `score`'s top-k output (0: full log-probs).
+    sizes: the glossary's fixed sizes by letter (the other letters are free, None, in the input
+    signatures); max_batch_size: the largest batch a request may make the server build.
     """
 
-    def __init__(self, model, tokenizer=None, tgt_len=None, mem_len=None, clamp_len=None,
-                 same_length=None, score_top_k=16):
-        self.settings = model.config.eval_settings(tgt_len=tgt_len, mem_len=mem_len,
-                                                   clamp_len=clamp_len, same_length=same_length)
+    serving_default = None
+    labels = None  # a classifier's label names, recorded in the export record
+
+    def __init__(self, model, tokenizer, sizes, max_batch_size):
         if tokenizer is not None and tokenizer.vocab_size != model.config.vocab_size:
             raise ValueError(f"tokenizer vocab_size {tokenizer.vocab_size} != model vocab_size "
                              f"{model.config.vocab_size}")
-        self.model, self.tokenizer, self.score_top_k = model, tokenizer, int(score_top_k)
-        self.run = dict(clamp_len=self.settings["clamp_len"],
-                        same_length=self.settings["same_length"])
-        c = model.config
-        # The glossary's fixed sizes; the other letters are free (None) in the input signatures.
-        self.sizes = dict(L=c.n_layer, N=c.n_head, H=c.d_head, M=self.settings["mem_len"])
-        row_bytes = 4 * 2 * c.n_layer * c.n_head * c.d_head * self.sizes["M"] + self.sizes["M"]
-        self.max_batch_size = max(1, MAX_MEMORY_BYTES // max(1, row_bytes))
+        self.model, self.tokenizer = model, tokenizer
+        self.sizes, self.max_batch_size = sizes, max_batch_size
         # autograph=False: the bodies use tf control flow themselves (while_loop, cond).
         self.functions = {
             name: tf.function(getattr(self, name), autograph=False, input_signature=[
@@ -158,11 +155,67 @@ class Signatures:
             if hasattr(method, "signature_inputs")
             and (tokenizer is not None or not method.needs_tokenizer)}
 
-    # -- request checks (see tfxl.serving.checks) ---------------------------------------------
     def _token_rules(self, what, ids, length="T", min_length=1):
         return [tokens_rule(what, ids, length, min_length),
                 ids_rule(what, ids, self.model.config.vocab_size)]
 
+    def _batch_rule(self, what, batch_size):
+        """batch_size (int32, any shape) is in [1, max_batch_size]: see MAX_MEMORY_BYTES."""
+        return range_rule(what, batch_size,
+                          lambda b: (b >= 1) & (b <= self.max_batch_size),
+                          f"must be in [1, {self.max_batch_size}] (a memory of at most 2 GiB)")
+
+    def _text_rules(self, what, text):
+        """text is [B] with 1 <= B <= max_batch_size."""
+        return [(tf.logical_and(has_rank(text, 1), padded_shape(text, 1)[0] >= 1),
+                 [f"{what} must have shape [B] with B >= 1, but got", shape_of(text)]),
+                self._batch_rule(f"{what}: B", padded_shape(text, 1)[0])]
+
+    def _encode(self, what, text):
+        """Checked strings [B] -> (ragged ids [B, None], lengths int32 [B]), each >= 1 token."""
+        ids = self.tokenizer.tf_encode(text)
+        lengths = tf.cast(ids.row_lengths(), tf.int32)
+        rule = (tf.reduce_all(lengths >= 1),
+                [f"{what} must encode to >= 1 token each, but got token counts", lengths])
+        lengths, values = checked([rule], lengths, ids.flat_values)
+        return ids.with_flat_values(values), lengths
+
+
+def most_that_fit(item_bytes):
+    """How many items of `item_bytes` bytes (a memory's rows, a request's tokens) fit in
+    MAX_MEMORY_BYTES (at least 1). Read at call time, so a test may lower the limit."""
+    return max(1, MAX_MEMORY_BYTES // max(1, item_bytes))
+
+
+def key_value_memory_row_bytes(config, mem_len):
+    """Bytes of one row of a float32 key/value memory of `mem_len` slots (keys, values, valid)."""
+    return 4 * 2 * config.n_layer * config.n_head * config.d_head * mem_len + mem_len
+
+
+class Signatures(SignatureSet):
+    """The language model's signatures, one `@signature` method each (module docstring).
+
+    `functions` maps each signature name to its tf.function (with its input_signature), in the
+    order of the methods below; `score` is also written as serving_default.
+    tgt_len, mem_len, clamp_len, same_length default to `model.config.eval_settings()`;
+    score_top_k is K, the size of `score`'s top-k output (0: full log-probs).
+    """
+
+    serving_default = "score"
+
+    def __init__(self, model, tokenizer=None, tgt_len=None, mem_len=None, clamp_len=None,
+                 same_length=None, score_top_k=16):
+        self.settings = model.config.eval_settings(tgt_len=tgt_len, mem_len=mem_len,
+                                                   clamp_len=clamp_len, same_length=same_length)
+        self.score_top_k = int(score_top_k)
+        self.run = dict(clamp_len=self.settings["clamp_len"],
+                        same_length=self.settings["same_length"])
+        c = model.config
+        mem_len = self.settings["mem_len"]
+        super().__init__(model, tokenizer, dict(L=c.n_layer, N=c.n_head, H=c.d_head, M=mem_len),
+                         most_that_fit(key_value_memory_row_bytes(c, mem_len)))
+
+    # -- request checks (see tfxl.serving.checks) ---------------------------------------------
     def _memory_rules(self, what, ids, keys, values, valid):
         """The memory fits the export (MEMORY's shapes) and the batch B of `ids`; its keys and
         values are finite (everywhere: a NaN in a valid slot makes every log-prob NaN)."""
@@ -173,12 +226,6 @@ class Signatures:
                 for tensor, (name, (shape, _)) in zip((keys, values, valid), MEMORY.items())] + [
             finite_rule(f"{what}: {KEYS}", keys), finite_rule(f"{what}: {VALUES}", values)]
 
-    def _batch_rule(self, what, batch_size):
-        """batch_size (int32, any shape) is in [1, max_batch_size]: see MAX_MEMORY_BYTES."""
-        return range_rule(what, batch_size,
-                          lambda b: (b >= 1) & (b <= self.max_batch_size),
-                          f"must be in [1, {self.max_batch_size}] (a memory of at most 2 GiB)")
-
     @staticmethod
     def _sampling_rules(what, max_new_tokens, temperature, top_k, top_p, seed):
         scalars = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
@@ -188,12 +235,6 @@ class Signatures:
         return rules + [(tf.reduce_all(ok), [f"{what}: {name} {requirement}, but got", value])
                         for name, ok, requirement, value in sampling_rules(
                             flat(max_new_tokens), flat(temperature), flat(top_k), flat(top_p))]
-
-    def _text_rules(self, what, text):
-        """text is [B] with 1 <= B <= max_batch_size."""
-        return [(tf.logical_and(has_rank(text, 1), padded_shape(text, 1)[0] >= 1),
-                 [f"{what} must have shape [B] with B >= 1, but got", shape_of(text)]),
-                self._batch_rule(f"{what}: B", padded_shape(text, 1)[0])]
 
     def _memory(self, keys, values, valid):
         dtype = self.model.compute_dtype
@@ -261,15 +302,6 @@ class Signatures:
                                          tf.cast(tf.reduce_sum(tokens), tf.float32))
         return {"nll": nll, "mean_nll": mean_nll, "tokens": tokens}
 
-    def _encode(self, what, text):
-        """Checked strings [B] -> (ragged ids [B, None], lengths int32 [B]), each >= 1 token."""
-        ids = self.tokenizer.tf_encode(text)
-        lengths = tf.cast(ids.row_lengths(), tf.int32)
-        rule = (tf.reduce_all(lengths >= 1),
-                [f"{what} must encode to >= 1 token each, but got token counts", lengths])
-        lengths, values = checked([rule], lengths, ids.flat_values)
-        return ids.with_flat_values(values), lengths
-
     @signature(needs_tokenizer=True, prompt=("B", tf.string), **SAMPLING)
     def generate_text(self, prompt, max_new_tokens, temperature, top_k, top_p, seed):
         sampling = (max_new_tokens, temperature, top_k, top_p, seed)
@@ -316,9 +348,10 @@ class Signatures:
 
 
 def write_signatures(signatures, path, data_dir=None, verbose=False):
-    """Writes the SavedModel of `signatures` at `path` (the model's variables, the tokenizer's
-    tables and constants, `score` also as serving_default), then the vocabulary record
-    (`tfxl.model_dir`). verbose: prints each signature's inputs and outputs, as written.
+    """Writes the SavedModel of `signatures` (a `SignatureSet`) at `path` (the model's
+    variables, the tokenizer's tables and constants, its `serving_default` signature also under
+    that name), then the vocabulary record (`tfxl.model_dir`; a classifier's label names too).
+    verbose: prints each signature's inputs and outputs, as written.
 
     `tf.saved_model.save` itself rather than `keras.export.ExportArchive`: the archive traces
     every signature twice (once to list the variables it uses; once more inside the save, whose
@@ -333,11 +366,12 @@ def write_signatures(signatures, path, data_dir=None, verbose=False):
         root.tokenizer = signatures.tokenizer  # its lookup tables and constants
     for name, function in signatures.functions.items():
         setattr(root, name, function)
+    default = signatures.functions[signatures.serving_default]
     tf.saved_model.save(root, path, signatures={**signatures.functions,
-                                                "serving_default": signatures.functions["score"]})
+                                                "serving_default": default})
     write_export_record(path, signatures.model.config.vocab_size,
                         signatures.tokenizer.vocab_sha256 if signatures.tokenizer is not None
-                        else None, data_dir)
+                        else None, data_dir, labels=signatures.labels)
     if verbose:
         print(describe_saved_model(path))
 
@@ -377,6 +411,12 @@ def export_saved_model(model, output_dir, version=None, tgt_len=None, mem_len=No
     """
     signatures = Signatures(model, tokenizer, tgt_len, mem_len, clamp_len, same_length,
                             score_top_k)
+    return publish_version(signatures, output_dir, version, data_dir)
+
+
+def publish_version(signatures, output_dir, version=None, data_dir=None):
+    """Writes `signatures` (a `SignatureSet`) as `<output_dir>/<version>/`, published whole (see
+    `export_saved_model`); returns its path."""
     if version is not None:
         check_version(version)
     if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
@@ -410,6 +450,12 @@ def export_model(model, filepath, verbose=None, *, tgt_len=None, mem_len=None, c
     """
     signatures = Signatures(model, tokenizer, tgt_len, mem_len, clamp_len, same_length,
                             score_top_k)
+    publish_at(signatures, filepath, verbose)
+
+
+def publish_at(signatures, filepath, verbose=None):
+    """Writes `signatures` (a `SignatureSet`) at `filepath` itself, published whole and never
+    over an existing file or non-empty directory (see `export_model`)."""
     filepath = os.fspath(filepath)
     message = (f"{filepath} already exists and is not an empty directory; exports are never "
                "overwritten")

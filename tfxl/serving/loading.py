@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from tfxl.checkpoints import restore_weights
 from tfxl.config import TransfoXLConfig
-from tfxl.data.manifest import load_manifest
+from tfxl.data.manifest import CLASSIFICATION, load_manifest
 from tfxl.data.tokenizers import load_tokenizer
 from tfxl.model_dir import (EXPORT_RECORD, SAVED_MODEL, ModelDir, check_data_fingerprint,
                             check_vocab_size)
@@ -63,8 +63,9 @@ def _not_a_zip(path):
 
 
 def load_keras_model(path, model_class):
-    """The `model_class` model in the .keras file `path`; ValueError naming the file when it is
-    missing, damaged (a truncated file said so) or holds another model."""
+    """The `model_class` model (a class or a tuple of them) in the .keras file `path`;
+    ValueError naming the file when it is missing, damaged (a truncated file said so) or holds
+    another model."""
     try:
         # Keras reads a remote .keras file through tf.io.gfile (a copy in a local temporary
         # directory, removed after loading).
@@ -74,8 +75,31 @@ def load_keras_model(path, model_class):
                   f"{str(err).splitlines()[0] if str(err) else ''}")
         raise ValueError(f"{path} is not a valid .keras file ({reason})") from None
     if not isinstance(model, model_class):
-        raise ValueError(f"{path} holds a {type(model).__name__}, not a {model_class.__name__}")
+        wanted = model_class if isinstance(model_class, tuple) else (model_class,)
+        raise ValueError(f"{path} holds a {type(model).__name__}, not a "
+                         f"{' or a '.join(c.__name__ for c in wanted)}")
     return model
+
+
+def check_classifier_fits(model, manifest, model_source, data_dir):
+    """A document classifier fits a classification data dir's manifest: one class per label,
+    and every token id of the data inside its vocabulary. ValueError naming both otherwise."""
+    labels = manifest["labels"]
+    if len(labels) != model.num_classes:
+        raise ValueError(f"--model={model_source} has {model.num_classes} classes, --data_dir="
+                         f"{data_dir} {len(labels)} labels ({', '.join(labels)})")
+    if manifest["vocab_size"] > model.config.vocab_size:
+        raise ValueError(f"--data_dir={data_dir} has token ids up to "
+                         f"{manifest['vocab_size'] - 1}, --model={model_source} a vocabulary of "
+                         f"{model.config.vocab_size} (another tokenizer)")
+
+
+def load_classifier_data(data_dir, model, model_source):
+    """(tokenizer, label names) of the classification data dir `data_dir` (local or gs://),
+    once it is known to fit the classifier `model` (`check_classifier_fits`)."""
+    manifest = load_manifest(data_dir, kind=CLASSIFICATION)
+    check_classifier_fits(model, manifest, model_source, data_dir)
+    return load_tokenizer(data_dir, manifest), list(manifest["labels"])
 
 
 def load_language_model(source, checkpoint=None, log=None):
