@@ -30,6 +30,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
+from tfxl.checkpoints import checkpoints_newest_first
 from tfxl.classification import DocumentClassifier, evaluate_classifier
 from tfxl.classification.classifier import LENGTHS
 from tfxl.data.classification import classification_dataset, load_classification_manifest
@@ -37,7 +38,6 @@ from tfxl.data.manifest import split_info
 from tfxl.data.pipeline import verify_shards
 from tfxl.files import write_text_atomically
 from tfxl.model_dir import ModelDir, check_data_fingerprint, check_or_store_config
-from tfxl.checkpoints import checkpoints_newest_first
 from tfxl.train.checkpointing import TrainingCheckpoint
 from tfxl.train.lease import LeaseParams
 from tfxl.train.loop import TrainingRun
@@ -45,7 +45,7 @@ from tfxl.train.run_record import RunRecord, run_settings
 from tfxl.train.train_log import FLUSH_SECONDS
 from tfxl.train.trainer import Trainer
 
-__all__ = ["ClassifierRun", "ClassifierTrainer", "DocumentData", "CLASSIFIER_FILE"]
+__all__ = ["CLASSIFIER_FILE", "ClassifierRun", "ClassifierTrainer", "DocumentData"]
 
 CLASSIFIER_FILE = "classifier.keras"  # the trained classifier, in the model_dir, at the end
 HEAD_SETTINGS = ("num_classes", "pooling", "grad_segments", "head_dropout")
