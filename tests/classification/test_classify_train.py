@@ -87,7 +87,8 @@ def test_the_loss_falls_on_a_learnable_set(uninterrupted):
     model_dir, done = uninterrupted
     losses = [record["loss"] for record in read_train_log(model_dir)]
     assert len(losses) == 12
-    assert np.mean(losses[-4:]) < 0.8 * np.mean(losses[:4]), losses
+    # From around chance (ln 2 = 0.69 for two labels) to far below it.
+    assert np.mean(losses[:4]) > 0.5 and np.mean(losses[-4:]) < 0.25, losses
     assert "done: step 12" in done.stdout and "classifier.keras" in done.stdout
 
 
@@ -116,7 +117,7 @@ def test_the_logged_evaluation_is_evaluate_classifiers(uninterrupted, data_dir):
 def test_stopped_and_resumed_equals_uninterrupted_bitwise(uninterrupted, trained_copy, data_dir):
     """Stopped at step 5 (in the first pass), resumed to 12 (across the reshuffled second pass,
     dropout on): every weight equal to the uninterrupted run's, bit for bit."""
-    train(data_dir, trained_copy, 12, "--eval_every=12")
+    train(data_dir, trained_copy, 12)  # no evaluation: it changes no weight
     for resumed, reference in zip(classifier_weights(trained_copy),
                                   classifier_weights(uninterrupted[0])):
         np.testing.assert_array_equal(resumed, reference)
@@ -161,14 +162,15 @@ def test_a_language_model_is_the_starting_backbone(data_dir, tmp_path):
 
 def test_mirrored_equals_one_device_for_one_step(data_dir, mirrored, tmp_path):
     """One step on two replicas (2 logical CPUs, 2 documents each) equals one on one device,
-    XLA-compiled there (--jit_compile), to 1e-5; the step changed the weights."""
+    XLA-compiled there (--jit_compile), to 1e-5; the step changed the weights. Documents cut to
+    8 tokens: two segments, the first read in the loop without gradient (a shorter trace)."""
     # No dropout: the replicas draw their own masks.
     config = tiny_config(**{**BACKBONE, "vocab_size": vocab_size_of(data_dir), "dropout": 0.0})
     weights = []
     for name, strategy in (("one", tf.distribute.get_strategy()), ("two", mirrored)):
         run = ClassifierRun(config, HEAD, strategy, data_dir, str(tmp_path / name), 4,
                             OptimizerParams(learning_rate=0.01, train_steps=1, clip=1.0),
-                            jit_compile=name == "one", lease=fast_lease())
+                            jit_compile=name == "one", lease=fast_lease(), max_tokens=8)
         initial = run.model.get_weights()
         run.trainer.train(1)
         weights.append(run.model.get_weights())
