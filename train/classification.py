@@ -83,23 +83,26 @@ class DocumentData:
         """The training stream (module docstring) as a distributed dataset of global batch
         `batch`, `skip_batches` global steps already consumed."""
         assert split == "train" and training, "evaluation reads `evaluation_dataset`"
-        replicas = self.strategy.num_replicas_in_sync
+        return self.strategy.distribute_datasets_from_function(
+            lambda input_context: self.replica_batches(input_context, batch, skip_batches))
 
-        def dataset_fn(input_context):
-            per_replica = input_context.get_per_replica_batch_size(batch)
-            local = replicas // input_context.num_input_pipelines
-            dataset = self._reader(split, per_replica, shuffle=True, seed=self.seed,
-                                   repeat=True, drop_remainder=True, skip=skip_batches * batch)
-            if input_context.num_input_pipelines == 1:
-                return dataset
-            # Several hosts: each reads the whole stream and keeps its own replicas' batches
-            # (global replica r takes the r-th per-replica batch of every step).
-            first = input_context.input_pipeline_id * local
-            return dataset.enumerate().filter(
-                lambda i, _: tf.logical_and(i % replicas >= first, i % replicas < first + local)
-            ).map(lambda _, element: element)
-
-        return self.strategy.distribute_datasets_from_function(dataset_fn)
+    def replica_batches(self, input_context, batch, skip_batches=0):
+        """One input pipeline's share of the training stream: the per-replica batches of its
+        own replicas, in the order `distribute_datasets_from_function` hands them out (each of
+        its replicas in turn, step after step)."""
+        replicas = input_context.num_replicas_in_sync
+        local = replicas // input_context.num_input_pipelines
+        dataset = self._reader("train", input_context.get_per_replica_batch_size(batch),
+                               shuffle=True, seed=self.seed, repeat=True, drop_remainder=True,
+                               skip=skip_batches * batch)
+        if input_context.num_input_pipelines == 1:
+            return dataset
+        # Several hosts: each reads the whole stream and keeps its own replicas' batches
+        # (global replica r takes the r-th per-replica batch of every step).
+        first = input_context.input_pipeline_id * local
+        return dataset.enumerate().filter(
+            lambda i, _: tf.logical_and(i % replicas >= first, i % replicas < first + local)
+        ).map(lambda _, element: element)
 
     def evaluation_dataset(self, split, batch):
         """Every document of `split` once, in batches of at most `batch` (evaluate_classifier

@@ -50,7 +50,7 @@ def define_flags():
     flags.DEFINE_float("head_dropout", 0.0, "Dropout on the pooled features.")
     flags.DEFINE_integer("max_tokens", None, "Read each document's first N tokens only "
                          "(default: whole documents; every batch is padded to the longest).")
-    train_flags.define_training_flags()
+    train_flags.define_training_flags(rows="documents")
     flags.DEFINE_integer("eval_every", 0, "Evaluate every document of the valid split every "
                          "this many steps (0: never): loss, accuracy, macro-F1.")
     train_flags.define_step_flags()

@@ -68,14 +68,13 @@ def define_step_flags():
     flags.DEFINE_integer("seed", 0, "Random seed (weights, dropout).")
 
 
-def define_training_flags(save_every=500):
+def define_training_flags(rows="streams"):
     """The run's length and cadence, the optimizer and its schedule (tfxl-train's and
-    tfxl-classify-train's): `optimizer_params` reads them."""
-    flags.DEFINE_integer("train_batch_size", 16, "Global batch size (streams per step).")
+    tfxl-classify-train's, whose batch `rows` are documents): `optimizer_params` reads them."""
+    flags.DEFINE_integer("train_batch_size", 16, f"Global batch size ({rows} per step).")
     flags.DEFINE_integer("train_steps", 1000, "Total optimisation steps.")
     flags.DEFINE_integer("steps_per_loop", 100, "Steps per tf.function call (host loop).")
-    flags.DEFINE_integer("save_every", save_every,
-                         "Checkpoint every this many steps (and at the end).")
+    flags.DEFINE_integer("save_every", 500, "Checkpoint every this many steps (and at the end).")
     flags.DEFINE_float("learning_rate", 2.5e-4, "Peak learning rate.")
     flags.DEFINE_integer("warmup_steps", 0, "Linear warm-up steps.")
     flags.DEFINE_float("min_lr_ratio", 0.004, "Cosine decay ends at learning_rate * this.")

@@ -16,9 +16,9 @@ from factories import (assert_one_error_line, fast_lease, run_in_process, tiny_c
 from tfxl import TransfoXLLM
 from tfxl.classification import evaluate_classifier
 from tfxl.data.classification import (ClassificationConfig, classification_dataset,
-                                      prepare_classification)
+                                      load_classification_manifest, prepare_classification)
 from tfxl.serving.loading import load_language_model
-from tfxl.train.classification import ClassifierRun
+from tfxl.train.classification import ClassifierRun, DocumentData
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train.train_log import read_train_log
 
@@ -177,6 +177,26 @@ def test_mirrored_equals_one_device_for_one_step(data_dir, mirrored, tmp_path):
     for one, two in zip(*weights):
         np.testing.assert_allclose(one, two, atol=1e-5)
     assert all(not np.array_equal(a, b) for a, b in zip(initial, weights[1]))
+
+
+def test_each_host_reads_its_own_replicas_share_of_one_stream(data_dir):
+    """Multi-host input: with 2 input pipelines of 2 replicas each, pipeline p's batches are
+    those of replicas 2p and 2p + 1 in the one stream a single pipeline reads; a resumed
+    stream (skip 1 step) is that stream one step on."""
+    data = DocumentData(None, data_dir, load_classification_manifest(data_dir), 4, seed=3)
+
+    def batches(pipelines, pipeline, count, skip=0):
+        context = tf.distribute.InputContext(pipelines, pipeline, num_replicas_in_sync=4)
+        return [features["token_ids"].numpy() for features, _ in
+                data.replica_batches(context, 8, skip).take(count)]
+
+    one = batches(1, 0, 12)  # 3 steps of 4 replicas' batches of 2 documents
+    for host in (0, 1):
+        mine = [one[step * 4 + 2 * host + j] for step in range(3) for j in (0, 1)]
+        for got, want in zip(batches(2, host, 6), mine, strict=True):
+            np.testing.assert_array_equal(got, want)
+    for got, want in zip(batches(1, 0, 8, skip=1), one[4:], strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_bad_flags_and_files_are_one_error_line_and_nothing_is_written(data_dir, tmp_path):
