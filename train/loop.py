@@ -1,6 +1,9 @@
-"""The jobs tfxl-train and tfxl-eval run, composed from the trainer's parts.
+"""The jobs tfxl-train and tfxl-eval run, composed from the trainer's parts (and the frame of
+tfxl-classify-train's, train/classification.py).
 
-`Runner` (tfxl-train, make demo) composes the input (train/datasets.py), the model, the trainer
+`TrainingRun` is what every training job does around its trainer (checks, lease, records,
+resume, the controller and its sinks, signals); `Runner` (tfxl-train, make demo), the language
+model's job, composes the input (train/datasets.py), the model, the trainer
 (train/trainer.py: optimizer, training memory, train step), the evaluator (train/evaluator.py),
 the training checkpoint (train/checkpointing.py), the model_dir's records (tfxl/model_dir.py) and
 the controller with its log sinks (train/controller.py). `make_evaluator` (tfxl-eval) builds only
