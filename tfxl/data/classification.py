@@ -317,8 +317,6 @@ def classification_dataset(data_dir: str, split: str, batch_size: int, segment_l
         return {TOKEN_IDS: ids, LENGTHS: tf.size(ids)}, tf.cast(parsed["label"], tf.int32)
 
     def to_segment_multiple(features, labels):
-        if length is not None:  # padded to a multiple already: the shape stays static
-            return features, labels
         pad = (-tf.shape(features[TOKEN_IDS])[1]) % segment_len
         ids = tf.pad(features[TOKEN_IDS], [[0, 0], [0, pad]], constant_values=manifest["pad_id"])
         return {TOKEN_IDS: ids, LENGTHS: features[LENGTHS]}, labels
