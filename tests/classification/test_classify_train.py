@@ -112,6 +112,10 @@ def test_the_logged_evaluation_is_evaluate_classifiers(uninterrupted, data_dir):
     assert scalars["valid_loss"] == pytest.approx(want.loss, abs=1e-6)
     assert "documents_per_second" in scalars
     assert f"valid loss {want.loss:.4f}, accuracy {want.accuracy:.4f}" in done.stderr
+    # The same command again: nothing to do, the results of the run that trained kept.
+    metrics = (model_dir / "metrics.json").read_bytes()
+    again = train(data_dir, model_dir, 12, "--eval_every=12")
+    assert "nothing to do" in again.stdout and (model_dir / "metrics.json").read_bytes() == metrics
 
 
 def test_stopped_and_resumed_equals_uninterrupted_bitwise(uninterrupted, trained_copy, data_dir):
