@@ -155,7 +155,8 @@ def check_data_fingerprint(model_dir, manifest, data_dir, store=False):
     elif store:
         write_json_atomically(ModelDir(model_dir).data, {
             "vocab_sha256": manifest["vocab_sha256"], "vocab_size": manifest["vocab_size"],
-            "tgt_len": manifest["tgt_len"], "data_dir": data_dir})
+            # A classification data dir has no segment length (its records are whole documents).
+            "tgt_len": manifest.get("tgt_len"), "data_dir": data_dir})
 
 
 def check_vocab_size(manifest, data_dir, vocab_size, model):

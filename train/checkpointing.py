@@ -39,7 +39,8 @@ class TrainingCheckpoint:
 
     Args:
       model, optimizer: built under the strategy.
-      memory: the trainer's `CheckpointedReplicaMemory`.
+      memory: the trainer's `CheckpointedReplicaMemory`, or None (a model that carries no state
+        from step to step, e.g. the document classifier: each step reads whole documents).
       model_dir: checkpoints go to model_dir/checkpoints (the chief's).
       worker_id: None on the chief; a MultiWorker worker's id otherwise (every worker saves, only
         the chief's copy is kept: the others write under model_dir/tmp_worker_checkpoints/).
@@ -50,11 +51,12 @@ class TrainingCheckpoint:
 
     def __init__(self, model, optimizer, memory, model_dir, worker_id=None):
         self.memory = memory
-        self.checkpoint = tf.train.Checkpoint(
-            model=model, optimizer=optimizer, memory=memory.checkpointed,
-            # The keys the checkpoints of earlier versions used, so that they still resume.
-            rng=tf.train.Checkpoint(**{f"seed_{i}": state for i, state in
-                                       enumerate(seed_generator_states(model))}))
+        # The keys the checkpoints of earlier versions used, so that they still resume.
+        rng = tf.train.Checkpoint(**{f"seed_{i}": state for i, state in
+                                     enumerate(seed_generator_states(model))})
+        carried = {} if memory is None else {"memory": memory.checkpointed}
+        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, **carried,
+                                              rng=rng)
         layout = ModelDir(model_dir)
         self.directory = layout.checkpoints
         self.own = self.directory if worker_id is None else layout.worker_checkpoints(worker_id)
@@ -85,13 +87,15 @@ class TrainingCheckpoint:
         latest = newest_readable_checkpoint(self.directory, log)
         if latest:
             restore_fitting(self.checkpoint, latest, "this model/run")
-            self.memory.restore_from_checkpoint()
+            if self.memory is not None:
+                self.memory.restore_from_checkpoint()
         return latest
 
     def save(self, step):
         for hook in self.before_save:
             hook(step)
-        self.memory.save_to_checkpoint()
+        if self.memory is not None:
+            self.memory.save_to_checkpoint()
         path = self.manager.save(checkpoint_number=step)
         for hook in self.after_save:
             hook(step)

@@ -73,13 +73,15 @@ class Controller:
 
 
 class TensorBoardScalars:
-    """TensorBoard scalars under `log_dir`: per step loss, the metric (bpc or ppl), learning_rate
-    and grad_norm; per loop tokens_per_second and steps_per_second; valid_<metric> per
-    evaluation (`eval_action`)."""
+    """TensorBoard scalars under `log_dir`: per step loss, the metric (bpc or ppl; None: a model
+    whose loss gives none), learning_rate and grad_norm; per loop <unit>_per_second and
+    steps_per_second; valid_<name> per evaluation (`eval_action`) for each of `eval_scalars`
+    (default: the metric)."""
 
-    def __init__(self, log_dir, metric, tokens_per_step):
+    def __init__(self, log_dir, metric, tokens_per_step, unit="tokens", eval_scalars=None):
         self.writer = tf.summary.create_file_writer(log_dir)
-        self.metric, self.tokens_per_step = metric, tokens_per_step
+        self.metric, self.tokens_per_step, self.unit = metric, tokens_per_step, unit
+        self.eval_scalars = (metric,) if eval_scalars is None else tuple(eval_scalars)
 
     def __call__(self, outputs):
         with self.writer.as_default():
@@ -87,37 +89,41 @@ class TensorBoardScalars:
                     outputs["loss"], outputs["grad_norm"], outputs["learning_rate"])):
                 step = outputs["first_step"] + i + 1
                 tf.summary.scalar("loss", loss, step=step)
-                tf.summary.scalar(self.metric, metric_value(self.metric, loss), step=step)
+                if self.metric:
+                    tf.summary.scalar(self.metric, metric_value(self.metric, loss), step=step)
                 tf.summary.scalar("learning_rate", lr, step=step)
                 tf.summary.scalar("grad_norm", norm, step=step)
             n, seconds = len(outputs["loss"]), outputs["seconds"]
-            tf.summary.scalar("tokens_per_second", n * self.tokens_per_step / seconds,
+            tf.summary.scalar(f"{self.unit}_per_second", n * self.tokens_per_step / seconds,
                               step=outputs["step"])
             tf.summary.scalar("steps_per_second", n / seconds, step=outputs["step"])
 
     def eval_action(self, step, result):
         with self.writer.as_default():
-            tf.summary.scalar(f"valid_{self.metric}", result[self.metric], step=step)
+            for name in self.eval_scalars:
+                tf.summary.scalar(f"valid_{name}", result[name], step=step)
 
     def close(self):
         self.writer.close()
 
 
 class ProgressBar:
-    """keras' Progbar over the run: steps, rate, ETA, the last loss and metric."""
+    """keras' Progbar over the run: steps, rate, ETA, the last loss and metric (if any)."""
 
     def __init__(self, train_steps, start_step, metric, verbose=1):
         self.metric = metric
-        self.bar = keras.utils.Progbar(train_steps, stateful_metrics=["loss", metric],
-                                       verbose=verbose)
+        shown = ["loss", metric] if metric else ["loss"]
+        self.bar = keras.utils.Progbar(train_steps, stateful_metrics=shown, verbose=verbose)
         self.bar.update(start_step)
         self.step = start_step
 
     def __call__(self, outputs):
         loss = float(outputs["loss"][-1])
         self.step = outputs["step"]
-        self.bar.update(self.step, [("loss", loss),
-                                    (self.metric, metric_value(self.metric, loss))])
+        values = [("loss", loss)]
+        if self.metric:
+            values.append((self.metric, metric_value(self.metric, loss)))
+        self.bar.update(self.step, values)
 
     def end(self):
         """Shows the last step and ends the bar's line: the run stopped before train_steps."""
@@ -129,18 +135,19 @@ class ProgressLines:
     loop, `step 200/2000: loss 2.1234, bpc 3.0634, 81,234 tokens/s`, where a Keras bar would
     write runs of backspaces, carriage returns and colour codes."""
 
-    def __init__(self, train_steps, metric, tokens_per_step, verbose=1):
+    def __init__(self, train_steps, metric, tokens_per_step, verbose=1, unit="tokens"):
         self.train_steps, self.metric, self.tokens_per_step = train_steps, metric, tokens_per_step
-        self.verbose = verbose
+        self.verbose, self.unit = verbose, unit
 
     def __call__(self, outputs):
         if not self.verbose:
             return
         loss = float(outputs["loss"][-1])
         rate = len(outputs["loss"]) * self.tokens_per_step / outputs["seconds"]
-        print(f"step {outputs['step']}/{self.train_steps}: loss {loss:.4f}, {self.metric} "
-              f"{metric_value(self.metric, loss):.4f}, {rate:,.0f} tokens/s",
-              file=sys.stdout, flush=True)
+        metric = (f", {self.metric} {metric_value(self.metric, loss):.4f}" if self.metric
+                  else "")
+        print(f"step {outputs['step']}/{self.train_steps}: loss {loss:.4f}{metric}, "
+              f"{rate:,.0f} {self.unit}/s", file=sys.stdout, flush=True)
 
     def end(self):
         """Nothing to end: every line is whole."""

@@ -1,4 +1,5 @@
-"""absl flags of `tfxl-train` and `tfxl-eval`, and the model config they describe."""
+"""absl flags of `tfxl-train`, `tfxl-eval` and `tfxl-classify-train`, and the model config they
+describe."""
 
 import math
 
@@ -10,8 +11,8 @@ from tfxl.data.manifest import data_dir_problem
 
 FLAGS = flags.FLAGS
 
-# The range of every numeric flag of tfxl-train and tfxl-eval, one rule per flag name:
-# (holds(value, all values), what the value must be). The model flags' rules are their
+# The range of every numeric flag of tfxl-train, tfxl-eval and tfxl-classify-train, one rule per
+# flag name: (holds(value, all values), what the value must be). The model flags' rules are their
 # TransfoXLConfig fields' (tfxl/config.py), which a config.json obeys too; tfxl-eval's
 # --tgt_len/--mem_len/--clamp_len obey the training fields' rules. check_flag_ranges applies them
 # before anything is read or written.
@@ -19,7 +20,8 @@ FLAG_RULES = {
     **field_rules(),
     **{name: POSITIVE for name in (
         "train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop",
-        "max_eval_batches", "learning_rate", "lease_timeout", "memory_limit_gib")},
+        "max_eval_batches", "learning_rate", "lease_timeout", "memory_limit_gib",
+        "grad_segments", "max_tokens")},
     **{name: NON_NEGATIVE for name in (
         "weight_decay", "seed", "num_gpus", "lease_settle", "train_log_seconds")},
     "save_every": (lambda v, _: v >= 0, ">= 0 (0: only at the end)"),
@@ -28,6 +30,7 @@ FLAG_RULES = {
     "schedule_steps": (lambda v, values: values.get("warmup_steps", 0) < v < math.inf,
                        "> --warmup_steps"),
     "min_lr_ratio": (lambda v, _: 0 <= v <= 1, "in [0, 1]"),
+    "head_dropout": (lambda v, _: 0 <= v < 1, "in [0, 1)"),
     # 0 would not mean "no clipping": clip_by_global_norm(grads, 0) zeroes every gradient.
     "clip": (lambda v, _: 0 < v < math.inf, "> 0"),
 }
@@ -54,10 +57,38 @@ def define_common_flags():
     flags.DEFINE_string("model_dir", None, "Checkpoints, config.json, TensorBoard logs, metrics.")
     flags.DEFINE_integer("max_eval_batches", None, "Evaluate at most this many batches "
                          "(default: the whole split, every token once).")
+    define_step_flags()
+
+
+def define_step_flags():
+    """How a step computes: --mixed_precision, --jit_compile, --seed."""
     flags.DEFINE_enum("mixed_precision", "float32",
                       ["float32", "mixed_bfloat16", "mixed_float16"], "Keras dtype policy.")
     flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward/backward step.")
     flags.DEFINE_integer("seed", 0, "Random seed (weights, dropout).")
+
+
+def define_training_flags(rows="streams"):
+    """The run's length and cadence, the optimizer and its schedule (tfxl-train's and
+    tfxl-classify-train's, whose batch `rows` are documents): `optimizer_params` reads them."""
+    flags.DEFINE_integer("train_batch_size", 16, f"Global batch size ({rows} per step).")
+    flags.DEFINE_integer("train_steps", 1000, "Total optimisation steps.")
+    flags.DEFINE_integer("steps_per_loop", 100, "Steps per tf.function call (host loop).")
+    flags.DEFINE_integer("save_every", 500, "Checkpoint every this many steps (and at the end).")
+    flags.DEFINE_float("learning_rate", 2.5e-4, "Peak learning rate.")
+    flags.DEFINE_integer("warmup_steps", 0, "Linear warm-up steps.")
+    flags.DEFINE_float("min_lr_ratio", 0.004, "Cosine decay ends at learning_rate * this.")
+    flags.DEFINE_float("clip", 0.25, "Global-norm gradient clipping.")
+    flags.DEFINE_enum("optimizer", "adam", ["adam", "adamw", "lamb"], "Keras optimizer.")
+    flags.DEFINE_float("weight_decay", 0.0, "Weight decay for adamw/lamb.")
+
+
+def optimizer_params(flag_values=FLAGS):
+    """The `OptimizerParams` of define_training_flags' flags (and --schedule_steps)."""
+    from tfxl.train.optimization import OptimizerParams  # loads Keras: the tool has by now
+    fv = flag_values
+    return OptimizerParams(fv.learning_rate, fv.warmup_steps, fv.min_lr_ratio, fv.train_steps,
+                           fv.clip, fv.optimizer, fv.weight_decay, fv.schedule_steps)
 
 
 def model_config(vocab_size, cutoffs=None, flag_values=FLAGS):

@@ -18,7 +18,6 @@ from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strat
 from tfxl.train import flags as train_flags, lease, run_record, train_log
 from tfxl.train.loop import Runner, TrainingDiverged, TrainingStopped, build_model
 from tfxl.model_dir import check_or_store_config
-from tfxl.train.optimization import OptimizerParams
 from tfxl.train import plan as training_plan, warm_start
 
 FLAGS = flags.FLAGS
@@ -28,18 +27,9 @@ def define_flags():
     train_flags.define_model_flags()
     train_flags.define_common_flags()
     define_strategy_flags()
-    flags.DEFINE_integer("train_batch_size", 16, "Global batch size (streams per step).")
-    flags.DEFINE_integer("train_steps", 1000, "Total optimisation steps.")
-    flags.DEFINE_integer("steps_per_loop", 100, "Steps per tf.function call (host loop).")
-    flags.DEFINE_integer("save_every", 500, "Checkpoint every this many steps (and at the end).")
+    train_flags.define_training_flags()
     flags.DEFINE_integer("eval_every", 0, "Evaluate on valid every this many steps (0: never), "
                          "with the evaluation settings (--eval_tgt_len etc., else the preset's).")
-    flags.DEFINE_float("learning_rate", 2.5e-4, "Peak learning rate.")
-    flags.DEFINE_integer("warmup_steps", 0, "Linear warm-up steps.")
-    flags.DEFINE_float("min_lr_ratio", 0.004, "Cosine decay ends at learning_rate * this.")
-    flags.DEFINE_float("clip", 0.25, "Global-norm gradient clipping.")
-    flags.DEFINE_enum("optimizer", "adam", ["adam", "adamw", "lamb"], "Keras optimizer.")
-    flags.DEFINE_float("weight_decay", 0.0, "Weight decay for adamw/lamb.")
     run_record.define_flags()  # --schedule_steps, --allow_run_changes
     lease.define_flags()  # --take_over, --lease_timeout, --lease_settle
     train_log.define_flags()  # --train_log_seconds
@@ -78,9 +68,7 @@ def main(argv):
                                   FLAGS.model_dir, manifest, FLAGS.data_dir, load=False)
         print("dry run: nothing written")
         return 0
-    opt = OptimizerParams(FLAGS.learning_rate, FLAGS.warmup_steps, FLAGS.min_lr_ratio,
-                          FLAGS.train_steps, FLAGS.clip, FLAGS.optimizer, FLAGS.weight_decay,
-                          FLAGS.schedule_steps)
+    opt = train_flags.optimizer_params()
     runner = Runner(config, strategy, FLAGS.data_dir, FLAGS.model_dir,
                     FLAGS.train_batch_size, opt, FLAGS.mixed_precision, FLAGS.jit_compile,
                     FLAGS.steps_per_loop, FLAGS.seed, chief,

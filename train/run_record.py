@@ -5,6 +5,9 @@
                   "steps_per_loop", "strategy", "replicas"},
      "history": [{"at_step", "train_steps", "time", "changed": {setting: [old, new]}}, ...]}
 
+A job may record settings of its own beside these (tfxl-classify-train: the classifier's head
+and reading, `train/classification.py`); every recorded setting is compared.
+
 The first run writes it. A run that continues from a checkpoint compares its settings with the
 recorded ones and is refused with every difference named (old and new), unless it is started with
 `--allow_run_changes`: then the new settings are recorded, with the change and its step in
@@ -106,7 +109,7 @@ class RunRecord:
                     f"schedule: {new['schedule_steps']} steps)")
             return cls(path, new, {"settings": new, "history": [entry]}, messages)
         history = stored.get("history", [])
-        changed = {k: [old.get(k), new[k]] for k in SETTINGS if old.get(k) != new[k]}
+        changed = {k: [old.get(k), v] for k, v in new.items() if old.get(k) != v}
         listing = "; ".join(f"{k}: run.json has {a!r}, this run {b!r}"
                             for k, (a, b) in changed.items())
         if changed and resuming and not allow_changes:

@@ -23,8 +23,9 @@ class Trainer:
     """Trains `model` (built under `strategy`) on the train split of `data`.
 
     Args:
-      model: a built `TransfoXLLM`. strategy: its strategy.
-      data: a `tfxl.train.datasets.DistributedData`.
+      model: a built `TransfoXLLM` (another model: a subclass defines `make_memory`, `weight`
+        and `loss_fn`). strategy: its strategy.
+      data: a `tfxl.train.datasets.DistributedData` (or what has its `dataset` method).
       global_batch: B, divisible by the number of replicas.
       opt: the optimizer and schedule. mixed_precision: the Keras dtype policy name.
       jit_compile: XLA-compile each replica's forward and backward pass.
@@ -43,12 +44,32 @@ class Trainer:
             self.optimizer, self.schedule = make_optimizer(opt, mixed_precision)
             self.optimizer.build(model.trainable_variables)
         self.loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
-        self.memory = CheckpointedReplicaMemory(
-            strategy, model.init_memory(self.per_replica_batch), "train_memory")
+        self.memory = self.make_memory()
         self._forward_backward = (tf.function(self._forward_backward_fn, jit_compile=True)
                                   if jit_compile else self._forward_backward_fn)
         self._iterator = None
         self._loop = tf.function(self._loop_fn)
+
+    # -- what a model's training defines (a language model's here; subclasses, e.g.
+    #    train/classification.py's, define their own) --------------------------------------------
+    def make_memory(self):
+        """The state carried from step to step on every replica and checkpointed with the model
+        (a `CheckpointedReplicaMemory`), or None for none: the language model's memory."""
+        return CheckpointedReplicaMemory(
+            self.strategy, self.model.init_memory(self.per_replica_batch), "train_memory")
+
+    def weight(self, features):
+        """What this replica's rows count for in the global mean loss: its real targets."""
+        return tf.reduce_sum(tf.cast(features["target_mask"], tf.float32))
+
+    def loss_fn(self, features, memory, global_weight):
+        """(this replica's share of the global mean loss, the new memory), in training mode."""
+        nll, new_memory = self.model(features["inputs"], memory, reset=features["reset"],
+                                     targets=features["targets"], training=True)
+        mask = tf.cast(features["target_mask"], nll.dtype)
+        # This replica's share of the global token-weighted mean (padding excluded): summing
+        # over replicas gives the mean over every real target of the global batch.
+        return tf.reduce_sum(nll * mask) / global_weight, new_memory
 
     @property
     def step(self):
@@ -95,15 +116,10 @@ class Trainer:
         return losses.stack(), norms.stack()
 
     # -- replica ------------------------------------------------------------------------------
-    def _forward_backward_fn(self, features, memory, global_tokens):
+    def _forward_backward_fn(self, features, memory, global_weight):
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
-            nll, new_memory = self.model(features["inputs"], memory, reset=features["reset"],
-                                         targets=features["targets"], training=True)
-            mask = tf.cast(features["target_mask"], nll.dtype)
-            # This replica's share of the global token-weighted mean (padding excluded): summing
-            # over replicas gives the mean over every real target of the global batch.
-            loss = tf.reduce_sum(nll * mask) / global_tokens
+            loss, new_memory = self.loss_fn(features, memory, global_weight)
             scaled = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
         grads = tape.gradient(scaled, variables)
         return loss, [tf.convert_to_tensor(g) for g in grads], new_memory
@@ -115,10 +131,10 @@ class Trainer:
         applied by an optimizer that does not sum them again (train/optimization.py).
         """
         context = tf.distribute.get_replica_context()
-        tokens = tf.reduce_sum(tf.cast(features["target_mask"], tf.float32))
-        global_tokens = tf.maximum(context.all_reduce(tf.distribute.ReduceOp.SUM, tokens), 1.0)
-        loss, grads, new_memory = self._forward_backward(features, self.memory.read(),
-                                                         global_tokens)
+        weight = self.weight(features)
+        global_weight = tf.maximum(context.all_reduce(tf.distribute.ReduceOp.SUM, weight), 1.0)
+        memory = self.memory.read() if self.memory is not None else None
+        loss, grads, new_memory = self._forward_backward(features, memory, global_weight)
         grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         if self.loss_scaled:
             scale = tf.cast(self.optimizer.dynamic_scale, tf.float32)
@@ -127,5 +143,6 @@ class Trainer:
         if self.loss_scaled:
             grads = [g * scale for g in grads]  # the LossScaleOptimizer unscales (and skips inf)
         self.optimizer.apply(grads, self.model.trainable_variables)
-        self.memory.write(new_memory)
+        if self.memory is not None:
+            self.memory.write(new_memory)
         return context.all_reduce(tf.distribute.ReduceOp.SUM, loss), grad_norm

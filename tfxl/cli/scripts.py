@@ -12,6 +12,7 @@ from tfxl.cli.quiet import quiet_tensorflow
 TOOLS = {"tfxl-prepare": "tfxl.data.prepare",
          "tfxl-prepare-classification": "tfxl.data.prepare_classification",
          "tfxl-train": "tfxl.train.main",
+         "tfxl-classify-train": "tfxl.train.classify_main",
          "tfxl-eval": "tfxl.train.evaluate",
          "tfxl-classify-eval": "tfxl.classification.evaluate_main",
          "tfxl-export": "tfxl.serving.export_main",
@@ -31,6 +32,7 @@ def _entry_point(tool):
 prepare = _entry_point("tfxl-prepare")
 prepare_classification = _entry_point("tfxl-prepare-classification")
 train = _entry_point("tfxl-train")
+classify_train = _entry_point("tfxl-classify-train")
 evaluate = _entry_point("tfxl-eval")
 classify_evaluate = _entry_point("tfxl-classify-eval")
 export = _entry_point("tfxl-export")

@@ -277,9 +277,15 @@ def classification_dataset(data_dir: str, split: str, batch_size: int, segment_l
                            shuffle: bool = False, seed: int = 0,
                            max_tokens: Optional[int] = None, pad_to_max_tokens: bool = False,
                            drop_remainder: bool = False, verify: bool = True,
-                           manifest: Optional[dict] = None) -> tf.data.Dataset:
+                           manifest: Optional[dict] = None, repeat: bool = False,
+                           skip: int = 0) -> tf.data.Dataset:
     """Batches of a split: ({"token_ids": int32 [B, L], "lengths": int32 [B]}, labels int32 [B])
     (module docstring). Every document once per pass, in shard order unless `shuffle`.
+
+    repeat: pass after pass without end (each pass shuffled anew when `shuffle`; a batch may
+    span two passes). skip: documents of that stream left out first, before any is parsed: the
+    position of a resumed training run, which sees the batches an uninterrupted one would have
+    (the stream is a function of `seed` alone).
 
     Before the dataset is built its shards are checked as `input_fn` checks its own
     (`verify_shards`: each file's size, and with `verify` every record's CRC and the count), so a
@@ -298,6 +304,10 @@ def classification_dataset(data_dir: str, split: str, batch_size: int, segment_l
     if shuffle:
         dataset = dataset.shuffle(min(info["documents"], 10_000), seed=seed,
                                   reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    if skip:
+        dataset = dataset.skip(skip)
 
     def example(record):
         parsed = parse_record(record)

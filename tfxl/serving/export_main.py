@@ -8,6 +8,9 @@ r"""`tfxl-export`: a trained model as a versioned SavedModel for TF Serving.
         --output_dir=exports/topics
     # -> a document classifier's classify_document (serving_default) and, with --data_dir (its
     #    tfxl-prepare-classification data), classify_text (tfxl.serving.classifier_export).
+
+--model is a .keras file or a tfxl-train model_dir (its newest checkpoint unless --checkpoint).
+A version directory is published whole, never over an existing one (BUILD.md).
 """
 
 if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it

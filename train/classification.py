@@ -1,0 +1,254 @@
+"""Training a `DocumentClassifier` (#18) with the language model's machinery: the same host loop,
+controller, checkpoints, lease, run record, train log, SIGTERM handling, strategies and
+optimizer (train/loop.py's `TrainingRun`), with what differs between the two models here.
+
+Shape glossary: B global batch (documents), b = B / R per replica (R replicas), L tokens per
+document row (static: --max_tokens rounded up to T), T segment length, C classes.
+
+* **Input.** The train split is one endless stream of documents, shuffled with the run's seed
+  pass after pass (`classification_dataset(shuffle=True, repeat=True)`), cut into per-replica
+  batches of b documents in replica order: step s's global batch is documents [s B, (s + 1) B)
+  of that stream whatever the strategy, so one device and R replicas train on the same
+  batches. The stream is a function of the seed alone, so its position is the step, as for
+  the language model's streams: a resumed run rebuilds it and skips the step × B documents
+  already used (before any is parsed). Every batch has the same static shape [b, L]: each
+  document padded (or cut) to `max_tokens` (default the longest training document: every
+  document whole), so one compiled step serves the whole run, on XLA and TPUs too.
+* **Step.** Each step reads its documents from an empty memory (the classifier reads whole
+  documents), so nothing is carried from step to step: the trainer keeps no memory and the
+  checkpoint holds the model, the optimizer with its step, and the dropout seeds. The loss is
+  the mean cross-entropy over the global batch's documents.
+* **Evaluation** on the valid split is `tfxl.classification.evaluate_classifier` (every
+  document once: loss, accuracy, macro-F1, confusion matrix), on the same static document
+  length (the valid split's longest document, or --max_tokens).
+"""
+
+import dataclasses
+import os
+import tempfile
+
+import keras
+import tensorflow as tf
+
+from tfxl.checkpoints import checkpoints_newest_first
+from tfxl.classification import DocumentClassifier, evaluate_classifier
+from tfxl.classification.classifier import LENGTHS
+from tfxl.data.classification import classification_dataset, load_classification_manifest
+from tfxl.data.manifest import split_info
+from tfxl.data.pipeline import verify_shards
+from tfxl.files import write_text_atomically
+from tfxl.model_dir import ModelDir, check_data_fingerprint, check_or_store_config
+from tfxl.train.checkpointing import TrainingCheckpoint
+from tfxl.train.lease import LeaseParams
+from tfxl.train.loop import TrainingRun
+from tfxl.train.run_record import RunRecord, run_settings
+from tfxl.train.train_log import FLUSH_SECONDS
+from tfxl.train.trainer import Trainer
+
+__all__ = ["CLASSIFIER_FILE", "ClassifierRun", "ClassifierTrainer", "DocumentData"]
+
+CLASSIFIER_FILE = "classifier.keras"  # the trained classifier, in the model_dir, at the end
+HEAD_SETTINGS = ("num_classes", "pooling", "grad_segments", "head_dropout")
+
+
+class DocumentData:
+    """A tfxl-prepare-classification data dir as the trainer reads it (`dataset`, as
+    train/datasets.py's `DistributedData` for the language model) and as evaluation reads it.
+
+    max_tokens: each document's first tokens read (None: whole documents); batches are padded
+    to it (default the split's longest document), rounded up to `segment_len`.
+    """
+
+    def __init__(self, strategy, data_dir, manifest, segment_len, seed=0, max_tokens=None):
+        self.strategy, self.data_dir, self.manifest = strategy, data_dir, manifest
+        self.segment_len, self.seed, self.max_tokens = segment_len, seed, max_tokens
+
+    def length(self, split):
+        """The tokens each document of `split` is padded or cut to (before rounding up to T)."""
+        return self.max_tokens or split_info(self.manifest, split)["max_length"]
+
+    def check_splits(self, *splits):
+        """Reads every record of `splits` once (sizes, CRCs, counts): a damaged shard is one
+        DataError naming it before the first step, not an error inside one."""
+        for split in splits:
+            verify_shards(self.data_dir, split_info(self.manifest, split)["shards"],
+                          records="documents")
+
+    def _reader(self, split, batch, **options):
+        return classification_dataset(
+            self.data_dir, split, batch, self.segment_len, max_tokens=self.length(split),
+            pad_to_max_tokens=True, verify=False, manifest=self.manifest, **options)
+
+    def dataset(self, split, batch, training, skip_batches=0):
+        """The training stream (module docstring) as a distributed dataset of global batch
+        `batch`, `skip_batches` global steps already consumed."""
+        assert split == "train" and training, "evaluation reads `evaluation_dataset`"
+        return self.strategy.distribute_datasets_from_function(
+            lambda input_context: self.replica_batches(input_context, batch, skip_batches))
+
+    def replica_batches(self, input_context, batch, skip_batches=0):
+        """One input pipeline's share of the training stream: the per-replica batches of its
+        own replicas, in the order `distribute_datasets_from_function` hands them out (each of
+        its replicas in turn, step after step)."""
+        replicas = input_context.num_replicas_in_sync
+        local = replicas // input_context.num_input_pipelines
+        dataset = self._reader("train", input_context.get_per_replica_batch_size(batch),
+                               shuffle=True, seed=self.seed, repeat=True, drop_remainder=True,
+                               skip=skip_batches * batch)
+        if input_context.num_input_pipelines == 1:
+            return dataset
+        # Several hosts: each reads the whole stream and keeps its own replicas' batches
+        # (global replica r takes the r-th per-replica batch of every step).
+        first = input_context.input_pipeline_id * local
+        return dataset.enumerate().filter(
+            lambda i, _: tf.logical_and(i % replicas >= first, i % replicas < first + local)
+        ).map(lambda _, element: element)
+
+    def evaluation_dataset(self, split, batch):
+        """Every document of `split` once, in batches of at most `batch` (evaluate_classifier
+        pads the last)."""
+        return self._reader(split, batch)
+
+
+class ClassifierTrainer(Trainer):
+    """The trainer of a `DocumentClassifier`: no memory between steps, the mean cross-entropy
+    over documents."""
+
+    def make_memory(self):
+        return None  # every step reads its documents from an empty memory
+
+    def weight(self, batch):
+        features, _ = batch
+        return tf.cast(tf.shape(features[LENGTHS])[0], tf.float32)
+
+    def loss_fn(self, batch, memory, global_weight):
+        features, labels = batch
+        logits = self.model(features, training=True)
+        nll = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        return tf.reduce_sum(nll) / global_weight, None
+
+
+def build_classifier(config, strategy, head, attention_cls=None):
+    """The classifier of backbone `config` and `head` settings ({HEAD_SETTINGS}), its weights
+    created under `strategy`."""
+    with strategy.scope():
+        return DocumentClassifier(config, attention_cls=attention_cls, **head)
+
+
+def copy_backbone(language_model, classifier, source):
+    """The language model's backbone weights into the classifier's; ValueError naming `source`
+    and the first weights that differ when the flags' backbone is another."""
+    theirs, ours = language_model.backbone.weights, classifier.backbone.weights
+    differ = [f"{a.path} is {list(a.shape)} there, {list(b.shape)} here"
+              for a, b in zip(theirs, ours) if tuple(a.shape) != tuple(b.shape)]
+    if differ or len(theirs) != len(ours):
+        raise ValueError(f"--init_checkpoint={source} does not fit the backbone the flags "
+                         f"describe ({len(theirs)} weights there, {len(ours)} here"
+                         + "".join(f"; {d}" for d in differ[:3]) + "); leave out the model "
+                         "flags that change its shape")
+    classifier.backbone.set_weights(language_model.backbone.get_weights())
+
+
+def save_classifier(model, path):
+    """`model` as a .keras file at `path` (local or gs://), whole or not at all."""
+    with tempfile.TemporaryDirectory(prefix="tfxl-classifier-") as scratch:
+        local = os.path.join(scratch, CLASSIFIER_FILE)
+        model.save(local)
+        with open(local, "rb") as f:
+            write_text_atomically(path, f.read())
+
+
+class ClassifierRun(TrainingRun):
+    """One tfxl-classify-train job: trains, checkpoints and evaluates a `DocumentClassifier`.
+
+    Args:
+      config: the backbone's `TransfoXLConfig` (its tgt_len and mem_len are the classifier's
+        segment and memory lengths); stored as config.json.
+      head: {num_classes, pooling, grad_segments, head_dropout}; recorded in run.json with the
+        run's settings (a resumed run with others is refused, as a changed learning rate is).
+      language_model: a `TransfoXLLM` whose backbone a new run starts from (ignored, with a
+        note, when the model_dir has checkpoints); init_checkpoint: where it came from.
+      max_tokens: see `DocumentData`. The rest as `tfxl.train.loop.Runner`'s.
+    """
+
+    unit = "documents"
+
+    def __init__(self, config, head, strategy, data_dir, model_dir, global_batch, opt_params,
+                 mixed_precision="float32", jit_compile=False, steps_per_loop=100, seed=0,
+                 is_chief=True, allow_run_changes=False, lease=None,
+                 train_log_seconds=FLUSH_SECONDS, max_tokens=None, language_model=None,
+                 init_checkpoint=None, log=print):
+        self.config, self.strategy, self.model_dir = config, strategy, model_dir
+        manifest = load_classification_manifest(data_dir)
+        if manifest["vocab_size"] > config.vocab_size:
+            raise ValueError(f"--data_dir={data_dir} has token ids up to "
+                             f"{manifest['vocab_size'] - 1}, the model a vocabulary of "
+                             f"{config.vocab_size} (another tokenizer)")
+        if head["num_classes"] != len(manifest["labels"]):
+            raise ValueError(f"the model has {head['num_classes']} classes, --data_dir="
+                             f"{data_dir} {len(manifest['labels'])} labels")
+        check_data_fingerprint(model_dir, manifest, data_dir)
+        keras.config.set_dtype_policy(mixed_precision)
+        keras.utils.set_random_seed(seed)
+        self.data = DocumentData(strategy, data_dir, manifest, config.tgt_len, seed, max_tokens)
+        self.global_batch, self.steps_per_loop = global_batch, steps_per_loop
+        self.train_steps, self.is_chief = opt_params.train_steps, is_chief
+        self.lease_params = lease or LeaseParams()
+        self.train_log_seconds = train_log_seconds
+        resuming = bool(checkpoints_newest_first(ModelDir(model_dir).checkpoints))
+        settings = {**run_settings(opt_params, global_batch, mixed_precision, seed,
+                                   steps_per_loop, strategy),
+                    **{name: head[name] for name in HEAD_SETTINGS},
+                    "max_tokens": max_tokens, "labels": list(manifest["labels"])}
+        self.run_record = RunRecord.resolve(model_dir, settings, opt_params.train_steps,
+                                            resuming=resuming, allow_changes=allow_run_changes)
+        opt_params = dataclasses.replace(opt_params,
+                                         schedule_steps=self.run_record.schedule_steps)
+        attention_cls = language_model.attention_cls if language_model is not None else None
+        self.model = build_classifier(config, strategy, head, attention_cls)
+        self.init_checkpoint = None
+        if language_model is not None:
+            if resuming:
+                log(f"note: --init_checkpoint={init_checkpoint} is ignored: {model_dir} has "
+                    "checkpoints of its own and the run resumes from them")
+            else:
+                copy_backbone(language_model, self.model, init_checkpoint)
+                self.init_checkpoint = init_checkpoint
+                log(f"warm start: backbone weights from {init_checkpoint} (head, optimizer "
+                    "and step start fresh)")
+        self.trainer = ClassifierTrainer(self.model, strategy, self.data, global_batch,
+                                         opt_params, mixed_precision, jit_compile)
+        self.checkpoint = TrainingCheckpoint(
+            self.model, self.trainer.optimizer, None, model_dir,
+            worker_id=None if is_chief else strategy.cluster_resolver.task_id)
+
+    def units_per_step(self):
+        return self.global_batch
+
+    def check_data(self, eval_every):
+        self.data.check_splits("train", *(["valid"] if eval_every else []))
+
+    def claim_model_dir(self):
+        check_or_store_config(self.model_dir, self.config)
+        check_data_fingerprint(self.model_dir, self.data.manifest, self.data.data_dir,
+                               store=True)
+
+    def evaluate(self, split="valid"):
+        """`evaluate_classifier` over every document of `split` with the current weights."""
+        return evaluate_classifier(
+            self.model, self.data.evaluation_dataset(split, self.global_batch),
+            self.global_batch, self.strategy).to_dict(self.data.manifest["labels"])
+
+    def evaluate_in_run(self, max_eval_batches):
+        del max_eval_batches  # every document of the split, always
+        return self.evaluate("valid")
+
+    def eval_scalars(self):
+        return ("loss", "accuracy", "macro_f1")
+
+    def publish_results(self, metrics):
+        """The trained classifier as model_dir/classifier.keras (tfxl-classify-eval's --model),
+        written before metrics.json says the run is finished."""
+        path = os.path.join(self.model_dir, CLASSIFIER_FILE)
+        save_classifier(self.model, path)
+        metrics["classifier"] = path

@@ -1,0 +1,148 @@
+r"""`tfxl-classify-train`: fine-tune a Transformer-XL document classifier on a
+tfxl-prepare-classification data directory, starting from a language model.
+
+    tfxl-classify-train --data_dir=data/topics --model_dir=runs/topics \
+        --init_checkpoint=runs/enwik8_base --pooling=last --grad_segments=2 \
+        --train_batch_size=16 --train_steps=2000 --eval_every=500 --strategy=mirrored
+
+The run works as tfxl-train's does (strategies, host loops, checkpoints and exact resume,
+run.json, the lease, the train log, TensorBoard, SIGTERM; BUILD.md). The backbone is
+--init_checkpoint's language model (a .keras file, e.g. tfxl-convert's output, or a tfxl-train
+model_dir), the model flags layered over its config (--tgt_len: the segment length,
+--mem_len: the memory, --dropout ...), or without it a new one from --preset/--config. At the
+end the classifier is written to model_dir/classifier.keras, tfxl-classify-eval's --model.
+"""
+
+if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
+    from tfxl.cli.quiet import quiet_tensorflow
+    quiet_tensorflow()
+
+from absl import flags, logging
+
+from tfxl import cli
+from tfxl.classification.pooling import POOLINGS
+from tfxl.data.classification import load_classification_manifest
+from tfxl.model_dir import check_data_fingerprint, check_or_store_config
+from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
+from tfxl.train import flags as train_flags, lease, run_record, train_log
+from tfxl.train.classification import ClassifierRun
+from tfxl.train.loop import TrainingDiverged, TrainingStopped
+from tfxl.train.main import is_chief
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    flags.DEFINE_string("data_dir", None, "Directory written by tfxl-prepare-classification.")
+    flags.DEFINE_string("model_dir", None, "Checkpoints, config.json, run.json, TensorBoard "
+                        "logs, metrics.json and, at the end, classifier.keras.")
+    flags.DEFINE_string(
+        "init_checkpoint", None,
+        "Start from this language model's backbone: a .keras file (tfxl-convert's output of a "
+        "published checkpoint too) or a tfxl-train model_dir (its newest readable checkpoint); "
+        "local or gs://. Its config is the backbone's, under the model flags given. Ignored "
+        "(with a note) when --model_dir already has checkpoints: the run resumes from them.")
+    train_flags.define_model_flags()
+    flags.DEFINE_enum("pooling", "last", POOLINGS, "What the head classifies: the last token's "
+                      "state, the last segment's mean, or attention over segment summaries.")
+    flags.DEFINE_integer("grad_segments", 1, "Trailing segments read with gradient (through "
+                         "the memory between them); the segments before are read without.")
+    flags.DEFINE_float("head_dropout", 0.0, "Dropout on the pooled features.")
+    flags.DEFINE_integer("max_tokens", None, "Read each document's first N tokens only "
+                         "(default: whole documents; every batch is padded to the longest).")
+    train_flags.define_training_flags(rows="documents")
+    flags.DEFINE_integer("eval_every", 0, "Evaluate every document of the valid split every "
+                         "this many steps (0: never): loss, accuracy, macro-F1.")
+    train_flags.define_step_flags()
+    define_strategy_flags()
+    run_record.define_flags()  # --schedule_steps, --allow_run_changes
+    lease.define_flags()  # --take_over, --lease_timeout, --lease_settle
+    train_log.define_flags()  # --train_log_seconds
+
+
+def load_language_model(path, manifest):
+    """The TransfoXLLM at --init_checkpoint=`path`, checked against the data's vocabulary."""
+    from tfxl.serving.loading import load_language_model as load  # only with the flag
+    try:
+        language_model = load(path)
+    except ValueError as err:
+        raise ValueError(f"--init_checkpoint={err}") from None
+    if not path.endswith(".keras"):  # a model_dir records the vocabulary it was trained on
+        check_data_fingerprint(path, manifest, FLAGS.data_dir)
+    return language_model
+
+
+def backbone_config(manifest, language_model):
+    """The backbone's TransfoXLConfig: the language model's with the model flags over it, else
+    --preset/--config/the flags with the data's vocabulary."""
+    if language_model is None:
+        return train_flags.model_config(manifest["vocab_size"])
+    return cli.resolve_config(FLAGS, sources=[(f"--init_checkpoint={FLAGS.init_checkpoint}",
+                                               language_model.config.to_dict())])
+
+
+def main(argv):
+    del argv
+    train_flags.check_flag_ranges(FLAGS.flag_values_dict())
+    train_flags.require_dir_flags("data_dir", "model_dir")
+    manifest = load_classification_manifest(FLAGS.data_dir)
+    language_model = (load_language_model(FLAGS.init_checkpoint, manifest)
+                      if FLAGS.init_checkpoint else None)
+    config = backbone_config(manifest, language_model)
+    strategy = strategy_from_flags()
+    chief = is_chief(strategy)
+    if chief:
+        check_or_store_config(FLAGS.model_dir, config, store=False)
+    head = {"num_classes": len(manifest["labels"]), "pooling": FLAGS.pooling,
+            "grad_segments": FLAGS.grad_segments, "head_dropout": FLAGS.head_dropout}
+    run = ClassifierRun(config, head, strategy, FLAGS.data_dir, FLAGS.model_dir,
+                        FLAGS.train_batch_size, train_flags.optimizer_params(),
+                        FLAGS.mixed_precision, FLAGS.jit_compile, FLAGS.steps_per_loop,
+                        FLAGS.seed, chief, allow_run_changes=FLAGS.allow_run_changes,
+                        lease=lease.params_from_flags(),
+                        train_log_seconds=FLAGS.train_log_seconds, max_tokens=FLAGS.max_tokens,
+                        language_model=language_model, init_checkpoint=FLAGS.init_checkpoint,
+                        log=logging.info)
+    try:
+        metrics = run.train(FLAGS.save_every, FLAGS.eval_every, log=logging.info)
+    except TrainingStopped as stopped:  # SIGTERM/SIGINT: saved; exit 143/130 (BUILD.md)
+        print(stopped)
+        return stopped.exit_status
+    if metrics.pop("nothing_to_do", False):
+        print(f"nothing to do: {FLAGS.model_dir} is already trained to step {metrics['step']} "
+              f"(--train_steps={FLAGS.train_steps}); its metrics.json is kept")
+        return 0
+    valid = metrics.get("valid")
+    print(f"done: step {metrics['step']}, train loss {metrics['train_loss']:.4f}"
+          + (f", valid accuracy {valid['accuracy']:.4f}, macro-F1 {valid['macro_f1']:.4f}"
+             if valid else "") + f"; classifier in {metrics['classifier']}")
+    return 0
+
+
+def help_groups():
+    """--help's headings and the flags under each (every flag of the tool in one)."""
+    model = cli.model_flag_names(exclude=("vocab_size",))
+    return [
+        ("data and model_dir", ["data_dir", "model_dir"]),
+        ("classifier (the backbone: --init_checkpoint's, under the model flags)",
+         ["init_checkpoint", "pooling", "grad_segments", "head_dropout", "max_tokens"]),
+        ("model (without --init_checkpoint: --preset, then --config, then these; --tgt_len "
+         "and --mem_len are the segment and memory lengths the documents are read with)", model),
+        ("training", ["train_batch_size", "train_steps", "steps_per_loop", "learning_rate",
+                      "warmup_steps", "min_lr_ratio", "schedule_steps", "clip", "optimizer",
+                      "weight_decay", "mixed_precision", "jit_compile", "seed"]),
+        ("evaluation and checkpoints", ["eval_every", "save_every"]),
+        ("devices", ["strategy", "tpu", "num_gpus"]),
+        ("run management", ["allow_run_changes", "take_over", "lease_timeout", "lease_settle",
+                            "train_log_seconds"]),
+    ]
+
+
+def run():
+    """Console-script entry point (`tfxl-classify-train`)."""
+    cli.run(main, define_flags, errors=(StrategyError,), failures={TrainingDiverged: 3},
+            help_groups=help_groups())
+
+
+if __name__ == "__main__":
+    run()
