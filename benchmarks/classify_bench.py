@@ -67,6 +67,8 @@ class Sizes:
     probe_length: int = 2048
     probe_epochs: int = 5
     seed: int = 0
+    eager: bool = False                   # no tf.function: for runs of a step or two, where
+                                          # tracing costs more than the steps
 
 
 BENCH_SIZES = Sizes()
@@ -79,12 +81,15 @@ READINGS = (MEMORY, SEGMENTS, TRUNCATION)
 def prepare_stdlib_data(work, sizes, stdlib_root=None, log=print):
     """Prepares the LM corpus (unless sizes.lm_steps == 0) and the classification data under
     `work`; returns (lm_data_dir or None, classification data dir, task summary dict)."""
+    import tensorflow as tf
+
     from tfxl.data.classification import ClassificationConfig, prepare_classification
     from tfxl.data.prepare import PrepareConfig, prepare
     from tfxl.data.stdlib_classification import stdlib_classification_task, write_labelled_jsonl
 
     task = stdlib_classification_task(stdlib_root, max_per_package=sizes.max_per_package,
                                       seed=sizes.seed)
+    tf.io.gfile.makedirs(work)  # only once the library made a task
     lm_dir = None
     if sizes.lm_steps:
         lm_dir = os.path.join(work, "lm_data")
@@ -127,12 +132,14 @@ def probe_documents(count, length, seed):
 
 
 def prepare_probe_data(work, sizes, tokenizer_dir):
+    import tensorflow as tf
+
     from tfxl.data.classification import ClassificationConfig, prepare_classification
     paths = {}
     for split, count, seed in (("train", sizes.probe_train, sizes.seed),
                                ("test", sizes.probe_test, sizes.seed + 1)):
         paths[split] = os.path.join(work, f"probe_{split}.jsonl")
-        with open(paths[split], "w") as f:
+        with tf.io.gfile.GFile(paths[split], "w") as f:
             for document in probe_documents(count, sizes.probe_length, seed):
                 f.write(json.dumps(document) + "\n")
     out = os.path.join(work, "probe_classification")
@@ -225,17 +232,18 @@ def fine_tune(model, dataset, epochs, sizes):
     saves at these sizes); returns the seconds of each epoch and the final loss."""
     model.compile(optimizer=keras.optimizers.Adam(sizes.learning_rate, clipnorm=1.0),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile=False)
+                  jit_compile=False, run_eagerly=sizes.eager)
     times = EpochSeconds()
     history = model.fit(dataset, epochs=epochs, verbose=0, callbacks=[times])
     return times.seconds, float(history.history["loss"][-1])
 
 
 # -- evaluation -------------------------------------------------------------------------------
-def predict_step(model):
+def predict_step(model, eager=False):
     """A tf.function forward pass, probabilities [B, C] (one trace for every batch shape)."""
-    import keras
     import tensorflow as tf
+    if eager:
+        return lambda inputs: keras.ops.softmax(model(inputs, training=False))
     return tf.function(lambda inputs: keras.ops.softmax(model(inputs, training=False)),
                        reduce_retracing=True)
 
@@ -249,7 +257,7 @@ def probabilities(model, reading, data_dir, n_tokens, sizes, step=None):
     from tfxl.data.classification import classification_dataset
     T = sizes.segment_len
     n = T if reading == TRUNCATION else -(-n_tokens // T) * T
-    step = step or predict_step(model)
+    step = step or predict_step(model, sizes.eager)
     probs, labels = [], []
     for features, label in classification_dataset(data_dir, "test", sizes.batch, T,
                                                   max_tokens=n, pad_to_max_tokens=True):
@@ -298,7 +306,7 @@ def run_task(name, data_dir, sizes, lm_model_dir, vocab_size, epochs, tokens_rea
         entry = {"final_train_loss": loss, "epoch_seconds": epoch_seconds,
                  "train_documents_per_second": train_documents * len(timed) / sum(timed),
                  "by_tokens_read": {}}
-        step = predict_step(model)
+        step = predict_step(model, sizes.eager)
         for n in ([sizes.segment_len] if reading == TRUNCATION else tokens_read):
             start = time.perf_counter()
             probs, labels = probabilities(model, reading, data_dir, n, sizes, step)
@@ -326,7 +334,6 @@ def run_task(name, data_dir, sizes, lm_model_dir, vocab_size, epochs, tokens_rea
 def run(work, sizes, stdlib_root=None, log=print):
     """The whole benchmark (or demo) at `sizes`; returns the results dict."""
     start = time.perf_counter()
-    os.makedirs(work, exist_ok=True)
     lm_data, cls_data, data_summary = prepare_stdlib_data(work, sizes, stdlib_root, log)
     results = {"sizes": dataclasses.asdict(sizes), "data": data_summary}
     lm_model_dir = None
