@@ -234,18 +234,20 @@ def fine_tune(model, dataset, epochs, sizes):
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=False, run_eagerly=sizes.eager)
     times = EpochSeconds()
-    history = model.fit(dataset, epochs=epochs, verbose=0, callbacks=[times])
+    # shuffle=False: the dataset shuffles itself (Keras' own flag would only warn)
+    history = model.fit(dataset, epochs=epochs, verbose=0, shuffle=False, callbacks=[times])
     return times.seconds, float(history.history["loss"][-1])
 
 
 # -- evaluation -------------------------------------------------------------------------------
 def predict_step(model, eager=False):
-    """A tf.function forward pass, probabilities [B, C] (one trace for every batch shape)."""
+    """A forward pass, probabilities [B, C]: a tf.function (one trace for every batch shape)
+    unless `eager`."""
     import tensorflow as tf
-    if eager:
-        return lambda inputs: keras.ops.softmax(model(inputs, training=False))
-    return tf.function(lambda inputs: keras.ops.softmax(model(inputs, training=False)),
-                       reduce_retracing=True)
+
+    def step(inputs):
+        return keras.ops.softmax(model(inputs, training=False))
+    return step if eager else tf.function(step, reduce_retracing=True, autograph=False)
 
 
 def probabilities(model, reading, data_dir, n_tokens, sizes, step=None):
