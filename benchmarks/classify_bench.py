@@ -37,6 +37,7 @@ import sys
 from typing import Optional, Sequence
 
 from benchmarks import common
+from tfxl.data.stdlib_classification import STDLIB_PACKAGES
 
 import keras  # after common: TensorFlow's thread settings come first
 
@@ -48,6 +49,7 @@ class Sizes:
     """Everything a run's cost and result depend on (the benchmark's and the demo's)."""
 
     model: dict = dataclasses.field(default_factory=dict)  # overrides of the `tiny` preset
+    packages: Sequence[str] = STDLIB_PACKAGES  # the candidate classes
     lm_steps: int = 300                   # pretraining steps; 0: a fresh backbone, no corpus
     lm_batch: int = 16
     lm_segment_len: int = 128             # T = M of pretraining
@@ -87,8 +89,8 @@ def prepare_stdlib_data(work, sizes, stdlib_root=None, log=print):
     from tfxl.data.prepare import PrepareConfig, prepare
     from tfxl.data.stdlib_classification import stdlib_classification_task, write_labelled_jsonl
 
-    task = stdlib_classification_task(stdlib_root, max_per_package=sizes.max_per_package,
-                                      seed=sizes.seed)
+    task = stdlib_classification_task(stdlib_root, sizes.packages,
+                                      max_per_package=sizes.max_per_package, seed=sizes.seed)
     tf.io.gfile.makedirs(work)  # only once the library made a task
     lm_dir = None
     if sizes.lm_steps:
