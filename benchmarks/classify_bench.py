@@ -64,10 +64,10 @@ class Sizes:
     batch: int = 8
     learning_rate: float = 1e-3
     tokens_read: Sequence[int] = (128, 512, 1024, 2048, 4096)
-    probe_train: int = 192                # probe documents; 0: no probe
+    probe_train: int = 128                # probe documents; 0: no probe
     probe_test: int = 64
     probe_length: int = 2048
-    probe_epochs: int = 5
+    probe_epochs: int = 6
     seed: int = 0
     eager: bool = False                   # no tf.function: for runs of a step or two, where
                                           # tracing costs more than the steps
@@ -193,14 +193,14 @@ def classifier(reading, sizes, num_classes, lm_model_dir, vocab_size):
     return DocumentClassifier(lm_config(sizes, vocab_size), **kwargs)
 
 
-def training_dataset(reading, data_dir, sizes):
+def training_dataset(reading, data_dir, sizes, train_tokens):
     """Static-shape batches for `reading` (module docstring): the first N_train tokens, one
     random T-token window of them, or the first T."""
     import tensorflow as tf
 
     from tfxl.data.classification import classification_dataset
     T = sizes.segment_len
-    n = T if reading == TRUNCATION else sizes.train_tokens
+    n = T if reading == TRUNCATION else train_tokens
     dataset = classification_dataset(data_dir, "train", sizes.batch, T, shuffle=True,
                                      seed=sizes.seed, max_tokens=n, pad_to_max_tokens=True)
     if reading != SEGMENTS:
@@ -294,8 +294,11 @@ def scores(probs, labels, num_classes):
             "documents": m.documents}
 
 
-def run_task(name, data_dir, sizes, lm_model_dir, vocab_size, epochs, tokens_read, log=print):
-    """Fine-tunes the three readings on one task and evaluates them; returns the results dict."""
+def run_task(name, data_dir, sizes, lm_model_dir, vocab_size, epochs, train_tokens, tokens_read,
+             log=print):
+    """Fine-tunes the three readings on one task, the memory and no-memory ones on the first
+    `train_tokens` tokens of each document, and evaluates them reading the first N tokens for N
+    in `tokens_read` (which holds train_tokens); returns the results dict."""
     from tfxl.data.classification import load_classification_manifest
     manifest = load_classification_manifest(data_dir)
     num_classes = len(manifest["labels"])
@@ -304,7 +307,8 @@ def run_task(name, data_dir, sizes, lm_model_dir, vocab_size, epochs, tokens_rea
               "test_documents": manifest["splits"]["test"]["documents"], "readings": {}}
     for reading in READINGS:
         model = classifier(reading, sizes, num_classes, lm_model_dir, vocab_size)
-        epoch_seconds, loss = fine_tune(model, training_dataset(reading, data_dir, sizes),
+        epoch_seconds, loss = fine_tune(model, training_dataset(reading, data_dir, sizes,
+                                                                 train_tokens),
                                         epochs, sizes)
         timed = epoch_seconds[1:] or epoch_seconds
         entry = {"final_train_loss": loss, "epoch_seconds": epoch_seconds,
@@ -317,7 +321,7 @@ def run_task(name, data_dir, sizes, lm_model_dir, vocab_size, epochs, tokens_rea
             first = time.perf_counter() - start
             entry["by_tokens_read"][str(n)] = {**scores(probs, labels, num_classes),
                                                "seconds_with_compile": first}
-        n_main = sizes.train_tokens if reading != TRUNCATION else sizes.segment_len
+        n_main = train_tokens if reading != TRUNCATION else sizes.segment_len
         start = time.perf_counter()  # compiled already: the inference throughput
         probabilities(model, reading, data_dir, n_main, sizes, step)
         entry["inference"] = {"tokens_read": n_main, "documents_per_second":
@@ -335,8 +339,9 @@ def run_task(name, data_dir, sizes, lm_model_dir, vocab_size, epochs, tokens_rea
     return result
 
 
-def run(work, sizes, stdlib_root=None, log=print):
-    """The whole benchmark (or demo) at `sizes`; returns the results dict."""
+def run(work, sizes, stdlib_root=None, log=print, save=None):
+    """The whole benchmark (or demo) at `sizes`; returns the results dict (also handed to
+    `save` after the stdlib task)."""
     start = time.perf_counter()
     lm_data, cls_data, data_summary = prepare_stdlib_data(work, sizes, stdlib_root, log)
     results = {"sizes": dataclasses.asdict(sizes), "data": data_summary}
@@ -346,11 +351,14 @@ def run(work, sizes, stdlib_root=None, log=print):
         results["pretraining"] = pretrain(lm_data, lm_model_dir, sizes, log)
     vocab = 258  # the bytes tokenizer's (tfxl-prepare's and prepare_classification's default)
     results["stdlib"] = run_task("stdlib", cls_data, sizes, lm_model_dir, vocab, sizes.epochs,
-                                 sizes.tokens_read, log)
+                                 sizes.train_tokens, sizes.tokens_read, log)
+    if save:
+        save(results)  # a later failure keeps what was measured
     if sizes.probe_train:
         probe_data = prepare_probe_data(work, sizes, lm_data)
+        whole = sizes.probe_length + 1  # <eod> first: the probe's first byte is token 1
         results["probe"] = run_task("probe", probe_data, sizes, lm_model_dir, vocab,
-                                    sizes.probe_epochs, [sizes.probe_length], log)
+                                    sizes.probe_epochs, whole, [whole], log)
     results["seconds"] = time.perf_counter() - start
     return results
 
@@ -387,11 +395,14 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     common.setup(args)
-    results = {"machine": common.machine_info(),
-               "command": " ".join(["python -m benchmarks.classify_bench", *argv]),
-               **run(args.work, BENCH_SIZES)}
-    with open(args.json, "w") as f:
-        json.dump(results, f, indent=1)
+    head = {"machine": common.machine_info(),
+            "command": " ".join(["python -m benchmarks.classify_bench", *argv])}
+
+    def save(results):
+        with open(args.json, "w") as f:
+            json.dump({**head, **results}, f, indent=1)
+    results = run(args.work, BENCH_SIZES, save=save)
+    save(results)
     print(f"results: {args.json} ({results['seconds']:.0f} s)")
 
 
