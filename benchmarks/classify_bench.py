@@ -188,7 +188,6 @@ def classifier(reading, sizes, num_classes, lm_model_dir, vocab_size):
                   grad_segments=sizes.grad_segments if reading == MEMORY else 1)
     if lm_model_dir:
         return DocumentClassifier.from_language_model(lm_model_dir, **kwargs)
-    import keras
     keras.utils.set_random_seed(sizes.seed)  # the fresh backbones start the same
     return DocumentClassifier(lm_config(sizes, vocab_size), **kwargs)
 
