@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # No TF_CPP_MIN_LOG_LEVEL here: the tools are quiet by themselves (tfxl/cli/quiet.py) and an
 # exported level would replace their default of 3; tests/conftest.py sets its own.
 
-.PHONY: test lint demo install clean
+.PHONY: test lint demo demo-classify install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ lint: $(STAMP)     ## ruff, configured in pyproject.toml
 
 demo: $(STAMP)     ## the main job on the embedded default corpus (its plots: the `plots` extra, in `test`)
 	$(PY) -m tfxl.train.demo
+
+demo-classify: $(STAMP)  ## issue #18's classifier on stdlib packages: memory vs none vs truncation, plot
+	$(PY) -m benchmarks.classify_demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -171,9 +171,10 @@ def _next_line_start(piece: FilePiece, pos: int, size: int) -> int:
     return pos + skip
 
 
-def stdlib_files() -> List[str]:
-    """Sorted *.py files of the running Python's standard library (no site-packages)."""
-    root = sysconfig.get_paths()["stdlib"]
+def stdlib_files(root: Optional[str] = None) -> List[str]:
+    """Sorted *.py files of the running Python's standard library (no site-packages), or of the
+    tree at `root`."""
+    root = root or sysconfig.get_paths()["stdlib"]
     found = []
     for directory, subdirs, files in tf.io.gfile.walk(root):
         subdirs[:] = sorted(d for d in subdirs

@@ -1,0 +1,409 @@
+"""Issue #18 item 6: does the memory make document classification work? Same run, same splits:
+
+1. data from the running Python's own Lib/ (`tfxl.data.stdlib_classification`): the .py files of
+   a dozen top-level packages are documents labelled by package; every other .py file is the
+   language model's corpus. Both go through the product path: `tfxl.data.prepare.prepare`
+   (bytes tokenizer) and `prepare_classification` (seeded test draw).
+2. a `tiny`-shaped LM pretrained on the corpus through tfxl's trainer (`tfxl.train.loop.Runner`).
+3. three classifiers fine-tuned from it (`DocumentClassifier.from_language_model`, Keras `fit`
+   on `classification_dataset`, the same optimizer, batch and epochs):
+   * memory: reads the first N_train tokens in segments of T on a memory of M slots;
+   * no memory: trained on one random T-token window per document per epoch, mem_len 0; a
+     document's prediction is the mean of its segments' probabilities (each of its first N
+     tokens' segments read alone, every non-empty segment weighted equally);
+   * truncation: trained and evaluated on the first T tokens only (BERT-style).
+   Each is evaluated on the test split reading the first N tokens for several N.
+4. a synthetic long-range probe: a document is `X` + random lowercase filler + `Y` (X, Y in
+   {A, B}), label "same" iff X == Y. The evidence is split between the first and the last token,
+   thousands apart: a single segment, a mean over segments or the first T tokens all carry no
+   information about the label (chance); reading with a memory that reaches back to X can solve
+   it. (A probe whose label is a marker alone would be solved by the segment mean.)
+5. documents/second: training (the memory classifier's `fit`, epochs after the first) and
+   inference (a compiled predict step over the test split).
+
+    python -m benchmarks.classify_bench [--work DIR] [--json benchmarks/classify_bench.json]
+
+The demo (`make demo-classify`, benchmarks/classify_demo.py) runs the same code at smaller sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import time
+import sys
+from typing import Optional, Sequence
+
+from benchmarks import common
+from tfxl.data.stdlib_classification import STDLIB_PACKAGES
+
+import keras  # after common: TensorFlow's thread settings come first
+
+# Shape glossary (tfxl's): B batch, T segment length, M memory slots, N tokens read, C classes.
+
+
+@dataclasses.dataclass
+class Sizes:
+    """Everything a run's cost and result depend on (the benchmark's and the demo's)."""
+
+    model: dict = dataclasses.field(default_factory=dict)  # overrides of the `tiny` preset
+    packages: Sequence[str] = STDLIB_PACKAGES  # the candidate classes
+    lm_steps: int = 300                   # pretraining steps; 0: a fresh backbone, no corpus
+    lm_batch: int = 16
+    lm_segment_len: int = 128             # T = M of pretraining
+    lm_max_train_bytes: int = 4 << 20
+    max_per_package: Optional[int] = 20   # documents drawn per package (seeded)
+    test_fraction: float = 0.3
+    segment_len: int = 128                # the classifiers' T
+    mem_len: int = 2048                   # the memory classifier's M
+    train_tokens: int = 1024              # N read in fine-tuning (memory classifier)
+    grad_segments: int = 2
+    epochs: int = 5
+    batch: int = 8
+    learning_rate: float = 1e-3
+    tokens_read: Sequence[int] = (128, 512, 1024, 2048, 4096)
+    probe_train: int = 128                # probe documents; 0: no probe
+    probe_test: int = 64
+    probe_length: int = 2048
+    probe_epochs: int = 6
+    seed: int = 0
+    eager: bool = False                   # no tf.function: for runs of a step or two, where
+                                          # tracing costs more than the steps
+
+
+BENCH_SIZES = Sizes()
+
+MEMORY, SEGMENTS, TRUNCATION = "memory", "no_memory", "truncation"
+READINGS = (MEMORY, SEGMENTS, TRUNCATION)
+
+
+# -- data -------------------------------------------------------------------------------------
+def prepare_stdlib_data(work, sizes, stdlib_root=None, log=print):
+    """Prepares the LM corpus (unless sizes.lm_steps == 0) and the classification data under
+    `work`; returns (lm_data_dir or None, classification data dir, task summary dict)."""
+    import tensorflow as tf
+
+    from tfxl.data.classification import ClassificationConfig, prepare_classification
+    from tfxl.data.prepare import PrepareConfig, prepare
+    from tfxl.data.stdlib_classification import stdlib_classification_task, write_labelled_jsonl
+
+    task = stdlib_classification_task(stdlib_root, sizes.packages,
+                                      max_per_package=sizes.max_per_package, seed=sizes.seed)
+    tf.io.gfile.makedirs(work)  # only once the library made a task
+    lm_dir = None
+    if sizes.lm_steps:
+        lm_dir = os.path.join(work, "lm_data")
+        prepare(PrepareConfig(output_dir=lm_dir, train=list(task.lm_train),
+                              valid=list(task.lm_valid), tokenizer="bytes",
+                              tgt_len=sizes.lm_segment_len,
+                              max_train_bytes=sizes.lm_max_train_bytes, overwrite=True),
+                log=lambda *a: None)
+    jsonl = os.path.join(work, "stdlib_documents.jsonl")
+    skipped = write_labelled_jsonl(jsonl, task)
+    cls_dir = os.path.join(work, "stdlib_classification")
+    manifest = prepare_classification(ClassificationConfig(
+        output_dir=cls_dir, train=[jsonl], format="jsonl", tokenizer_dir=lm_dir,
+        valid_fraction=0.0, test_fraction=sizes.test_fraction, seed=sizes.seed, overwrite=True))
+    summary = {"stdlib": task.root, "documents_per_label": task.counts(),
+               "skipped_not_utf8": skipped, "lm_corpus_files": len(task.lm_train),
+               "lm_valid_files": len(task.lm_valid),
+               "splits": {s: {k: manifest["splits"][s][k] for k in ("documents", "tokens")}
+                          for s in ("train", "test")}}
+    log(f"stdlib task: {len(task.documents)} documents, {len(task.labels)} labels "
+        f"({', '.join(f'{k} {v}' for k, v in task.counts().items())}); "
+        f"train {summary['splits']['train']['documents']}, "
+        f"test {summary['splits']['test']['documents']}; LM corpus {len(task.lm_train)} files")
+    return lm_dir, cls_dir, summary
+
+
+def probe_documents(count, length, seed):
+    """The long-range probe (module docstring): `count` JSON-ready {"text", "label"} documents of
+    `length` bytes, labels balanced in expectation."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", np.uint8)
+    documents = []
+    for _ in range(count):
+        first, last = rng.choice([b"A", b"B"], size=2)
+        filler = letters[rng.integers(0, len(letters), length - 2)].tobytes()
+        documents.append({"text": (first + filler + last).decode("ascii"),
+                          "label": "same" if first == last else "different"})
+    return documents
+
+
+def prepare_probe_data(work, sizes, tokenizer_dir):
+    import tensorflow as tf
+
+    from tfxl.data.classification import ClassificationConfig, prepare_classification
+    paths = {}
+    for split, count, seed in (("train", sizes.probe_train, sizes.seed),
+                               ("test", sizes.probe_test, sizes.seed + 1)):
+        paths[split] = os.path.join(work, f"probe_{split}.jsonl")
+        with tf.io.gfile.GFile(paths[split], "w") as f:
+            for document in probe_documents(count, sizes.probe_length, seed):
+                f.write(json.dumps(document) + "\n")
+    out = os.path.join(work, "probe_classification")
+    prepare_classification(ClassificationConfig(
+        output_dir=out, train=[paths["train"]], test=[paths["test"]], format="jsonl",
+        tokenizer_dir=tokenizer_dir, valid_fraction=0.0, overwrite=True))
+    return out
+
+
+# -- models -----------------------------------------------------------------------------------
+def lm_config(sizes, vocab_size):
+    from tfxl.config import get_preset
+    return get_preset("tiny", **{"vocab_size": vocab_size, "tgt_len": sizes.lm_segment_len,
+                                 "mem_len": sizes.lm_segment_len, **sizes.model})
+
+
+def pretrain(lm_dir, model_dir, sizes, log=print):
+    """Trains the LM with tfxl's trainer (as `make demo` does); returns its final metrics."""
+    import tensorflow as tf
+
+    from tfxl.data.manifest import load_manifest
+    from tfxl.train.loop import Runner
+    from tfxl.train.optimization import OptimizerParams
+
+    config = lm_config(sizes, load_manifest(lm_dir)["vocab_size"])
+    opt = OptimizerParams(learning_rate=2e-3, warmup_steps=min(100, sizes.lm_steps // 10),
+                          min_lr_ratio=0.05, train_steps=sizes.lm_steps, clip=0.25)
+    runner = Runner(config, tf.distribute.get_strategy(), lm_dir, model_dir, sizes.lm_batch, opt,
+                    jit_compile=True, steps_per_loop=min(100, sizes.lm_steps), seed=sizes.seed)
+    start = time.perf_counter()
+    metrics = runner.train(log=lambda *a: None)
+    valid = runner.evaluate("valid", batch_size=load_manifest(lm_dir)["num_streams"])
+    log(f"pretrained {sizes.lm_steps} steps in {time.perf_counter() - start:.0f} s, "
+        f"valid bpc {valid['bpc']:.3f}")
+    return {"steps": sizes.lm_steps, "seconds": time.perf_counter() - start,
+            "valid_bpc": valid["bpc"], "train_loss": metrics.get("loss")}
+
+
+def classifier(reading, sizes, num_classes, lm_model_dir, vocab_size):
+    """A fresh-headed classifier for `reading`, from the pretrained LM (or a fresh backbone)."""
+    from tfxl.classification import DocumentClassifier
+    kwargs = dict(num_classes=num_classes, pooling="last", segment_len=sizes.segment_len,
+                  mem_len=sizes.mem_len if reading == MEMORY else 0,
+                  grad_segments=sizes.grad_segments if reading == MEMORY else 1)
+    if lm_model_dir:
+        return DocumentClassifier.from_language_model(lm_model_dir, **kwargs)
+    keras.utils.set_random_seed(sizes.seed)  # the fresh backbones start the same
+    return DocumentClassifier(lm_config(sizes, vocab_size), **kwargs)
+
+
+def training_dataset(reading, data_dir, sizes, train_tokens):
+    """Static-shape batches for `reading` (module docstring): the first N_train tokens, one
+    random T-token window of them, or the first T."""
+    import tensorflow as tf
+
+    from tfxl.data.classification import classification_dataset
+    T = sizes.segment_len
+    n = T if reading == TRUNCATION else train_tokens
+    dataset = classification_dataset(data_dir, "train", sizes.batch, T, shuffle=True,
+                                     seed=sizes.seed, max_tokens=n, pad_to_max_tokens=True)
+    if reading != SEGMENTS:
+        return dataset
+
+    def random_window(features, labels):
+        ids, lengths = features["token_ids"], features["lengths"]
+        starts = tf.cast(tf.random.uniform(tf.shape(lengths)) * tf.cast(
+            tf.maximum(lengths - T, 0) + 1, tf.float32), tf.int32)
+        index = tf.minimum(starts[:, None] + tf.range(T)[None, :], tf.shape(ids)[1] - 1)
+        return {"token_ids": tf.gather(ids, index, batch_dims=1),
+                "lengths": tf.minimum(lengths - starts, T)}, labels
+    return dataset.map(random_window)
+
+
+class EpochSeconds(keras.callbacks.Callback):
+    """The wall time of each epoch of a `fit`."""
+
+    def on_train_begin(self, logs=None):
+        self.seconds = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.seconds.append(time.perf_counter() - self.start)
+
+
+def fine_tune(model, dataset, epochs, sizes):
+    """Keras `fit` (a tf.function step; XLA's compile of the segment loop costs more than it
+    saves at these sizes); returns the seconds of each epoch and the final loss."""
+    model.compile(optimizer=keras.optimizers.Adam(sizes.learning_rate, clipnorm=1.0),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  jit_compile=False, run_eagerly=sizes.eager)
+    times = EpochSeconds()
+    # shuffle=False: the dataset shuffles itself (Keras' own flag would only warn)
+    history = model.fit(dataset, epochs=epochs, verbose=0, shuffle=False, callbacks=[times])
+    return times.seconds, float(history.history["loss"][-1])
+
+
+# -- evaluation -------------------------------------------------------------------------------
+def predict_step(model, eager=False):
+    """A forward pass, probabilities [B, C]: a tf.function (one trace for every batch shape)
+    unless `eager`."""
+    import tensorflow as tf
+
+    def step(inputs):
+        return keras.ops.softmax(model(inputs, training=False))
+    return step if eager else tf.function(step, reduce_retracing=True, autograph=False)
+
+
+def probabilities(model, reading, data_dir, n_tokens, sizes, step=None):
+    """(probabilities [D, C], labels [D]) of the test split's documents read as `reading` does
+    on their first `n_tokens` tokens (truncation: the first T whatever n_tokens)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tfxl.data.classification import classification_dataset
+    T = sizes.segment_len
+    n = T if reading == TRUNCATION else -(-n_tokens // T) * T
+    step = step or predict_step(model, sizes.eager)
+    probs, labels = [], []
+    for features, label in classification_dataset(data_dir, "test", sizes.batch, T,
+                                                  max_tokens=n, pad_to_max_tokens=True):
+        if reading != SEGMENTS:
+            probs.append(step(features).numpy())
+        else:  # every T-token segment alone, then the mean over the document's non-empty ones
+            ids, lengths = features["token_ids"], features["lengths"]
+            segments = n // T
+            seg_lengths = tf.clip_by_value(lengths[:, None] - tf.range(segments)[None, :] * T,
+                                           0, T)
+            p = step({"token_ids": tf.reshape(ids, (-1, T)),
+                      "lengths": tf.reshape(seg_lengths, (-1,))}).numpy()
+            p = p.reshape(ids.shape[0], segments, -1)
+            used = (seg_lengths.numpy() > 0)[:, :, None]
+            probs.append((p * used).sum(axis=1) / used.sum(axis=1))
+        labels.append(label.numpy())
+    return np.concatenate(probs), np.concatenate(labels)
+
+
+def scores(probs, labels, num_classes):
+    """accuracy, macro-F1 and loss of the predictions (tfxl's evaluation rules)."""
+    import numpy as np
+
+    from tfxl.classification.evaluation import metrics_from_confusion
+    confusion = np.zeros((num_classes, num_classes), np.int64)
+    np.add.at(confusion, (labels, probs.argmax(axis=1)), 1)
+    loss = -np.log(np.maximum(probs[np.arange(len(labels)), labels], 1e-12)).sum()
+    m = metrics_from_confusion(confusion, loss)
+    return {"accuracy": m.accuracy, "macro_f1": m.macro_f1, "loss": m.loss,
+            "documents": m.documents}
+
+
+def run_task(name, data_dir, sizes, lm_model_dir, vocab_size, epochs, train_tokens, tokens_read,
+             log=print):
+    """Fine-tunes the three readings on one task, the memory and no-memory ones on the first
+    `train_tokens` tokens of each document, and evaluates them reading the first N tokens for N
+    in `tokens_read` (which holds train_tokens); returns the results dict."""
+    from tfxl.data.classification import load_classification_manifest
+    manifest = load_classification_manifest(data_dir)
+    num_classes = len(manifest["labels"])
+    train_documents = manifest["splits"]["train"]["documents"]
+    result = {"labels": manifest["labels"], "train_documents": train_documents,
+              "test_documents": manifest["splits"]["test"]["documents"], "readings": {}}
+    for reading in READINGS:
+        model = classifier(reading, sizes, num_classes, lm_model_dir, vocab_size)
+        epoch_seconds, loss = fine_tune(model, training_dataset(reading, data_dir, sizes,
+                                                                 train_tokens),
+                                        epochs, sizes)
+        timed = epoch_seconds[1:] or epoch_seconds
+        entry = {"final_train_loss": loss, "epoch_seconds": epoch_seconds,
+                 "train_documents_per_second": train_documents * len(timed) / sum(timed),
+                 "by_tokens_read": {}}
+        step = predict_step(model, sizes.eager)
+        for n in ([sizes.segment_len] if reading == TRUNCATION else tokens_read):
+            start = time.perf_counter()
+            probs, labels = probabilities(model, reading, data_dir, n, sizes, step)
+            first = time.perf_counter() - start
+            entry["by_tokens_read"][str(n)] = {**scores(probs, labels, num_classes),
+                                               "seconds_with_compile": first}
+        n_main = train_tokens if reading != TRUNCATION else sizes.segment_len
+        start = time.perf_counter()  # compiled already: the inference throughput
+        probabilities(model, reading, data_dir, n_main, sizes, step)
+        entry["inference"] = {"tokens_read": n_main, "documents_per_second":
+                              result["test_documents"] / (time.perf_counter() - start)}
+        main = entry["by_tokens_read"][str(n_main)]
+        entry.update(accuracy=main["accuracy"], macro_f1=main["macro_f1"],
+                     tokens_read=n_main)
+        log(f"{name} {reading:>10}: accuracy {main['accuracy']:.3f}, macro-F1 "
+            f"{main['macro_f1']:.3f} reading {n_main} tokens; train "
+            f"{entry['train_documents_per_second']:.1f} docs/s, inference "
+            f"{entry['inference']['documents_per_second']:.1f} docs/s; "
+            f"by tokens read: " + ", ".join(f"{n} {r['accuracy']:.3f}" for n, r in
+                                             entry["by_tokens_read"].items()))
+        result["readings"][reading] = entry
+    return result
+
+
+def run(work, sizes, stdlib_root=None, log=print, save=None):
+    """The whole benchmark (or demo) at `sizes`; returns the results dict (also handed to
+    `save` after the stdlib task)."""
+    start = time.perf_counter()
+    lm_data, cls_data, data_summary = prepare_stdlib_data(work, sizes, stdlib_root, log)
+    results = {"sizes": dataclasses.asdict(sizes), "data": data_summary}
+    lm_model_dir = None
+    if sizes.lm_steps:
+        lm_model_dir = os.path.join(work, "lm")
+        results["pretraining"] = pretrain(lm_data, lm_model_dir, sizes, log)
+    vocab = 258  # the bytes tokenizer's (tfxl-prepare's and prepare_classification's default)
+    results["stdlib"] = run_task("stdlib", cls_data, sizes, lm_model_dir, vocab, sizes.epochs,
+                                 sizes.train_tokens, sizes.tokens_read, log)
+    if save:
+        save(results)  # a later failure keeps what was measured
+    if sizes.probe_train:
+        probe_data = prepare_probe_data(work, sizes, lm_data)
+        whole = sizes.probe_length + 1  # <eod> first: the probe's first byte is token 1
+        results["probe"] = run_task("probe", probe_data, sizes, lm_model_dir, vocab,
+                                    sizes.probe_epochs, whole, [whole], log)
+    results["seconds"] = time.perf_counter() - start
+    return results
+
+
+# -- plot (the demo's) ------------------------------------------------------------------------
+def accuracy_vs_tokens_figure(task_result, title="test accuracy vs tokens read"):
+    """Accuracy against tokens read (log2 axis) with memory and without; truncation's one
+    point (the first T tokens) a dashed line."""
+    from tfxl.train.demo import figure_class  # matplotlib, the plots extra, imported lazily
+    fig = figure_class()(figsize=(6.4, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    readings = task_result["readings"]
+    for reading, label in ((MEMORY, "with memory"),
+                           (SEGMENTS, "no memory (mean over segments)")):
+        points = sorted((int(n), r["accuracy"]) for n, r in
+                        readings[reading]["by_tokens_read"].items())
+        ax.plot(*zip(*points), marker="o", label=label)
+    truncation = readings[TRUNCATION]
+    ax.axhline(truncation["accuracy"], linestyle="--", color="grey",
+               label=f"truncation (first {truncation['tokens_read']} tokens)")
+    ax.set_xscale("log", base=2)
+    ax.set(title=title, xlabel="tokens read (log2 scale)", ylabel="accuracy", ylim=(0, 1.02))
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return fig
+
+
+def main(argv=None):
+    parser = common.add_common_args(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
+    parser.add_argument("--work", default="/tmp/tfxl_classify_bench",
+                        help="scratch directory (data, the LM)")
+    parser.set_defaults(json=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                          "classify_bench.json"))
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    common.setup(args)
+    head = {"machine": common.machine_info(),
+            "command": " ".join(["python -m benchmarks.classify_bench", *argv])}
+
+    def save(results):
+        with open(args.json, "w") as f:
+            json.dump({**head, **results}, f, indent=1)
+    results = run(args.work, BENCH_SIZES, save=save)
+    save(results)
+    print(f"results: {args.json} ({results['seconds']:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""The stdlib classification task (tfxl.data.stdlib_classification), the benchmark's long-range
+probe and the demo (benchmarks/classify_demo.py) at its smallest size, on a small fake library."""
+
+import json
+import os
+
+import pytest
+
+from benchmarks import classify_bench
+from tests.factories import assert_one_error_line, run_in_process
+from tfxl.data.stdlib_classification import stdlib_classification_task, write_labelled_jsonl
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def fake_library(root, files_per_package=10, size=2100):
+    """A Lib/-shaped tree: packages `asyncio` and `email` with `files_per_package` modules of
+    `size` bytes (and one short module each), `xml` with too few, `z` and a top-level module."""
+    def write(relative, text):
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for package in ("asyncio", "email"):
+        for i in range(files_per_package):
+            line = f"{package}_{i} = {i}\n"
+            write(f"{package}/m{i:02d}.py", line * (size // len(line) + 1))
+        write(f"{package}/short.py", "x = 1\n")
+    write("xml/only.py", "g = 1\n" * 400)
+    write("z/__init__.py", "z = 1\n")
+    write("top.py", "t = 1\n")
+    write("site-packages/p/x.py", "s = 1\n" * 400)
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+    return fake_library(tmp_path_factory.mktemp("lib"))
+
+
+def test_documents_are_a_packages_modules_and_the_corpus_is_every_other_file(library):
+    task = stdlib_classification_task(library, packages=("asyncio", "email", "xml", "absent"),
+                                      max_per_package=4, seed=3)
+    assert task.labels == ("asyncio", "email")  # xml: too few files; absent: none
+    assert task.counts() == {"asyncio": 4, "email": 4}
+    assert all(path.startswith(label + os.sep) and "short" not in path
+               for path, label in task.documents)
+    corpus = sorted(os.path.relpath(p, library) for p in task.lm_train + task.lm_valid)
+    # whole labelled packages stay out, their short modules too; site-packages is not the library
+    assert corpus == ["top.py", "xml/only.py", "z/__init__.py"]
+    assert stdlib_classification_task(library, packages=("asyncio", "email"), max_per_package=4,
+                                      seed=3) == task  # seeded
+    assert stdlib_classification_task(library, packages=("asyncio", "email"), max_per_package=4,
+                                      seed=4).documents != task.documents
+
+
+def test_jsonl_holds_each_document_once_and_skips_what_is_not_utf8(library, tmp_path):
+    task = stdlib_classification_task(library, packages=("asyncio", "email"))
+    with open(os.path.join(library, task.documents[0][0]), "rb") as f:
+        original = f.read()
+    with open(os.path.join(library, task.documents[0][0]), "wb") as f:
+        f.write(b"\xff" + original)
+    try:
+        skipped = write_labelled_jsonl(str(tmp_path / "d.jsonl"), task)
+    finally:
+        with open(os.path.join(library, task.documents[0][0]), "wb") as f:
+            f.write(original)
+    rows = [json.loads(line) for line in (tmp_path / "d.jsonl").read_text().splitlines()]
+    assert skipped == [task.documents[0][0]]
+    assert [(r["path"], r["label"]) for r in rows] == list(task.documents[1:])
+    with open(os.path.join(library, rows[0]["path"])) as f:
+        assert rows[0]["text"] == f.read()
+
+
+def test_no_two_packages_is_refused(library):
+    with pytest.raises(ValueError, match="fewer than two"):
+        stdlib_classification_task(library, packages=("asyncio", "xml"))
+
+
+def test_probe_label_is_set_by_the_first_and_last_bytes_alone():
+    documents = classify_bench.probe_documents(200, 300, seed=0)
+    assert {len(d["text"]) for d in documents} == {300}
+    for d in documents:
+        first, filler, last = d["text"][0], d["text"][1:-1], d["text"][-1]
+        assert first in "AB" and last in "AB" and filler.islower() and filler.isalpha()
+        assert d["label"] == ("same" if first == last else "different")
+    assert 70 < sum(d["label"] == "same" for d in documents) < 130
+    assert classify_bench.probe_documents(5, 300, seed=0) == documents[:5]
+
+
+def test_demo_at_its_smallest_size_prints_the_three_readings_and_plots(library, tmp_path):
+    out = tmp_path / "demo"
+    result = run_in_process("benchmarks.classify_demo", f"--out={out}", "--size=smallest",
+                            f"--stdlib_root={library}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for row in ("with memory", "no memory (segment mean)", "truncation (first T)"):
+        assert row in result.stdout
+    assert (out / "accuracy_vs_tokens.png").read_bytes().startswith(PNG_SIGNATURE)
+    results = json.loads((out / "results.json").read_text())
+    readings = results["stdlib"]["readings"]
+    assert sorted(readings) == sorted(classify_bench.READINGS)
+    assert sorted(readings["memory"]["by_tokens_read"]) == ["16", "32"]
+    assert results["data"]["splits"]["test"]["documents"] == readings["memory"][
+        "by_tokens_read"]["32"]["documents"] > 0
+
+
+def test_demo_refuses_a_library_without_two_packages(tmp_path):
+    (tmp_path / "lib" / "asyncio").mkdir(parents=True)
+    result = run_in_process("benchmarks.classify_demo", f"--out={tmp_path / 'demo'}",
+                            "--size=smallest", f"--stdlib_root={tmp_path / 'lib'}")
+    assert_one_error_line(result, str(tmp_path / "lib"), "fewer than two")
+    assert not (tmp_path / "demo").exists()
