@@ -246,6 +246,24 @@ def serve(served, signature, **feeds):
 _SERVED_CALLABLES = __import__("weakref").WeakKeyDictionary()  # session -> {key: callable}
 
 
+def assert_refused_at_the_entry(served, signature, feeds, message):
+    """A bad request fed as TF Serving feeds it (`serve`: values in the signature's dtypes, no
+    client-side shape check) fails with one InvalidArgumentError from the entry checks (an
+    assert), whose text matches `message`: not an error from an op deep inside the model."""
+    import re
+
+    import numpy as np
+    import pytest
+    import tensorflow as tf
+    specs = served[1][signature].inputs
+    feeds = {name: np.asarray(value, tf.dtypes.as_dtype(specs[name].dtype).as_numpy_dtype)
+             for name, value in feeds.items()}
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        serve(served, signature, **feeds)
+    assert error.value.message.startswith("assertion failed: "), error.value.message
+    assert re.search(message, error.value.message), error.value.message
+
+
 def prepare_labelled(root, documents, **config):
     """A tfxl-prepare-classification data dir `root/data` of `documents` [(text, label), ...]
     (JSON lines, every document in train unless `config` says otherwise; bytes tokenizer)."""

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from factories import load_as_served, run_in_process, run_tool as run_cli, serve, tiny_lm
+from factories import (assert_refused_at_the_entry, load_as_served, run_in_process,
+                       run_tool as run_cli, serve, tiny_lm)
 from tfxl import StatefulTransfoXLLM
 from tfxl.data.tokenizers import BytesTokenizer
 from tfxl.layers.relative_position import RelativePositionEncoding
@@ -377,14 +378,7 @@ BAD_REQUESTS = {
 def test_bad_requests_fail_at_the_signature_entry_as_served(serving_session, case):
     """One InvalidArgumentError from the entry checks (an assert), naming the input, the expected
     and the received shape or values: not an error from an op deep inside the model."""
-    signature, feeds, message = BAD_REQUESTS[case]
-    specs = serving_session[1][signature].inputs
-    feeds = {name: np.asarray(value, tf.dtypes.as_dtype(specs[name].dtype).as_numpy_dtype)
-             for name, value in feeds.items()}
-    with pytest.raises(tf.errors.InvalidArgumentError) as error:
-        serve(serving_session, signature, **feeds)
-    assert error.value.message.startswith("assertion failed: "), error.value.message
-    assert re.search(message, error.value.message), error.value.message
+    assert_refused_at_the_entry(serving_session, *BAD_REQUESTS[case])
 
 
 def test_good_requests_pass_the_served_checks(model, serving_session):

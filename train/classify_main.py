@@ -128,13 +128,10 @@ def help_groups():
          ["init_checkpoint", "pooling", "grad_segments", "head_dropout", "max_tokens"]),
         ("model (without --init_checkpoint: --preset, then --config, then these; --tgt_len "
          "and --mem_len are the segment and memory lengths the documents are read with)", model),
-        ("training", ["train_batch_size", "train_steps", "steps_per_loop", "learning_rate",
-                      "warmup_steps", "min_lr_ratio", "schedule_steps", "clip", "optimizer",
-                      "weight_decay", "mixed_precision", "jit_compile", "seed"]),
+        train_flags.TRAINING_HELP_GROUP,
         ("evaluation and checkpoints", ["eval_every", "save_every"]),
-        ("devices", ["strategy", "tpu", "num_gpus"]),
-        ("run management", ["allow_run_changes", "take_over", "lease_timeout", "lease_settle",
-                            "train_log_seconds"]),
+        train_flags.DEVICES_HELP_GROUP,
+        ("run management", train_flags.RUN_MANAGEMENT_FLAGS),
     ]
 
 

@@ -83,6 +83,16 @@ def define_training_flags(rows="streams"):
     flags.DEFINE_float("weight_decay", 0.0, "Weight decay for adamw/lamb.")
 
 
+# --help headings both training tools share (each tool lists its other flags under its own).
+TRAINING_HELP_GROUP = ("training", [
+    "train_batch_size", "train_steps", "steps_per_loop", "learning_rate", "warmup_steps",
+    "min_lr_ratio", "schedule_steps", "clip", "optimizer", "weight_decay", "mixed_precision",
+    "jit_compile", "seed"])
+DEVICES_HELP_GROUP = ("devices", ["strategy", "tpu", "num_gpus"])
+RUN_MANAGEMENT_FLAGS = ["allow_run_changes", "take_over", "lease_timeout", "lease_settle",
+                        "train_log_seconds"]
+
+
 def optimizer_params(flag_values=FLAGS):
     """The `OptimizerParams` of define_training_flags' flags (and --schedule_steps)."""
     from tfxl.train.optimization import OptimizerParams  # loads Keras: the tool has by now

@@ -101,16 +101,13 @@ def help_groups():
         ("data and model_dir", ["data_dir", "model_dir"]),
         ("model (--preset, then the --config JSON, then these flags; vocab_size is the data's)",
          [name for name in model if name not in evaluation]),
-        ("training", ["train_batch_size", "train_steps", "steps_per_loop", "learning_rate",
-                      "warmup_steps", "min_lr_ratio", "schedule_steps", "clip", "optimizer",
-                      "weight_decay", "mixed_precision", "jit_compile", "seed"]),
+        train_flags.TRAINING_HELP_GROUP,
         ("evaluation (the eval_* settings are stored in config.json for tfxl-eval and "
          "tfxl-export)", ["eval_every", "max_eval_batches", *evaluation]),
         ("checkpoints and warm start", ["save_every", "init_checkpoint"]),
-        ("devices", ["strategy", "tpu", "num_gpus"]),
+        train_flags.DEVICES_HELP_GROUP,
         ("run management", ["dry_run", "memory_limit_gib", "ignore_memory_estimate",
-                            "allow_run_changes", "take_over", "lease_timeout", "lease_settle",
-                            "train_log_seconds"]),
+                            *train_flags.RUN_MANAGEMENT_FLAGS]),
     ]
 
 
