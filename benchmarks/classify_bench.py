@@ -166,18 +166,19 @@ def pretrain(lm_dir, model_dir, sizes, log=print):
     from tfxl.train.loop import Runner
     from tfxl.train.optimization import OptimizerParams
 
-    config = lm_config(sizes, load_manifest(lm_dir)["vocab_size"])
+    manifest = load_manifest(lm_dir)
+    config = lm_config(sizes, manifest["vocab_size"])
     opt = OptimizerParams(learning_rate=2e-3, warmup_steps=min(100, sizes.lm_steps // 10),
                           min_lr_ratio=0.05, train_steps=sizes.lm_steps, clip=0.25)
     runner = Runner(config, tf.distribute.get_strategy(), lm_dir, model_dir, sizes.lm_batch, opt,
                     jit_compile=True, steps_per_loop=min(100, sizes.lm_steps), seed=sizes.seed)
     start = time.perf_counter()
     metrics = runner.train(log=lambda *a: None)
-    valid = runner.evaluate("valid", batch_size=load_manifest(lm_dir)["num_streams"])
+    valid = runner.evaluate("valid", batch_size=manifest["num_streams"])
     log(f"pretrained {sizes.lm_steps} steps in {time.perf_counter() - start:.0f} s, "
         f"valid bpc {valid['bpc']:.3f}")
     return {"steps": sizes.lm_steps, "seconds": time.perf_counter() - start,
-            "valid_bpc": valid["bpc"], "train_loss": metrics.get("loss")}
+            "valid_bpc": valid["bpc"], "train_loss": metrics["train_loss"]}
 
 
 def classifier(reading, sizes, num_classes, lm_model_dir, vocab_size):
@@ -293,14 +294,13 @@ def scores(probs, labels, num_classes):
             "documents": m.documents}
 
 
-def run_task(name, data_dir, sizes, lm_model_dir, vocab_size, epochs, train_tokens, tokens_read,
-             log=print):
+def run_task(name, data_dir, sizes, lm_model_dir, epochs, train_tokens, tokens_read, log=print):
     """Fine-tunes the three readings on one task, the memory and no-memory ones on the first
     `train_tokens` tokens of each document, and evaluates them reading the first N tokens for N
     in `tokens_read` (which holds train_tokens); returns the results dict."""
     from tfxl.data.classification import load_classification_manifest
     manifest = load_classification_manifest(data_dir)
-    num_classes = len(manifest["labels"])
+    num_classes, vocab_size = len(manifest["labels"]), manifest["vocab_size"]
     train_documents = manifest["splits"]["train"]["documents"]
     result = {"labels": manifest["labels"], "train_documents": train_documents,
               "test_documents": manifest["splits"]["test"]["documents"], "readings": {}}
@@ -348,16 +348,15 @@ def run(work, sizes, stdlib_root=None, log=print, save=None):
     if sizes.lm_steps:
         lm_model_dir = os.path.join(work, "lm")
         results["pretraining"] = pretrain(lm_data, lm_model_dir, sizes, log)
-    vocab = 258  # the bytes tokenizer's (tfxl-prepare's and prepare_classification's default)
-    results["stdlib"] = run_task("stdlib", cls_data, sizes, lm_model_dir, vocab, sizes.epochs,
+    results["stdlib"] = run_task("stdlib", cls_data, sizes, lm_model_dir, sizes.epochs,
                                  sizes.train_tokens, sizes.tokens_read, log)
     if save:
         save(results)  # a later failure keeps what was measured
     if sizes.probe_train:
         probe_data = prepare_probe_data(work, sizes, lm_data)
         whole = sizes.probe_length + 1  # <eod> first: the probe's first byte is token 1
-        results["probe"] = run_task("probe", probe_data, sizes, lm_model_dir, vocab,
-                                    sizes.probe_epochs, whole, [whole], log)
+        results["probe"] = run_task("probe", probe_data, sizes, lm_model_dir, sizes.probe_epochs,
+                                    whole, [whole], log)
     results["seconds"] = time.perf_counter() - start
     return results
 
