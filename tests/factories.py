@@ -4,6 +4,8 @@ The base is small enough that every test runs in seconds, with an `init_std` lar
 attention is neither uniform nor one-hot (so a wrong mask or position term shows in the outputs).
 """
 
+import weakref
+
 from tfxl import TransfoXLConfig, TransfoXLLM
 
 TINY = dict(vocab_size=23, n_layer=2, d_model=16, n_head=2, d_head=6, d_inner=24, dropout=0.0,
@@ -223,6 +225,10 @@ def load_as_served(export_dir):
     return session, meta_graph.signature_def
 
 
+# One callable per signature and inputs of a served session: session -> {key: callable}.
+_SERVED_CALLABLES = weakref.WeakKeyDictionary()
+
+
 def serve(served, signature, **feeds):
     """`signature`'s outputs for `feeds`, fed by the signature's tensor names as TF Serving feeds
     them: session.run would check shapes client-side first, a callable (C++
@@ -242,8 +248,6 @@ def serve(served, signature, **feeds):
             fetch=[signature_def.outputs[name].name for name in outputs]))
     return dict(zip(outputs, callables[key](*[np.asarray(value) for value in feeds.values()])))
 
-
-_SERVED_CALLABLES = __import__("weakref").WeakKeyDictionary()  # session -> {key: callable}
 
 
 def assert_refused_at_the_entry(served, signature, feeds, message):

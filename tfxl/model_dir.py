@@ -166,15 +166,14 @@ def check_vocab_size(manifest, data_dir, vocab_size, model):
                          f"tokens but {model} was built for {vocab_size}")
 
 
-def write_export_record(export_dir, vocab_size, vocab_sha256=None, data_dir=None, labels=None):
+def write_export_record(export_dir, vocab_size, vocab_sha256=None, data_dir=None, **more):
     """Records inside an export its vocabulary size and, when it embeds a tokenizer, the
-    tokenizer's hash; a classifier's export also its label names (index = class id)."""
+    tokenizer's hash; `more`: what the signatures add (a classifier's label names, index =
+    class id)."""
     path = os.path.join(export_dir, EXPORT_RECORD)
     tf.io.gfile.makedirs(os.path.dirname(path))
-    record = {"vocab_sha256": vocab_sha256, "vocab_size": vocab_size, "data_dir": data_dir}
-    if labels is not None:
-        record["labels"] = list(labels)
-    write_json_atomically(path, record)
+    write_json_atomically(path, {"vocab_sha256": vocab_sha256, "vocab_size": vocab_size,
+                                 "data_dir": data_dir, **more})
 
 
 def export_vocab_size(export_dir):

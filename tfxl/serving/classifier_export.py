@@ -67,6 +67,9 @@ class ClassifierSignatures(SignatureSet):
                          most_that_fit(key_value_memory_row_bytes(classifier.config,
                                                                   classifier.mem_len)))
 
+    def export_record(self):
+        return {} if self.labels is None else {"labels": self.labels}
+
     def _size_rules(self, what, token_ids):
         """B in [1, max_batch_size] and B x L (L in whole segments, at least K) <= max_tokens
         (token_ids of any shape)."""

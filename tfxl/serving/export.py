@@ -138,7 +138,10 @@ class SignatureSet:
     """
 
     serving_default = None
-    labels = None  # a classifier's label names, recorded in the export record
+
+    def export_record(self):
+        """What these signatures add to the export record (assets.extra/tfxl_data.json)."""
+        return {}
 
     def __init__(self, model, tokenizer, sizes, max_batch_size):
         if tokenizer is not None and tokenizer.vocab_size != model.config.vocab_size:
@@ -371,7 +374,7 @@ def write_signatures(signatures, path, data_dir=None, verbose=False):
                                                 "serving_default": default})
     write_export_record(path, signatures.model.config.vocab_size,
                         signatures.tokenizer.vocab_sha256 if signatures.tokenizer is not None
-                        else None, data_dir, labels=signatures.labels)
+                        else None, data_dir, **signatures.export_record())
     if verbose:
         print(describe_saved_model(path))
 
