@@ -31,7 +31,7 @@ import keras
 import tensorflow as tf
 
 from tfxl.checkpoints import checkpoints_newest_first
-from tfxl.classification import DocumentClassifier, evaluate_classifier
+from tfxl.classification import ClassifierEvaluator, DocumentClassifier
 from tfxl.classification.classifier import LENGTHS
 from tfxl.data.classification import classification_dataset, load_classification_manifest
 from tfxl.data.manifest import split_info
@@ -218,6 +218,7 @@ class ClassifierRun(TrainingRun):
                     "and step start fresh)")
         self.trainer = ClassifierTrainer(self.model, strategy, self.data, global_batch,
                                          opt_params, mixed_precision, jit_compile)
+        self.evaluator = ClassifierEvaluator(self.model, global_batch, strategy)
         self.checkpoint = TrainingCheckpoint(
             self.model, self.trainer.optimizer, None, model_dir,
             worker_id=None if is_chief else strategy.cluster_resolver.task_id)
@@ -234,10 +235,10 @@ class ClassifierRun(TrainingRun):
                                store=True)
 
     def evaluate(self, split="valid"):
-        """`evaluate_classifier` over every document of `split` with the current weights."""
-        return evaluate_classifier(
-            self.model, self.data.evaluation_dataset(split, self.global_batch),
-            self.global_batch, self.strategy).to_dict(self.data.manifest["labels"])
+        """`evaluate_classifier` over every document of `split` with the current weights (its
+        step traced at the first evaluation, then reused)."""
+        return self.evaluator(self.data.evaluation_dataset(split, self.global_batch)).to_dict(
+            self.data.manifest["labels"])
 
     def evaluate_in_run(self, max_eval_batches):
         del max_eval_batches  # every document of the split, always

@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 from factories import tiny_config
-from tfxl.classification import DocumentClassifier, evaluate_classifier, metrics_from_confusion
+from tfxl.classification import (ClassifierEvaluator, DocumentClassifier, evaluate_classifier,
+                                 metrics_from_confusion)
 from tfxl.data.classification import (ClassificationConfig, classification_dataset,
                                       prepare_classification)
 
@@ -65,8 +66,12 @@ def test_every_document_once_and_the_metrics_equal_numpys(eleven_documents, mirr
     keras.utils.set_random_seed(2)
     reference = DocumentClassifier(tiny_config(vocab_size=258, init_std=0.5), 3, segment_len=T)
     model, strategy = on(strategy_name, mirrored, reference)
-    got = evaluate_classifier(model, classification_dataset(eleven_documents, "train", BATCH, T),
-                              BATCH, strategy)
+    evaluator = ClassifierEvaluator(model, BATCH, strategy)
+    got = evaluator(classification_dataset(eleven_documents, "train", BATCH, T))
+    # Evaluated again (a training run's next --eval_every): the same, and nothing traced again.
+    again = evaluator(classification_dataset(eleven_documents, "train", BATCH, T))
+    assert again.to_dict() == got.to_dict()
+    assert evaluator.step.experimental_get_tracing_count() == 1
     # All eleven documents in one batch, read eagerly by the single-device model.
     features, labels = next(iter(classification_dataset(eleven_documents, "train", 11, T)))
     labels = labels.numpy()

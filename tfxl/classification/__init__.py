@@ -8,10 +8,10 @@ command-line tool `evaluate_main` (tfxl-classify-eval) reads.
 
 from tfxl.classification.classifier import (LENGTHS, TOKEN_IDS, DocumentClassifier,
                                             align_to_last_segment)
-from tfxl.classification.evaluation import (ClassificationMetrics, evaluate_classifier,
-                                            metrics_from_confusion)
+from tfxl.classification.evaluation import (ClassificationMetrics, ClassifierEvaluator,
+                                            evaluate_classifier, metrics_from_confusion)
 from tfxl.classification.pooling import POOLINGS, SegmentAttentionPooling
 
-__all__ = ["ClassificationMetrics", "DocumentClassifier", "LENGTHS", "POOLINGS",
-           "SegmentAttentionPooling", "TOKEN_IDS", "align_to_last_segment",
+__all__ = ["ClassificationMetrics", "ClassifierEvaluator", "DocumentClassifier", "LENGTHS",
+           "POOLINGS", "SegmentAttentionPooling", "TOKEN_IDS", "align_to_last_segment",
            "evaluate_classifier", "metrics_from_confusion"]

@@ -105,16 +105,26 @@ def evaluate_classifier(model, dataset: tf.data.Dataset, batch_size: int,
     strategy: the model's (built under its scope); default the current one. batch_size must be
       a multiple of its replicas.
     """
-    strategy = strategy or tf.distribute.get_strategy()
-    replicas = strategy.num_replicas_in_sync
-    if batch_size < 1 or batch_size % replicas:
-        raise ValueError(f"evaluation: batch_size={batch_size} must be a positive multiple of "
-                         f"the strategy's {replicas} replicas")
-    num_classes = model.num_classes
-    distributed = strategy.experimental_distribute_dataset(padded_batches(dataset, batch_size))
+    return ClassifierEvaluator(model, batch_size, strategy)(dataset)
 
-    def replica_sums(features, labels, weights):
-        logits = model(features, training=False)
+
+class ClassifierEvaluator:
+    """`evaluate_classifier` whose step is traced once and reused for every dataset of the same
+    element spec: a training run evaluates every --eval_every steps without tracing again."""
+
+    def __init__(self, model, batch_size: int,
+                 strategy: Optional[tf.distribute.Strategy] = None):
+        self.model, self.batch_size = model, batch_size
+        self.strategy = strategy = strategy or tf.distribute.get_strategy()
+        replicas = strategy.num_replicas_in_sync
+        if batch_size < 1 or batch_size % replicas:
+            raise ValueError(f"evaluation: batch_size={batch_size} must be a positive multiple "
+                             f"of the strategy's {replicas} replicas")
+        self.step = tf.function(self._step)
+
+    def _replica_sums(self, features, labels, weights):
+        num_classes = self.model.num_classes
+        logits = self.model(features, training=False)
         nll = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
         counted = weights > 0
         loss_sum = ops.sum(ops.where(counted, nll, 0.0))  # a padding row's NaN stays out too
@@ -122,18 +132,21 @@ def evaluate_classifier(model, dataset: tf.data.Dataset, batch_size: int,
         predicted = ops.one_hot(ops.argmax(logits, axis=-1), num_classes)
         return loss_sum, ops.matmul(ops.transpose(true), predicted), ops.sum(weights)
 
-    @tf.function(input_signature=[distributed.element_spec])
-    def step(batch):
-        sums = strategy.run(replica_sums, args=batch)
-        return [strategy.reduce(tf.distribute.ReduceOp.SUM, s, axis=None) for s in sums]
+    def _step(self, batch):
+        sums = self.strategy.run(self._replica_sums, args=batch)
+        return [self.strategy.reduce(tf.distribute.ReduceOp.SUM, s, axis=None) for s in sums]
 
-    loss_sum, confusion, documents = 0.0, np.zeros((num_classes, num_classes), np.int64), 0
-    for batch in distributed:
-        batch_loss, batch_confusion, batch_documents = step(batch)
-        loss_sum += float(batch_loss)  # float64 across batches
-        confusion += np.rint(batch_confusion.numpy()).astype(np.int64)
-        documents += int(round(float(batch_documents)))
-    if int(confusion.sum()) != documents:  # one_hot of a label outside [0, C) is all zeros
-        raise ValueError(f"evaluation: {documents - int(confusion.sum())} of {documents} "
-                         f"documents have a label outside the model's {num_classes} classes")
-    return metrics_from_confusion(confusion, loss_sum)
+    def __call__(self, dataset: tf.data.Dataset) -> ClassificationMetrics:
+        num_classes = self.model.num_classes
+        distributed = self.strategy.experimental_distribute_dataset(
+            padded_batches(dataset, self.batch_size))  # every batch batch_size rows: one trace
+        loss_sum, confusion, documents = 0.0, np.zeros((num_classes, num_classes), np.int64), 0
+        for batch in distributed:
+            batch_loss, batch_confusion, batch_documents = self.step(batch)
+            loss_sum += float(batch_loss)  # float64 across batches
+            confusion += np.rint(batch_confusion.numpy()).astype(np.int64)
+            documents += int(round(float(batch_documents)))
+        if int(confusion.sum()) != documents:  # one_hot of a label outside [0, C) is all zeros
+            raise ValueError(f"evaluation: {documents - int(confusion.sum())} of {documents} "
+                             f"documents have a label outside the model's {num_classes} classes")
+        return metrics_from_confusion(confusion, loss_sum)
