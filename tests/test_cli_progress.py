@@ -45,7 +45,7 @@ def test_a_run_shows_a_bar_on_a_terminal_and_plain_lines_in_a_log(monkeypatch, t
     thread = reading(master, shown)
     with open(slave, "w", closefd=True) as terminal:
         monkeypatch.setattr(sys, "stdout", terminal)
-        bar = run_progress(6, 0, "bpc", tokens_per_step=64)
+        bar = run_progress(6, 0, "bpc", units_per_step=64)
         bar(loop_outputs(2))
         bar(loop_outputs(6))
         terminal.flush()
@@ -56,7 +56,7 @@ def test_a_run_shows_a_bar_on_a_terminal_and_plain_lines_in_a_log(monkeypatch, t
 
     with open(tmp_path / "log", "w") as log:
         monkeypatch.setattr(sys, "stdout", log)
-        lines = run_progress(6, 0, "bpc", tokens_per_step=64)
+        lines = run_progress(6, 0, "bpc", units_per_step=64)
         lines(loop_outputs(2))
         lines(loop_outputs(6))
     assert isinstance(lines, ProgressLines)

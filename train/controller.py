@@ -78,9 +78,9 @@ class TensorBoardScalars:
     steps_per_second; valid_<name> per evaluation (`eval_action`) for each of `eval_scalars`
     (default: the metric)."""
 
-    def __init__(self, log_dir, metric, tokens_per_step, unit="tokens", eval_scalars=None):
+    def __init__(self, log_dir, metric, units_per_step, unit="tokens", eval_scalars=None):
         self.writer = tf.summary.create_file_writer(log_dir)
-        self.metric, self.tokens_per_step, self.unit = metric, tokens_per_step, unit
+        self.metric, self.units_per_step, self.unit = metric, units_per_step, unit
         self.eval_scalars = (metric,) if eval_scalars is None else tuple(eval_scalars)
 
     def __call__(self, outputs):
@@ -94,7 +94,7 @@ class TensorBoardScalars:
                 tf.summary.scalar("learning_rate", lr, step=step)
                 tf.summary.scalar("grad_norm", norm, step=step)
             n, seconds = len(outputs["loss"]), outputs["seconds"]
-            tf.summary.scalar(f"{self.unit}_per_second", n * self.tokens_per_step / seconds,
+            tf.summary.scalar(f"{self.unit}_per_second", n * self.units_per_step / seconds,
                               step=outputs["step"])
             tf.summary.scalar("steps_per_second", n / seconds, step=outputs["step"])
 
@@ -135,15 +135,15 @@ class ProgressLines:
     loop, `step 200/2000: loss 2.1234, bpc 3.0634, 81,234 tokens/s`, where a Keras bar would
     write runs of backspaces, carriage returns and colour codes."""
 
-    def __init__(self, train_steps, metric, tokens_per_step, verbose=1, unit="tokens"):
-        self.train_steps, self.metric, self.tokens_per_step = train_steps, metric, tokens_per_step
+    def __init__(self, train_steps, metric, units_per_step, verbose=1, unit="tokens"):
+        self.train_steps, self.metric, self.units_per_step = train_steps, metric, units_per_step
         self.verbose, self.unit = verbose, unit
 
     def __call__(self, outputs):
         if not self.verbose:
             return
         loss = float(outputs["loss"][-1])
-        rate = len(outputs["loss"]) * self.tokens_per_step / outputs["seconds"]
+        rate = len(outputs["loss"]) * self.units_per_step / outputs["seconds"]
         metric = (f", {self.metric} {metric_value(self.metric, loss):.4f}" if self.metric
                   else "")
         print(f"step {outputs['step']}/{self.train_steps}: loss {loss:.4f}{metric}, "

@@ -71,12 +71,12 @@ def make_evaluator(config, strategy, data_dir, model_dir, global_batch,
                      steps_per_loop, jit_compile, EvalProgress(progress))
 
 
-def run_progress(train_steps, start_step, metric, tokens_per_step, verbose=1, unit="tokens"):
+def run_progress(train_steps, start_step, metric, units_per_step, verbose=1, unit="tokens"):
     """The run's progress on stdout: a Keras bar on a terminal; in a log or a pipe one plain line
     per host loop (a bar there is runs of backspaces, carriage returns and colour codes)."""
     if stream_is_terminal(sys.stdout):
         return ProgressBar(train_steps, start_step, metric, verbose)
-    return ProgressLines(train_steps, metric, tokens_per_step, verbose, unit)
+    return ProgressLines(train_steps, metric, units_per_step, verbose, unit)
 
 
 class TrainingRun:
@@ -191,13 +191,13 @@ class TrainingRun:
                                                       for name in shown))
             metrics["valid"] = result
 
-        tokens_per_step = self.units_per_step()
+        units_per_step = self.units_per_step()
         train_actions, eval_actions, tensorboard, train_log = [], [record_and_log], None, None
         before_save, after_save = [], []  # hooks around every checkpoint save
         if self.is_chief:
             resume_train_log(self.model_dir, step, log)  # the log continues at `step`
             train_log = TrainLog(self.model_dir, self.train_log_seconds)
-            tensorboard = TensorBoardScalars(layout.tensorboard, metric, tokens_per_step,
+            tensorboard = TensorBoardScalars(layout.tensorboard, metric, units_per_step,
                                              self.unit, shown)
             # A trainer whose lease was taken over stops before it writes anything more.
             train_actions += [lease.ensure_held, tensorboard, train_log]
@@ -206,7 +206,7 @@ class TrainingRun:
             after_save += [train_log.merge]
         self.checkpoint.before_save += before_save
         self.checkpoint.after_save += after_save
-        progress = run_progress(self.train_steps, step, metric, tokens_per_step,
+        progress = run_progress(self.train_steps, step, metric, units_per_step,
                                 verbose=1 if self.is_chief else 0, unit=self.unit)
         train_actions.append(progress)
         stops = StopRequests(self.strategy)
@@ -234,7 +234,7 @@ class TrainingRun:
                 train_log.close()
         trained = self.trainer.step - step
         metrics.update(step=self.trainer.step, train_loss=float(last["loss"][-1]),
-                       **{f"train_{self.unit}_per_second": trained * tokens_per_step
+                       **{f"train_{self.unit}_per_second": trained * units_per_step
                           / (time.perf_counter() - started)})
         if self.is_chief:
             self.publish_results(metrics)
