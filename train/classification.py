@@ -154,7 +154,7 @@ def save_classifier(model, path):
     with tempfile.TemporaryDirectory(prefix="tfxl-classifier-") as scratch:
         local = os.path.join(scratch, CLASSIFIER_FILE)
         model.save(local)
-        with open(local, "rb") as f:
+        with tf.io.gfile.GFile(local, "rb") as f:  # local scratch; gfile as every read
             write_text_atomically(path, f.read())
 
 

@@ -26,7 +26,7 @@ from tfxl.model_dir import check_data_fingerprint, check_or_store_config
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags, lease, run_record, train_log
 from tfxl.train.classification import ClassifierRun
-from tfxl.train.loop import TrainingDiverged, TrainingStopped
+from tfxl.train.loop import TrainingDiverged, train_from_command_line
 from tfxl.train.main import is_chief
 
 FLAGS = flags.FLAGS
@@ -103,15 +103,10 @@ def main(argv):
                         train_log_seconds=FLAGS.train_log_seconds, max_tokens=FLAGS.max_tokens,
                         language_model=language_model, init_checkpoint=FLAGS.init_checkpoint,
                         log=logging.info)
-    try:
-        metrics = run.train(FLAGS.save_every, FLAGS.eval_every, log=logging.info)
-    except TrainingStopped as stopped:  # SIGTERM/SIGINT: saved; exit 143/130 (BUILD.md)
-        print(stopped)
-        return stopped.exit_status
-    if metrics.pop("nothing_to_do", False):
-        print(f"nothing to do: {FLAGS.model_dir} is already trained to step {metrics['step']} "
-              f"(--train_steps={FLAGS.train_steps}); its metrics.json is kept")
-        return 0
+    metrics, status = train_from_command_line(run, FLAGS.train_steps, FLAGS.save_every,
+                                              FLAGS.eval_every, log=logging.info)
+    if metrics is None:
+        return status
     valid = metrics.get("valid")
     print(f"done: step {metrics['step']}, train loss {metrics['train_loss']:.4f}"
           + (f", valid accuracy {valid['accuracy']:.4f}, macro-F1 {valid['macro_f1']:.4f}"

@@ -13,7 +13,6 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
     from tfxl.cli.quiet import quiet_tensorflow
     quiet_tensorflow()
 
-import json
 import sys
 
 from absl import flags
@@ -25,7 +24,7 @@ from tfxl.data.manifest import load_manifest, split_info
 from tfxl.model_dir import ModelDir
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags
-from tfxl.files import check_writable, write_json_atomically
+from tfxl.files import check_writable
 from tfxl.train.loop import make_evaluator
 from tfxl.train.plan import check_evaluation_memory
 
@@ -88,9 +87,7 @@ def evaluate_from_flags():
 def main(argv):
     del argv
     result = evaluate_from_flags()
-    print(json.dumps(result, sort_keys=True))
-    if FLAGS.output:
-        write_json_atomically(FLAGS.output, result)
+    cli.print_result(result, FLAGS.output)
     return 0
 
 

@@ -71,6 +71,22 @@ def make_evaluator(config, strategy, data_dir, model_dir, global_batch,
                      steps_per_loop, jit_compile, EvalProgress(progress))
 
 
+def train_from_command_line(run, train_steps, *args, **kwargs):
+    """`run.train(*args, **kwargs)` for a training tool's main. Returns (metrics, None) when it
+    trained, or (None, exit status) when there was nothing more to do or a signal stopped it
+    (saved; 143/130, BUILD.md), each said on stdout."""
+    try:
+        metrics = run.train(*args, **kwargs)
+    except TrainingStopped as stopped:
+        print(stopped)
+        return None, stopped.exit_status
+    if metrics.pop("nothing_to_do", False):
+        print(f"nothing to do: {run.model_dir} is already trained to step {metrics['step']} "
+              f"(--train_steps={train_steps}); its metrics.json is kept")
+        return None, 0
+    return metrics, None
+
+
 def run_progress(train_steps, start_step, metric, units_per_step, verbose=1, unit="tokens"):
     """The run's progress on stdout: a Keras bar on a terminal; in a log or a pipe one plain line
     per host loop (a bar there is runs of backspaces, carriage returns and colour codes)."""

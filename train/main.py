@@ -16,7 +16,7 @@ from tfxl import cli
 from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags, lease, run_record, train_log
-from tfxl.train.loop import Runner, TrainingDiverged, TrainingStopped, build_model
+from tfxl.train.loop import Runner, TrainingDiverged, build_model, train_from_command_line
 from tfxl.model_dir import check_or_store_config
 from tfxl.train import plan as training_plan, warm_start
 
@@ -78,17 +78,12 @@ def main(argv):
     # Before the model_dir is claimed: a source that does not fit leaves nothing there.
     runner.init_checkpoint = warm_start.warm_start(FLAGS.init_checkpoint, runner.model,
                                                    FLAGS.model_dir, manifest, FLAGS.data_dir)
-    try:
-        metrics = runner.train(FLAGS.save_every, FLAGS.eval_every, FLAGS.max_eval_batches,
-                               log=logging.info)
-    except TrainingStopped as stopped:  # SIGTERM/SIGINT: saved; exit 143/130 (BUILD.md)
-        print(stopped)
-        return stopped.exit_status
-    if metrics.pop("nothing_to_do", False):
-        print(f"nothing to do: {FLAGS.model_dir} is already trained to step {metrics['step']} "
-              f"(--train_steps={FLAGS.train_steps}); its metrics.json is kept")
-    else:
-        print(f"done: step {metrics['step']}, train loss {metrics['train_loss']}")
+    metrics, status = train_from_command_line(runner, FLAGS.train_steps, FLAGS.save_every,
+                                              FLAGS.eval_every, FLAGS.max_eval_batches,
+                                              log=logging.info)
+    if metrics is None:
+        return status
+    print(f"done: step {metrics['step']}, train loss {metrics['train_loss']}")
     return 0
 
 

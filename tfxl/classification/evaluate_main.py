@@ -15,7 +15,6 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
     from tfxl.cli.quiet import quiet_tensorflow
     quiet_tensorflow()
 
-import json
 
 from absl import flags
 
@@ -24,7 +23,7 @@ from tfxl.classification.classifier import DocumentClassifier
 from tfxl.classification.evaluation import evaluate_classifier
 from tfxl.data.classification import classification_dataset, load_classification_manifest
 from tfxl.data.manifest import split_info
-from tfxl.files import check_writable, write_json_atomically
+from tfxl.files import check_writable
 from tfxl.serving.loading import check_classifier_fits, load_keras_model
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 
@@ -79,9 +78,7 @@ def evaluate_from_flags():
 def main(argv):
     del argv  # stray arguments are refused by tfxl/cli/runner.py
     result = evaluate_from_flags()
-    print(json.dumps(result, sort_keys=True))
-    if FLAGS.output:
-        write_json_atomically(FLAGS.output, result)
+    cli.print_result(result, FLAGS.output)
     return 0
 
 

@@ -86,3 +86,14 @@ def exit_status(main, argv, errors=(), failures=None):
         if isinstance(err, _user_errors(errors)):
             return fail(err, show_traceback=_verbose())
         raise
+
+
+def print_result(result, output=None):
+    """An evaluation tool's result: one JSON line on stdout (the only thing there) and, with
+    `output` (its --output, checked writable before the work), the same JSON written whole."""
+    import json
+
+    from tfxl.files import write_json_atomically  # TensorFlow: not at this package's import
+    print(json.dumps(result, sort_keys=True))
+    if output:
+        write_json_atomically(output, result)
