@@ -18,8 +18,8 @@ $(STAMP): $(PY) setup.cfg pyproject.toml
 
 install: $(STAMP)  ## create .venv and install tfxl with its test extra
 
-test: $(STAMP)     ## run the whole test suite (`pytest -m "not expensive" tests`: the inner loop)
-	$(PY) -m pytest -n 2 --dist loadfile -q --durations=20 $(PYTEST_ARGS) tests
+test: $(STAMP)     ## the whole suite on two workers, largest files first; `-m "not expensive"` in PYTEST_ARGS: the inner loop
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q --durations=20 $(PYTEST_ARGS) tests
 
 lint: $(STAMP)     ## ruff, configured in pyproject.toml
 	$(PY) -m ruff check tfxl train tpu tests benchmarks

@@ -72,3 +72,18 @@ def test_an_expensive_test_is_listed_until_the_list_names_it(suite):
     assert section(again, "not marked expensive") == [], again.stdout.str()
     inner = run(suite, "-m", "not expensive")
     inner.assert_outcomes(passed=3, deselected=1)
+
+
+def test_files_run_largest_measured_cost_first(suite):
+    """Two workers get whole files in collection order, so the files come largest first (the
+    listed seconds, 1 s for each test not listed), each file's tests in their own order."""
+    suite.makepyfile(test_small="def test_one():\n    pass\n",
+                     test_large="def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    (suite.path / "expensive.txt").write_text(
+        "# measured\ntest_small.py::test_one  # 9.0 s\n")
+    order = [line.split("::")[0] + "::" + line.split("::")[1]
+             for line in run(suite, "--collect-only", "-q").stdout.lines if "::" in line]
+    assert order == ["test_small.py::test_one", "test_suite.py::test_starts_a_process_unmarked",
+                     "test_suite.py::test_starts_a_process_marked", "test_suite.py::test_slow",
+                     "test_suite.py::test_quick", "test_large.py::test_a",
+                     "test_large.py::test_b"], order
