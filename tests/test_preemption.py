@@ -77,6 +77,13 @@ def run_cli(flags):
     return finish(start(flags))
 
 
+def run_in_process(flags):
+    """tfxl-train in the test process (factories.run_in_process): for the runs that no signal
+    reaches, the uninterrupted references and the resumed runs' last one."""
+    result = factories.run_in_process("tfxl.train.main", *flags)
+    return result.returncode, result.stdout, result.stderr
+
+
 def logged_losses(model_dir):
     return {r["step"]: r["loss"] for r in read_train_log(str(model_dir))}
 
@@ -120,17 +127,17 @@ def assert_resumes_exactly(model_dir, reference, stopped_at):
 
 @pytest.fixture(scope="module")
 def reference(data_dir, tmp_path_factory):
-    """Uninterrupted one-device runs: {dropout: {step: loss}}, each trained once on demand."""
+    """Uninterrupted one-device runs in the test process: {dropout: model_dir}, each trained once
+    on demand (logged_losses(model_dir) are its losses, metrics.json its evaluation)."""
     runs = {}
 
-    def losses(dropout):
+    def model_dir(dropout, *extra):
         if dropout not in runs:
-            model_dir = tmp_path_factory.mktemp("reference") / "m"
-            code, _, err = run_cli(cli_flags(data_dir, model_dir, dropout))
+            runs[dropout] = tmp_path_factory.mktemp("reference") / "m"
+            code, _, err = run_in_process([*cli_flags(data_dir, runs[dropout], dropout), *extra])
             assert code == 0, err[-3000:]
-            runs[dropout] = logged_losses(model_dir)
         return runs[dropout]
-    return losses
+    return model_dir
 
 
 # -- one device ----------------------------------------------------------------------------------
@@ -167,12 +174,13 @@ def test_a_signal_saves_at_the_end_of_the_host_loop_and_the_rerun_resumes_exactl
         assert step > resumed_at, (signal.Signals(signum).name, step, resumed_at)
         checkpoint, resumed_at = str(model_dir / "checkpoints" / f"ckpt-{step}"), step
 
-    code, out, err = run_cli(cli_flags(data_dir, model_dir))
+    code, out, err = run_in_process(cli_flags(data_dir, model_dir))  # no signal: in this process
     assert code == 0, err[-3000:]
     assert f"resumed from {checkpoint} at step {resumed_at}" in err
     assert out.strip().splitlines()[-1].startswith(f"done: step {STEPS}")
     assert json.loads((model_dir / "metrics.json").read_text())["start_step"] == resumed_at
-    assert_resumes_exactly(model_dir, reference(0.1), resumed_at)  # dropout: RNG restored
+    assert_resumes_exactly(model_dir, logged_losses(reference(0.1)),
+                           resumed_at)  # dropout: RNG restored
 
 
 IN_THE_HOST_LOOP = """
@@ -243,11 +251,13 @@ def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_and_both_resu
         data_dir, tmp_path, reference):
     """MultiWorkerMirroredStrategy, two local processes: SIGTERM to worker 1 only; both save the
     same step (the chief in checkpoints/, worker 1 its copy) and exit 143; restarted, they
-    continue as an uninterrupted run (one device: dropout off, as in test_train.py's
-    two-worker test)."""
+    continue as an uninterrupted run on one device (dropout off): two workers train as one
+    device does, from step 1 to the stop and from the checkpoint on, and evaluate as it does
+    (each with its replica's key/value memory) at the end."""
     rng = np.random.default_rng(1615)
     model_dir = tmp_path / "m"
-    flags = cli_flags(data_dir, model_dir, dropout=0.0)
+    evaluation = ["--eval_every=60", "--max_eval_batches=5"]  # once, at the last step
+    flags = [*cli_flags(data_dir, model_dir, dropout=0.0), *evaluation]
     chief, worker = start_workers(flags)
     signal_at_a_random_moment(worker, model_dir, signal.SIGTERM, rng)
     results = [finish(chief), finish(worker)]
@@ -268,7 +278,13 @@ def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_and_both_resu
     for code, out, err in [finish(p) for p in start_workers(flags)]:
         assert code == 0, err[-3000:]
         assert out.strip().splitlines()[-1].startswith(f"done: step {STEPS}")
-    assert_resumes_exactly(model_dir, reference(0.0), step)
+    one_device = reference(0.0, *evaluation)
+    assert_resumes_exactly(model_dir, logged_losses(one_device), step)
+    assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")).endswith(f"-{STEPS}")
+    evaluated = [json.loads((d / "metrics.json").read_text())["valid"]
+                 for d in (one_device, model_dir)]
+    assert evaluated[1]["tokens"] == evaluated[0]["tokens"] > 0
+    assert evaluated[1]["loss"] == pytest.approx(evaluated[0]["loss"], abs=1e-5)
 
 
 # -- in one process: the signal window and the controller ----------------------------------------

@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 import factories
-from factories import assert_one_error_line, run_in_process, run_tool
+from factories import assert_one_error_line, run_in_process
 from tfxl.model_dir import ModelDir, check_or_store_config
 from tfxl.train.lease import Lease, LeaseHeld, LeaseLost, LeaseParams
 from tfxl.train.loop import Runner, TrainingDiverged
@@ -373,14 +373,15 @@ def test_a_second_tfxl_train_is_refused_and_a_dead_ones_lease_taken_over(data_di
         while not (model_dir / "lease.json").exists() and time.time() < deadline:
             time.sleep(0.1)
         assert first.poll() is None, "the first trainer stopped"
-        second = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 10))
+        # The second and third tfxl-train decide from the lease file alone: in this process.
+        second = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 10))
         assert_one_error_line(second, "in use by another trainer", f"pid {first.pid}",
                               "--take_over")
         assert first.poll() is None  # the first trains on
     finally:
         first.kill()  # kill -9: its lease stays behind, its process is gone
         first.wait()
-    third = run_tool("tfxl.train.main", *cli_flags(data_dir, model_dir, 10))
+    third = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 10))
     assert third.returncode == 0, third.stderr[-2000:]
     assert f"taking over the lease of {model_dir}" in third.stderr
     assert f"its process {first.pid} on this host is gone" in third.stderr

@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -11,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import factories
-from factories import run_in_process, run_tool
+from factories import run_in_process
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.train.loop import Runner, TrainingDiverged
 from tfxl.model_dir import check_or_store_config
@@ -204,52 +202,6 @@ def test_diverged_error_type(copy_data, tmp_path):
                     lease=factories.fast_lease())
     with pytest.raises(TrainingDiverged, match="at step"):
         runner.train()
-
-
-def free_ports(n):
-    import socket
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-@pytest.mark.subprocess
-def test_multi_worker_mirrored_two_local_workers_equal_one_device(copy_data, tmp_path):
-    steps = 6
-    flags = [f for f in common_flags(copy_data, tmp_path / "single", steps)
-             if not f.startswith("--dropout")] + ["--dropout=0.0", "--steps_per_loop=3",
-                                                  "--eval_every=6", "--max_eval_batches=5"]
-    single = run_tool("tfxl.train.main", *flags)
-    assert single.returncode == 0, single.stderr[-2000:]
-    workers = [f"127.0.0.1:{p}" for p in free_ports(2)]
-    model_dir = tmp_path / "multi"
-    multi_flags = [f.replace(str(tmp_path / "single"), str(model_dir)) for f in flags]
-    procs = []
-    for index in range(2):
-        tf_config = json.dumps({"cluster": {"worker": workers},
-                                "task": {"type": "worker", "index": index}})
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "tfxl.train.main", *multi_flags,
-             "--strategy=multi_worker_mirrored"],
-            env={**os.environ, "TF_CONFIG": tf_config, "CUDA_VISIBLE_DEVICES": ""},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = [p.communicate(timeout=300) for p in procs]
-    for p, (_, err) in zip(procs, outputs):
-        assert p.returncode == 0, err[-3000:]
-    want, got = logged_losses(tmp_path / "single"), logged_losses(model_dir)
-    assert sorted(got) == list(range(1, steps + 1))
-    for step in want:
-        assert got[step] == pytest.approx(want[step], abs=1e-5), step
-    assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")).endswith(f"-{steps}")
-    # Evaluation under the two workers (each with its replica's key/value memory) agrees too.
-    evaluated = [json.loads((d / "metrics.json").read_text())["valid"]
-                 for d in (tmp_path / "single", model_dir)]
-    assert evaluated[1]["tokens"] == evaluated[0]["tokens"] > 0
-    assert evaluated[1]["loss"] == pytest.approx(evaluated[0]["loss"], abs=1e-5)
 
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
