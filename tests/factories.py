@@ -314,24 +314,36 @@ for line in sys.stdin:
 """
 
 
+# No cache of TensorFlow's GCS client outlives a request, as none outlives a tool's own process:
+# objects the test process rewrites between requests (a lease.json) are read afresh, not "File
+# contents are inconsistent" against a stat cached (5 s by default) in an earlier request.
+_NO_GCS_CACHE = {"GCS_STAT_CACHE_MAX_AGE": "0", "GCS_MATCHING_PATHS_CACHE_MAX_AGE": "0",
+                 "GCS_READ_CACHE_MAX_SIZE_MB": "0"}
+
+
 class GcsWorker:
     """One Python process inside the GCS emulator's namespace (`gcs.popen`) that runs gs:// tools
     through their `run()` (`run_in_process` there) and Python code, one after another: what
     `gcs.run` of each tool gives (exit status, stdout, stderr), with one TensorFlow start rather
-    than one per tool. A context manager (`with GcsWorker(gcs) as worker:`); a file's tools can
-    share one worker through a module fixture. A test of the process itself (a kill -9) starts
-    its own with `gcs.popen`; a test may signal the worker (`pid`) while a `submit`ted tool runs.
+    than one per tool. A context manager (`with GcsWorker(gcs) as worker:`); the `gcs_worker`
+    fixture is the session's. A request after the process ended (killed on a timeout) starts a
+    new one. A test of the process itself (a kill -9) starts its own with `gcs.popen`; a test may
+    signal the worker (`pid`) while a `submit`ted tool runs.
     """
 
     def __init__(self, gcs):
+        self._gcs = gcs
+        self._start()
+
+    def _start(self):
         import os
         import subprocess
         import sys
         import tempfile
         self._log = tempfile.TemporaryFile("w+")  # the worker's own stderr (native logs)
-        self.process = gcs.popen([sys.executable, "-c", _GCS_WORKER,
-                                  os.path.dirname(os.path.abspath(__file__))],
-                                 stdin=subprocess.PIPE, stderr=self._log)
+        self.process = self._gcs.popen([sys.executable, "-c", _GCS_WORKER,
+                                        os.path.dirname(os.path.abspath(__file__))],
+                                       stdin=subprocess.PIPE, stderr=self._log, env=_NO_GCS_CACHE)
         self.pid = self.process.pid
 
     def __enter__(self):
@@ -343,7 +355,10 @@ class GcsWorker:
     def close(self):
         """Ends the worker (its CPU is then counted as this process's children's)."""
         import subprocess
-        self.process.stdin.close()
+        try:
+            self.process.stdin.close()
+        except OSError:  # it ended with a request unread
+            pass
         try:
             self.process.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -388,6 +403,9 @@ class GcsWorker:
 
     def _send(self, request):
         import json
+        if self.process.poll() is not None:
+            self.close()
+            self._start()
         self._request = request
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()

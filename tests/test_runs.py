@@ -534,13 +534,13 @@ print(json.dumps(read_train_log({model_dir!r})))
 
 
 @pytest.mark.subprocess
-def test_on_a_bucket_the_log_lease_and_record_work_without_append_or_rename(gcs, data_dir,
-                                                                            tmp_path,
+def test_on_a_bucket_the_log_lease_and_record_work_without_append_or_rename(gcs, gcs_worker,
+                                                                            data_dir, tmp_path,
                                                                             straight_cli):
     """tfxl-train with a gs:// model_dir against the GCS emulator: parts written once (their
     generations never change), the lease refuses and is taken over, run.json recorded, a damaged
     state file rewritten, and each step logged once, with the losses of a local run. The three
-    runs and the read-back are one process in the emulator's namespace (factories.GcsWorker)."""
+    runs and the read-back: the session's process in the emulator's namespace (`gcs_worker`)."""
     prefix = f"runs-{tmp_path.name}/m/"
     model_dir = gcs.url(prefix.rstrip("/"))
 
@@ -554,40 +554,40 @@ def test_on_a_bucket_the_log_lease_and_record_work_without_append_or_rename(gcs,
         return json.loads(gcs._get(f"/storage/v1/b/{gcs.bucket}/o/"
                                    + urllib.parse.quote(name, safe="")))["generation"]
 
-    with factories.GcsWorker(gcs) as worker:
-        first = worker.tool("tfxl.train.main", *flags(20), cwd=tmp_path)
-        assert first.returncode == 0, first.stderr[-3000:]
-        parts = [f"{prefix}train_log/0000000001-0000000010.jsonl",
-                 f"{prefix}train_log/0000000011-0000000020.jsonl"]
-        written = objects()
-        assert all(name in written
-                   for name in parts + [f"{prefix}run.json", f"{prefix}config.json"])
-        assert f"{prefix}lease.json" not in written  # released
-        assert not [name for name in written if ".tmp-" in name]  # one object write, no rename
-        generations = {name: generation(name) for name in parts}
+    worker = gcs_worker
+    first = worker.tool("tfxl.train.main", *flags(20), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    parts = [f"{prefix}train_log/0000000001-0000000010.jsonl",
+             f"{prefix}train_log/0000000011-0000000020.jsonl"]
+    written = objects()
+    assert all(name in written
+               for name in parts + [f"{prefix}run.json", f"{prefix}config.json"])
+    assert f"{prefix}lease.json" not in written  # released
+    assert not [name for name in written if ".tmp-" in name]  # one object write, no rename
+    generations = {name: generation(name) for name in parts}
 
-        alive = {"owner": "x", "host": "elsewhere", "pid": 7, "started": time.time(),
-                 "timeout": 300.0}
-        gcs.write(f"{prefix}lease.json", json.dumps({**alive, "heartbeat": time.time()}))
-        before = objects()
-        refused = worker.tool("tfxl.train.main", *flags(30), cwd=tmp_path)
-        assert_one_error_line(refused, "in use by another trainer", "host elsewhere, pid 7")
-        assert objects() == before
+    alive = {"owner": "x", "host": "elsewhere", "pid": 7, "started": time.time(),
+             "timeout": 300.0}
+    gcs.write(f"{prefix}lease.json", json.dumps({**alive, "heartbeat": time.time()}))
+    before = objects()
+    refused = worker.tool("tfxl.train.main", *flags(30), cwd=tmp_path)
+    assert_one_error_line(refused, "in use by another trainer", "host elsewhere, pid 7")
+    assert objects() == before
 
-        gcs.write(f"{prefix}lease.json", json.dumps({**alive, "heartbeat": time.time() - 1000}))
-        gcs.write(f"{prefix}checkpoints/checkpoint", b"")
-        resumed = worker.tool("tfxl.train.main", *flags(30), cwd=tmp_path)
-        assert resumed.returncode == 0, resumed.stderr[-3000:]
-        assert "taking over the lease" in resumed.stderr
-        assert "no heartbeat for 10" in resumed.stderr
-        assert "rewritten from the checkpoint files (ckpt-10, ckpt-20)" in resumed.stderr
-        assert {name: generation(name) for name in parts} == generations  # never rewritten
-        names = gcs.list(prefix)
-        assert f"{prefix}train_log/0000000021-0000000030.jsonl" in names
-        assert f"{prefix}lease.json" not in names
-        record = json.loads(gcs.read(f"{prefix}run.json"))
-        assert [h["train_steps"] for h in record["history"]] == [20, 30]
-        log = worker.python(READ_LOG.format(model_dir=model_dir), cwd=tmp_path)
+    gcs.write(f"{prefix}lease.json", json.dumps({**alive, "heartbeat": time.time() - 1000}))
+    gcs.write(f"{prefix}checkpoints/checkpoint", b"")
+    resumed = worker.tool("tfxl.train.main", *flags(30), cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "taking over the lease" in resumed.stderr
+    assert "no heartbeat for 10" in resumed.stderr
+    assert "rewritten from the checkpoint files (ckpt-10, ckpt-20)" in resumed.stderr
+    assert {name: generation(name) for name in parts} == generations  # never rewritten
+    names = gcs.list(prefix)
+    assert f"{prefix}train_log/0000000021-0000000030.jsonl" in names
+    assert f"{prefix}lease.json" not in names
+    record = json.loads(gcs.read(f"{prefix}run.json"))
+    assert [h["train_steps"] for h in record["history"]] == [20, 30]
+    log = worker.python(READ_LOG.format(model_dir=model_dir), cwd=tmp_path)
     assert log.returncode == 0, log.stderr[-2000:]
     losses = {r["step"]: r["loss"] for r in json.loads(log.stdout.splitlines()[-1])}
     assert sorted(losses) == list(range(1, 31))

@@ -1,8 +1,8 @@
 """tfxl-prepare and the data readers on gs://, against a real GCS API (the `gcs` fixture,
 tests/gcs_emulator.py): TensorFlow's own GCS client, run as a user runs the tools.
 
-Each run is the tool's `run()` in one worker process inside the emulator's namespace (the file's
-`worker`, factories.GcsWorker: one TensorFlow start for the file), but for the prepare killed
+Each run is the tool's `run()` in one worker process inside the emulator's namespace (the
+`gcs_worker` fixture, factories.GcsWorker: one TensorFlow start), but for the prepare killed
 with -9, a process of its own; the test process checks the bucket past TensorFlow (`gcs.list`,
 `gcs.read`).
 """
@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from data_helpers import sample_text
-from factories import GcsWorker
 from tfxl.data.staging import manifest_files
 
 PREPARE = [sys.executable, "-m", "tfxl.data.prepare"]
@@ -43,20 +42,14 @@ def generations(names, prefix):
                    if name[len(prefix):].startswith("gen-")})
 
 
-@pytest.fixture(scope="module")
-def worker(gcs):
-    with GcsWorker(gcs) as started:
-        yield started
-
-
-def run_ok(worker, argv, cwd):
-    done = worker.tool("tfxl.data.prepare", *argv, cwd=cwd)
+def run_ok(gcs_worker, argv, cwd):
+    done = gcs_worker.tool("tfxl.data.prepare", *argv, cwd=cwd)
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
 
 @pytest.mark.subprocess
-def test_prepare_on_gcs_publishes_manifest_last_and_readers_read_it(gcs, worker, tmp_path):
+def test_prepare_on_gcs_publishes_manifest_last_and_readers_read_it(gcs, gcs_worker, tmp_path):
     root = f"data-{tmp_path.name}"
     text = sample_text(300, seed=5)
     gcs.write(f"{root}/in/train.txt", text)
@@ -66,7 +59,7 @@ def test_prepare_on_gcs_publishes_manifest_last_and_readers_read_it(gcs, worker,
     cwd.mkdir()
     flags = [f"--train={gcs.url(root)}/in/train*.txt", f"--valid={gcs.url(root)}/in/valid.txt",
              f"--output_dir={out}", "--tokenizer=words", "--tgt_len=8"]
-    run_ok(worker, [*flags, "--num_streams=4"], cwd)
+    run_ok(gcs_worker, [*flags, "--num_streams=4"], cwd)
     first = json.loads(gcs.read(f"{prefix}manifest.json"))
     names = gcs.list(prefix)
     (old,) = generations(names, prefix)
@@ -74,15 +67,15 @@ def test_prepare_on_gcs_publishes_manifest_last_and_readers_read_it(gcs, worker,
     # (an object whose name ends with "/" is a directory marker tf.io.gfile.makedirs writes)
     assert all(name.startswith(f"{prefix}{old}/") for name in names
                if name not in (f"{prefix}manifest.json", prefix)), names
-    read_back = worker.python(READ_BACK.format(data_dir=out), cwd=cwd)
+    read_back = gcs_worker.python(READ_BACK.format(data_dir=out), cwd=cwd)
     assert read_back.returncode == 0, read_back.stderr[-3000:]
     read = json.loads(read_back.stdout.splitlines()[-1])
     assert read["manifest"] == first and read["decoded"] == "the cat sat"
     assert read["valid_tokens"] == first["splits"]["valid"]["tokens"]
     # Refused without --overwrite; with it, the old generation goes once the new manifest is in.
-    refused = worker.tool("tfxl.data.prepare", *flags, "--num_streams=2", cwd=cwd)
+    refused = gcs_worker.tool("tfxl.data.prepare", *flags, "--num_streams=2", cwd=cwd)
     assert refused.returncode == 2 and "is not empty; pass --overwrite" in refused.stderr
-    run_ok(worker, [*flags, "--num_streams=2", "--overwrite"], cwd)
+    run_ok(gcs_worker, [*flags, "--num_streams=2", "--overwrite"], cwd)
     second = json.loads(gcs.read(f"{prefix}manifest.json"))
     names = gcs.list(prefix)
     (new,) = generations(names, prefix)
@@ -93,7 +86,7 @@ def test_prepare_on_gcs_publishes_manifest_last_and_readers_read_it(gcs, worker,
 
 
 @pytest.mark.subprocess
-def test_prepare_killed_on_gcs_leaves_the_old_data_and_the_next_run_cleans_up(gcs, worker,
+def test_prepare_killed_on_gcs_leaves_the_old_data_and_the_next_run_cleans_up(gcs, gcs_worker,
                                                                                tmp_path):
     root = f"data-{tmp_path.name}"
     gcs.write(f"{root}/in/small.txt", sample_text(200, seed=1))
@@ -103,7 +96,7 @@ def test_prepare_killed_on_gcs_leaves_the_old_data_and_the_next_run_cleans_up(gc
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     common = [f"--output_dir={out}", "--tgt_len=8", "--num_streams=4"]
-    run_ok(worker, [f"--train={gcs.url(root)}/in/small.txt", *common], cwd)
+    run_ok(gcs_worker, [f"--train={gcs.url(root)}/in/small.txt", *common], cwd)
     manifest = gcs.read(f"{prefix}manifest.json")
     old_objects = {name: gcs.read(name) for name in gcs.list(prefix)}
     (old,) = generations(old_objects, prefix)
@@ -134,7 +127,7 @@ def test_prepare_killed_on_gcs_leaves_the_old_data_and_the_next_run_cleans_up(gc
     # A kill leaves its local scratch directory too (no later run can tell it from a running one).
     assert len([p for p in scratch.iterdir() if p.name.startswith("tfxl-prepare-")]) == 1
     # The next run removes the leftover with the old data once its own manifest is in.
-    run_ok(worker, [f"--train={gcs.url(root)}/in/small.txt", *common, "--tgt_len=4",
+    run_ok(gcs_worker, [f"--train={gcs.url(root)}/in/small.txt", *common, "--tgt_len=4",
                     "--overwrite"], cwd)
     names = gcs.list(prefix)
     (new,) = generations(names, prefix)
