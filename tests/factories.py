@@ -382,7 +382,7 @@ class GcsWorker:
             self.process.kill()
             self.process.wait()
             self._log.seek(0)
-            raise RuntimeError(f"the gs:// worker gave no reply within {timeout} s (exit status "
+            raise RuntimeError(f"the gs:// worker gave no reply ({timeout} s allowed; exit status "
                                f"{self.process.returncode}): {self._log.read()[-5000:]}")
         reply = json.loads(line)
         done = subprocess.CompletedProcess(self._request, reply["returncode"], reply["stdout"],
