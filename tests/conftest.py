@@ -42,3 +42,12 @@ def mirrored():
     objects in one process would share collective instance keys across their programs."""
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
+
+@pytest.fixture(scope="session")
+def gcs_worker(gcs):  # noqa: F811  (gcs: the fixture imported above)
+    """One process in the GCS emulator's namespace that runs gs:// tools in process
+    (factories.GcsWorker) for every test of this session that uses gs://: one TensorFlow start.
+    Each request names its working directory."""
+    from factories import GcsWorker
+    with GcsWorker(gcs) as worker:
+        yield worker

@@ -281,3 +281,131 @@ def prepare_labelled(root, documents, **config):
         **dict(output_dir=str(root / "data"), train=[str(source)], valid_fraction=0.0,
                test_fraction=0.0), **config}), log=lambda *a: None)
     return root / "data"
+
+
+# -- gs:// tools in process: one worker inside the GCS emulator's namespace -----------------------
+
+# The worker's loop: one JSON request a line on stdin, one JSON reply a line on a private copy of
+# its stdout (fd 1 itself goes to stderr, so no stray write lands in the replies).
+_GCS_WORKER = r"""
+import contextlib, io, json, os, sys, time, traceback
+sys.path.insert(0, sys.argv[1])
+from factories import run_in_process
+replies = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+for line in sys.stdin:
+    request, started = json.loads(line), time.process_time()
+    os.chdir(request["cwd"])
+    if "module" in request:
+        done = run_in_process(request["module"], *request["args"])
+        reply = dict(returncode=done.returncode, stdout=done.stdout, stderr=done.stderr)
+    else:
+        out, err, code = io.StringIO(), io.StringIO(), 0
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                exec(request["code"], {"__name__": "__main__"})
+        except BaseException:
+            code = 1
+            err.write(traceback.format_exc())
+        reply = dict(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+    reply["cpu"] = time.process_time() - started
+    replies.write(json.dumps(reply) + "\n")
+    replies.flush()
+"""
+
+
+# No cache of TensorFlow's GCS client outlives a request, as none outlives a tool's own process:
+# objects the test process rewrites between requests (a lease.json) are read afresh, not "File
+# contents are inconsistent" against a stat cached (5 s by default) in an earlier request.
+_NO_GCS_CACHE = {"GCS_STAT_CACHE_MAX_AGE": "0", "GCS_MATCHING_PATHS_CACHE_MAX_AGE": "0",
+                 "GCS_READ_CACHE_MAX_SIZE_MB": "0"}
+
+
+class GcsWorker:
+    """One Python process inside the GCS emulator's namespace (`gcs.popen`) that runs gs:// tools
+    through their `run()` (`run_in_process` there) and Python code, one after another: what
+    `gcs.run` of each tool gives (exit status, stdout, stderr), with one TensorFlow start rather
+    than one per tool. A context manager (`with GcsWorker(gcs) as worker:`); the `gcs_worker`
+    fixture is the session's. A request after the process ended (killed on a timeout) starts a
+    new one. A test of the process itself (a kill -9) starts its own with `gcs.popen`; a test may
+    signal the worker (`pid`) while a `submit`ted tool runs.
+    """
+
+    def __init__(self, gcs):
+        self._gcs = gcs
+        self._start()
+
+    def _start(self):
+        import os
+        import subprocess
+        import sys
+        import tempfile
+        self._log = tempfile.TemporaryFile("w+")  # the worker's own stderr (native logs)
+        self.process = self._gcs.popen([sys.executable, "-c", _GCS_WORKER,
+                                        os.path.dirname(os.path.abspath(__file__))],
+                                       stdin=subprocess.PIPE, stderr=self._log, env=_NO_GCS_CACHE)
+        self.pid = self.process.pid
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def close(self):
+        """Ends the worker (its CPU is then counted as this process's children's)."""
+        import subprocess
+        try:
+            self.process.stdin.close()
+        except OSError:  # it ended with a request unread
+            pass
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process.stdout.close()
+        self._log.close()
+
+    def submit(self, module, *args, cwd):
+        """Starts tool `module` with `args` in working directory `cwd`; `result` waits for it."""
+        self._send(dict(module=module, args=[str(a) for a in args], cwd=str(cwd)))
+
+    def result(self, timeout=300):
+        """The CompletedProcess of the tool or code submitted last."""
+        import json
+        import select
+        import subprocess
+        readable, _, _ = select.select([self.process.stdout], [], [], timeout)
+        line = self.process.stdout.readline() if readable else ""
+        if not line:
+            self.process.kill()
+            self.process.wait()
+            self._log.seek(0)
+            raise RuntimeError(f"the gs:// worker gave no reply ({timeout} s allowed; exit status "
+                               f"{self.process.returncode}): {self._log.read()[-5000:]}")
+        reply = json.loads(line)
+        done = subprocess.CompletedProcess(self._request, reply["returncode"], reply["stdout"],
+                                           reply["stderr"])
+        done.cpu = reply["cpu"]  # the worker's CPU seconds for it
+        return done
+
+    def tool(self, module, *args, cwd, timeout=300):
+        """`run_in_process(module, *args)` in the worker, in `cwd`: its CompletedProcess."""
+        self.submit(module, *args, cwd=cwd)
+        return self.result(timeout)
+
+    def python(self, code, *, cwd, timeout=300):
+        """`code` exec'd in the worker (as `__main__`, in `cwd`): returncode 0, or 1 with the
+        traceback on stderr; what it printed on stdout."""
+        self._send(dict(code=code, cwd=str(cwd)))
+        return self.result(timeout)
+
+    def _send(self, request):
+        import json
+        if self.process.poll() is not None:
+            self.close()
+            self._start()
+        self._request = request
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()

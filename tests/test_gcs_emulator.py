@@ -2,10 +2,11 @@
 files, checkpoints, TFRecords, SavedModels and `.keras` files go in and come back out, and a bucket
 keeps a bucket's semantics where TensorFlow's ram:// filesystem does not.
 
-Importing TensorFlow costs seconds, so one process inside the emulator's namespace runs every
-check (this file as a script, `python test_gcs_emulator.py gs://.../root`) and prints what it
-observed as one JSON object; each test asserts on its part of it, and on what landed in the bucket
-as the test process lists it past TensorFlow.
+Importing TensorFlow costs seconds, so the session's process inside the emulator's namespace (the
+`gcs_worker` fixture) runs every check (`main(gs://.../root)` of this file, also run as a script:
+`python test_gcs_emulator.py gs://.../root`) and prints what it observed as one JSON object; each
+test asserts on its part of it, and on what landed in the bucket as the test process lists it past
+TensorFlow.
 """
 
 import json
@@ -110,8 +111,10 @@ def main(root):
 
 # --------------------------------------------------------------------------- in pytest
 @pytest.fixture(scope="module")
-def observed(gcs):
-    done = gcs.run([sys.executable, __file__, gcs.url(ROOT)], timeout=240)
+def observed(gcs, gcs_worker, tmp_path_factory):
+    done = gcs_worker.python(f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+                             f"from test_gcs_emulator import main\nmain({gcs.url(ROOT)!r})\n",
+                             cwd=tmp_path_factory.mktemp("observed"), timeout=240)
     assert done.returncode == 0, done.stderr[-5000:]
     return json.loads(done.stdout.splitlines()[-1])
 

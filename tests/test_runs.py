@@ -528,22 +528,22 @@ def test_tfxl_train_refuses_a_changed_setting_in_one_line(data_dir, tmp_path):
 # -- on a bucket ---------------------------------------------------------------------------------
 
 READ_LOG = """
-import json, sys
+import json
 from tfxl.train.train_log import read_train_log
-print(json.dumps(read_train_log(sys.argv[1])))
+print(json.dumps(read_train_log({model_dir!r})))
 """
 
 
 @pytest.mark.subprocess
-def test_on_a_bucket_the_log_lease_and_record_work_without_append_or_rename(gcs, data_dir,
-                                                                            tmp_path,
+def test_on_a_bucket_the_log_lease_and_record_work_without_append_or_rename(gcs, gcs_worker,
+                                                                            data_dir, tmp_path,
                                                                             straight_cli):
     """tfxl-train with a gs:// model_dir against the GCS emulator: parts written once (their
     generations never change), the lease refuses and is taken over, run.json recorded, a damaged
-    state file rewritten, and each step logged once, with the losses of a local run."""
+    state file rewritten, and each step logged once, with the losses of a local run. The three
+    runs and the read-back: the session's process in the emulator's namespace (`gcs_worker`)."""
     prefix = f"runs-{tmp_path.name}/m/"
     model_dir = gcs.url(prefix.rstrip("/"))
-    train_cli = [sys.executable, "-m", "tfxl.train.main"]
 
     def flags(steps):  # the schedule of the local 30-step run: the same losses
         return cli_flags(data_dir, model_dir, steps, "--schedule_steps=30")
@@ -555,12 +555,14 @@ def test_on_a_bucket_the_log_lease_and_record_work_without_append_or_rename(gcs,
         return json.loads(gcs._get(f"/storage/v1/b/{gcs.bucket}/o/"
                                    + urllib.parse.quote(name, safe="")))["generation"]
 
-    first = gcs.run([*train_cli, *flags(20)], cwd=tmp_path)
+    worker = gcs_worker
+    first = worker.tool("tfxl.train.main", *flags(20), cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     parts = [f"{prefix}train_log/0000000001-0000000010.jsonl",
              f"{prefix}train_log/0000000011-0000000020.jsonl"]
     written = objects()
-    assert all(name in written for name in parts + [f"{prefix}run.json", f"{prefix}config.json"])
+    assert all(name in written
+               for name in parts + [f"{prefix}run.json", f"{prefix}config.json"])
     assert f"{prefix}lease.json" not in written  # released
     assert not [name for name in written if ".tmp-" in name]  # one object write, no rename
     generations = {name: generation(name) for name in parts}
@@ -569,15 +571,16 @@ def test_on_a_bucket_the_log_lease_and_record_work_without_append_or_rename(gcs,
              "timeout": 300.0}
     gcs.write(f"{prefix}lease.json", json.dumps({**alive, "heartbeat": time.time()}))
     before = objects()
-    refused = gcs.run([*train_cli, *flags(30)], cwd=tmp_path)
+    refused = worker.tool("tfxl.train.main", *flags(30), cwd=tmp_path)
     assert_one_error_line(refused, "in use by another trainer", "host elsewhere, pid 7")
     assert objects() == before
 
     gcs.write(f"{prefix}lease.json", json.dumps({**alive, "heartbeat": time.time() - 1000}))
     gcs.write(f"{prefix}checkpoints/checkpoint", b"")
-    resumed = gcs.run([*train_cli, *flags(30)], cwd=tmp_path)
+    resumed = worker.tool("tfxl.train.main", *flags(30), cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "taking over the lease" in resumed.stderr and "no heartbeat for 10" in resumed.stderr
+    assert "taking over the lease" in resumed.stderr
+    assert "no heartbeat for 10" in resumed.stderr
     assert "rewritten from the checkpoint files (ckpt-10, ckpt-20)" in resumed.stderr
     assert {name: generation(name) for name in parts} == generations  # never rewritten
     names = gcs.list(prefix)
@@ -585,7 +588,7 @@ def test_on_a_bucket_the_log_lease_and_record_work_without_append_or_rename(gcs,
     assert f"{prefix}lease.json" not in names
     record = json.loads(gcs.read(f"{prefix}run.json"))
     assert [h["train_steps"] for h in record["history"]] == [20, 30]
-    log = gcs.run([sys.executable, "-c", READ_LOG, model_dir], cwd=tmp_path)
+    log = worker.python(READ_LOG.format(model_dir=model_dir), cwd=tmp_path)
     assert log.returncode == 0, log.stderr[-2000:]
     losses = {r["step"]: r["loss"] for r in json.loads(log.stdout.splitlines()[-1])}
     assert sorted(losses) == list(range(1, 31))

@@ -2,8 +2,9 @@
 API): labelled JSON lines -> tfxl-prepare-classification -> tfxl-classify-train (with a
 flagfile in the bucket) -> tfxl-classify-eval --output -> tfxl-export -> classify_text.
 
-One process in the emulator's namespace runs the five tools one after another through their own
-`run()` (tests/factories.py::run_in_process): one TensorFlow start, not five."""
+The session's process in the emulator's namespace (the `gcs_worker` fixture) runs the five tools
+one after another through their own `run()` (tests/factories.py::run_in_process): no TensorFlow
+start of their own."""
 
 import json
 import os
@@ -25,7 +26,7 @@ def labelled(count):
                           "label": label}) + "\n"
 
 
-def test_the_classification_workflow_runs_with_every_path_on_gs(gcs):
+def test_the_classification_workflow_runs_with_every_path_on_gs(gcs, gcs_worker, tmp_path):
     url = gcs.url
     gcs.write("cls/train.jsonl", "".join(labelled(16)))
     gcs.write("cls/valid.jsonl", "".join(labelled(6)))
@@ -58,7 +59,7 @@ served = tf.saved_model.load("{url('cls/exports/1')}").signatures["classify_text
 out = served(text=tf.constant(["aaa aaa aaa", "bbbb bbbb"]))
 print("SERVED", json.dumps([label.decode() for label in out["labels"].numpy().tolist()]))
 """
-    done = gcs.python(code)
+    done = gcs_worker.python(code, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
     served = json.loads(done.stdout.split("SERVED ", 1)[1].splitlines()[0])
     assert len(served) == 2 and set(served) <= {"x", "y"}
