@@ -176,3 +176,23 @@ def test_a_newer_checkpoint_without_its_index_is_named_when_skipped(tmp_path):
         f"skipping damaged checkpoint {newest}", f"skipping damaged checkpoint {older}"]
     with pytest.raises(ValueError, match="no checkpoint in "):
         restore_weights(model, directory=str(tmp_path), log=said.append)
+
+
+def test_a_checked_split_is_built_once_for_every_evaluation_pass(data_dir):
+    """DistributedData keeps a checked split's evaluation input (each pass iterates it from its
+    first batch) rather than tracing its tf.data functions again at every pass; an unchecked
+    split is built, its shards' sizes verified, at every pass; training input always."""
+    from tfxl.train.datasets import DistributedData
+
+    data = DistributedData(tf.distribute.get_strategy(), data_dir,
+                           pipeline.load_manifest(data_dir))
+    assert data.dataset("valid", STREAMS, False) is not data.dataset("valid", STREAMS, False)
+    data.check_splits("valid")
+    first = data.dataset("valid", STREAMS, False)
+    assert data.dataset("valid", STREAMS, False) is first
+    assert data.dataset("valid", STREAMS, False, tgt_len=T // 2) is not first
+    assert data.dataset("valid", 2, False) is not first
+    assert data.dataset("valid", STREAMS, True) is not data.dataset("valid", STREAMS, True)
+    passes = [[b["inputs"].numpy() for b in first] for _ in range(2)]
+    assert len(passes[0]) > 1
+    np.testing.assert_array_equal(np.stack(passes[0]), np.stack(passes[1]))

@@ -57,22 +57,37 @@ def copy_task_config(data_dir, **overrides):
 
 
 def train_losses(data_dir, model_dir, strategy=None, steps=20, batch=STREAMS,
-                 jit_compile=False, lr=3e-3, **config):
+                 jit_compile=False, lr=3e-3, steps_per_loop=10, **config):
     strategy = strategy or tf.distribute.get_strategy()
     cfg = copy_task_config(data_dir, **config)
     runner = Runner(cfg, strategy, data_dir, str(model_dir), batch,
                     OptimizerParams(learning_rate=lr, train_steps=steps, min_lr_ratio=1.0),
-                    jit_compile=jit_compile, steps_per_loop=10, lease=factories.fast_lease())
+                    jit_compile=jit_compile, steps_per_loop=steps_per_loop,
+                    lease=factories.fast_lease())
     metrics = runner.train(save_every=steps)
     return np.array([r["loss"] for r in read_train_log(str(model_dir))]), runner, metrics
 
 
+PLAIN_STEPS = 12  # two host loops of train_losses' 10 steps: 10, then 2
+
+
+@pytest.fixture(scope="module")
+def plain_run(copy_data, tmp_path_factory):
+    """One-device training of the copy task's model for PLAIN_STEPS, once per file (Runner seeds
+    its own weights): the reference of the strategy and XLA tests, and the run whose memory,
+    checkpoint and TensorBoard scalars are checked. Returns (losses, runner, model_dir)."""
+    model_dir = tmp_path_factory.mktemp("plain") / "m"
+    losses, runner, _ = train_losses(copy_data, model_dir, steps=PLAIN_STEPS)
+    return losses, runner, model_dir
+
+
 def test_memory_solves_the_copy_task_that_no_memory_cannot(copy_data, tmp_path):
     steps = 400
+    # Host loops of 100 steps: the same steps as loops of 10, with fewer summaries and logs.
     with_memory, runner, _ = train_losses(copy_data, tmp_path / "mem", steps=steps, mem_len=T,
-                                          n_layer=1)
+                                          n_layer=1, steps_per_loop=100)
     without, runner0, _ = train_losses(copy_data, tmp_path / "nomem", steps=steps, mem_len=0,
-                                       n_layer=1)
+                                       n_layer=1, steps_per_loop=100)
     ev_mem = runner.evaluate("valid")["loss"]
     ev_none = runner0.evaluate("valid")["loss"]
     # Three quarters of all tokens repeat the token T positions back, in the previous segment:
@@ -82,9 +97,10 @@ def test_memory_solves_the_copy_task_that_no_memory_cannot(copy_data, tmp_path):
     assert with_memory[-50:].mean() < without[-50:].mean() - 0.4
 
 
-def test_mirrored_two_replicas_equal_one_device(copy_data, tmp_path, mirrored):
-    one, _, _ = train_losses(copy_data, tmp_path / "one", steps=12)
-    two, runner, _ = train_losses(copy_data, tmp_path / "two", strategy=mirrored, steps=12)
+def test_mirrored_two_replicas_equal_one_device(copy_data, tmp_path, mirrored, plain_run):
+    one = plain_run[0]
+    two, runner, _ = train_losses(copy_data, tmp_path / "two", strategy=mirrored,
+                                  steps=PLAIN_STEPS)
     np.testing.assert_allclose(two, one, atol=1e-5, rtol=1e-5)
     # Each replica holds its own memory rows (per-replica state, b = B / 2 rows each).
     valid = runner.trainer.memory.variables["valid"]
@@ -111,14 +127,14 @@ def test_resume_under_mirrored_continues_step_for_step(copy_data, tmp_path, mirr
         assert resumed[step] == pytest.approx(straight[step], abs=1e-5), step
 
 
-def test_jit_compile_agrees_with_eager_steps(copy_data, tmp_path):
-    plain, _, _ = train_losses(copy_data, tmp_path / "plain", steps=10)
-    xla, _, _ = train_losses(copy_data, tmp_path / "xla", steps=10, jit_compile=True)
+def test_jit_compile_agrees_with_eager_steps(copy_data, tmp_path, plain_run):
+    plain = plain_run[0]
+    xla, _, _ = train_losses(copy_data, tmp_path / "xla", steps=PLAIN_STEPS, jit_compile=True)
     np.testing.assert_allclose(xla, plain, atol=1e-4, rtol=1e-4)
 
 
-def test_memory_survives_host_loops_and_checkpoints(copy_data, tmp_path):
-    _, runner, _ = train_losses(copy_data, tmp_path / "m", steps=10)
+def test_memory_survives_host_loops_and_checkpoints(plain_run):
+    runner = plain_run[1]
     before = runner.trainer.memory.gather()
     assert before["valid"].numpy().all()  # carried across the two host loops, never reset
     runner.trainer.memory.clear()
@@ -441,15 +457,17 @@ def scalars(log_dir):
             for tag in events.Tags()["tensors"]}
 
 
-def test_training_writes_tensorboard_scalars(copy_data, tmp_path):
-    losses, runner, _ = train_losses(copy_data, tmp_path, steps=6)
-    written = scalars(str(tmp_path / "train"))
+def test_training_writes_tensorboard_scalars(plain_run):
+    losses, _, model_dir = plain_run
+    written = scalars(str(model_dir / "train"))
     assert set(written) == {"loss", "bpc", "learning_rate", "grad_norm", "tokens_per_second",
                             "steps_per_second"}
-    assert sorted(written["loss"]) == list(range(1, 7))
-    np.testing.assert_allclose([written["loss"][s] for s in range(1, 7)], losses, rtol=1e-6)
-    assert written["bpc"][6] == pytest.approx(losses[-1] / np.log(2), rel=1e-5)
-    assert sorted(written["tokens_per_second"]) == [6]  # one host loop of 6 steps
+    steps = range(1, PLAIN_STEPS + 1)
+    assert sorted(written["loss"]) == list(steps)
+    np.testing.assert_allclose([written["loss"][s] for s in steps], losses, rtol=1e-6)
+    assert written["bpc"][PLAIN_STEPS] == pytest.approx(losses[-1] / np.log(2), rel=1e-5)
+    # One rate per host loop, at its last step: loops of 10 and 2 steps.
+    assert sorted(written["tokens_per_second"]) == [10, PLAIN_STEPS]
 
 
 def test_keras_tensorboard_callback_works_with_stateful_fit(tmp_path):
