@@ -125,9 +125,8 @@ def test_every_checkpoint_damaged_is_refused_and_nothing_is_overwritten(data_dir
     assert {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()} == before
 
 
-def test_intact_checkpoint_of_another_model_keeps_its_message(data_dir, tmp_path):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 10)
+def test_intact_checkpoint_of_another_model_keeps_its_message(data_dir, trained_copy):
+    model_dir = trained_copy  # intact checkpoints (10 and 20) of data_config's model
     other = build_model(factories.data_config(data_dir, d_model=32), tf.distribute.get_strategy())
     with pytest.raises(ValueError, match="does not fit this model") as raised:
         restore_weights(other, directory=str(model_dir / "checkpoints"))
