@@ -44,22 +44,33 @@ def make_test_evaluator(data_dir, model_dir, strategy, jit_compile):
                           jit_compile=jit_compile, steps_per_loop=3)
 
 
-def evaluate_by_hand(evaluator, data_dir, tgt_len, mem_len, clamp_len, same_length):
-    """The mean NLL of the first BATCHES segments, on the layer-input memory path."""
+def by_hand(evaluator, data_dir, tgt_len, mem_len, clamp_len, same_length):
+    """A function giving the mean NLL of the first BATCHES segments on the layer-input memory
+    path with the evaluator's current weights; its step is traced once (the same shapes at every
+    segment and call) and its input built once."""
     dataset = pipeline.input_fn("valid", pipeline.InputParams(data_dir=data_dir,
                                                               batch_size=STREAMS))
     if tgt_len != T:
         dataset = rechunk(dataset, tgt_len)
     lm = evaluator.model
-    memory, total, count = lm.init_memory(STREAMS, mem_len=mem_len), 0.0, 0.0
-    for features in dataset.take(BATCHES):
+
+    @tf.function
+    def step(features, memory):
         nll, memory = lm(features["inputs"], memory, reset=features["reset"],
                          targets=features["targets"], clamp_len=clamp_len,
                          same_length=same_length)
         mask = tf.cast(features["target_mask"], nll.dtype)
-        total += float(tf.reduce_sum(nll * mask))
-        count += float(tf.reduce_sum(mask))
-    return total / count
+        return tf.reduce_sum(nll * mask), tf.reduce_sum(mask), memory
+
+    def evaluate():
+        memory, total, count = lm.init_memory(STREAMS, mem_len=mem_len), 0.0, 0.0
+        for features in dataset.take(BATCHES):
+            nll_sum, tokens, memory = step(features, memory)
+            total += float(nll_sum)
+            count += float(tokens)
+        return total / count
+
+    return evaluate
 
 
 SETTINGS = {
@@ -81,14 +92,17 @@ def test_evaluate_equals_the_layer_input_path_by_hand(data_dir, tmp_path, mirror
                                                       strategy_name, settings, jit_compile):
     strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
     evaluator = make_test_evaluator(data_dir, tmp_path, strategy, jit_compile)
+    # Checked as a training run checks it: its three passes below read one input, built once.
+    evaluator.data.check_splits("valid")
     kwargs = SETTINGS[settings]
+    evaluate_by_hand = by_hand(evaluator, data_dir, **kwargs)
     no_memory = evaluator.evaluate("valid", max_batches=BATCHES, **{**kwargs, "mem_len": 0})
     for weights_scale in (1.0, 1.5):
         # The second pass runs with other weights: its position keys must be recomputed.
         for variable in evaluator.model.trainable_variables:
             variable.assign(variable * weights_scale)
         got = evaluator.evaluate("valid", max_batches=BATCHES, **kwargs)
-        want = evaluate_by_hand(evaluator, data_dir, **kwargs)
+        want = evaluate_by_hand()
         assert got["loss"] == pytest.approx(want, abs=1e-5), weights_scale
     assert got["tokens"] == BATCHES * STREAMS * kwargs["tgt_len"]
     # The memory matters here (so the comparison above tests it), and it is a key/value memory.
@@ -176,3 +190,23 @@ def test_a_newer_checkpoint_without_its_index_is_named_when_skipped(tmp_path):
         f"skipping damaged checkpoint {newest}", f"skipping damaged checkpoint {older}"]
     with pytest.raises(ValueError, match="no checkpoint in "):
         restore_weights(model, directory=str(tmp_path), log=said.append)
+
+
+def test_a_checked_split_is_built_once_for_every_evaluation_pass(data_dir):
+    """DistributedData keeps a checked split's evaluation input (each pass iterates it from its
+    first batch) rather than tracing its tf.data functions again at every pass; an unchecked
+    split is built, its shards' sizes verified, at every pass; training input always."""
+    from tfxl.train.datasets import DistributedData
+
+    data = DistributedData(tf.distribute.get_strategy(), data_dir,
+                           pipeline.load_manifest(data_dir))
+    assert data.dataset("valid", STREAMS, False) is not data.dataset("valid", STREAMS, False)
+    data.check_splits("valid")
+    first = data.dataset("valid", STREAMS, False)
+    assert data.dataset("valid", STREAMS, False) is first
+    assert data.dataset("valid", STREAMS, False, tgt_len=T // 2) is not first
+    assert data.dataset("valid", 2, False) is not first
+    assert data.dataset("valid", STREAMS, True) is not data.dataset("valid", STREAMS, True)
+    passes = [[b["inputs"].numpy() for b in first] for _ in range(2)]
+    assert len(passes[0]) > 1
+    np.testing.assert_array_equal(np.stack(passes[0]), np.stack(passes[1]))

@@ -125,9 +125,8 @@ def test_every_checkpoint_damaged_is_refused_and_nothing_is_overwritten(data_dir
     assert {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()} == before
 
 
-def test_intact_checkpoint_of_another_model_keeps_its_message(data_dir, tmp_path):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 10)
+def test_intact_checkpoint_of_another_model_keeps_its_message(data_dir, trained_copy):
+    model_dir = trained_copy  # intact checkpoints (10 and 20) of data_config's model
     other = build_model(factories.data_config(data_dir, d_model=32), tf.distribute.get_strategy())
     with pytest.raises(ValueError, match="does not fit this model") as raised:
         restore_weights(other, directory=str(model_dir / "checkpoints"))
@@ -186,17 +185,23 @@ def test_a_numeric_flag_out_of_range_is_named(flag, value):
         train_flags.check_flag_ranges({**GOOD_FLAGS, flag: value})
 
 
-@pytest.mark.subprocess
 @pytest.mark.parametrize("module", ["tfxl.train.main", "tfxl.train.evaluate"])
 def test_every_numeric_flag_has_a_rule(module):
-    listing = subprocess.run([sys.executable, "-c", (
-        f"import {module} as m; from absl import flags; m.define_flags(); "
-        "print(' '.join(f.name for module, defined in flags.FLAGS.flags_by_module_dict().items() "
-        "if module.startswith(('tfxl.train.', 'tfxl.tpu.')) for f in defined "
-        "if f.flag_type() in ('int', 'float')))")], capture_output=True, text=True,
-        timeout=120)  # the flags tfxl defines, not those of absl or TensorFlow
-    numeric = set(listing.stdout.split())
-    assert "learning_rate" in numeric or module == "tfxl.train.evaluate", listing.stderr[-2000:]
+    """The tool's flags as its run() defines them, in this process (run_in_process's way: the
+    flags it adds are removed afterwards): those tfxl defines, not absl's or TensorFlow's."""
+    import importlib
+
+    from absl import flags
+    known = set(flags.FLAGS)
+    importlib.import_module(module).define_flags()
+    try:
+        numeric = {f.name for name, defined in flags.FLAGS.flags_by_module_dict().items()
+                   if name.startswith(("tfxl.train.", "tfxl.tpu.")) for f in defined
+                   if f.flag_type() in ("int", "float") and f.name in flags.FLAGS}
+    finally:
+        for name in set(flags.FLAGS) - known:
+            delattr(flags.FLAGS, name)
+    assert "learning_rate" in numeric or module == "tfxl.train.evaluate", numeric
     assert numeric and numeric <= set(train_flags.FLAG_RULES), numeric - set(
         train_flags.FLAG_RULES)
 
@@ -239,7 +244,8 @@ def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path):
     assert "retracing" not in first.stderr + first.stdout
     trained = json.loads((out / "results.json").read_text())["train"]
     assert trained["train_loss"] is not None and trained["step"] == 2
-    again = run_in_process("tfxl.train.demo", *args)
+    # The second run needs no five memory lengths: what it keeps is the training's results.
+    again = run_in_process("tfxl.train.demo", *args[:-1], "--eval_mem_lens=0")
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((out / "results.json").read_text())["train"] == trained
     assert "nothing to do" in again.stdout

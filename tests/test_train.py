@@ -65,6 +65,19 @@ def train_losses(data_dir, model_dir, strategy=None, steps=20, batch=STREAMS,
     return np.array([r["loss"] for r in read_train_log(str(model_dir))]), runner, metrics
 
 
+PLAIN_STEPS = 12  # two host loops of train_losses' 10 steps: 10, then 2
+
+
+@pytest.fixture(scope="module")
+def plain_run(copy_data, tmp_path_factory):
+    """One-device training of the copy task's model for PLAIN_STEPS, once per file (Runner seeds
+    its own weights): the reference of the strategy and XLA tests, and the run whose memory,
+    checkpoint and TensorBoard scalars are checked. Returns (losses, runner, model_dir)."""
+    model_dir = tmp_path_factory.mktemp("plain") / "m"
+    losses, runner, _ = train_losses(copy_data, model_dir, steps=PLAIN_STEPS)
+    return losses, runner, model_dir
+
+
 def test_memory_solves_the_copy_task_that_no_memory_cannot(copy_data, tmp_path):
     steps = 400
     with_memory, runner, _ = train_losses(copy_data, tmp_path / "mem", steps=steps, mem_len=T,
@@ -80,9 +93,10 @@ def test_memory_solves_the_copy_task_that_no_memory_cannot(copy_data, tmp_path):
     assert with_memory[-50:].mean() < without[-50:].mean() - 0.4
 
 
-def test_mirrored_two_replicas_equal_one_device(copy_data, tmp_path, mirrored):
-    one, _, _ = train_losses(copy_data, tmp_path / "one", steps=12)
-    two, runner, _ = train_losses(copy_data, tmp_path / "two", strategy=mirrored, steps=12)
+def test_mirrored_two_replicas_equal_one_device(copy_data, tmp_path, mirrored, plain_run):
+    one = plain_run[0]
+    two, runner, _ = train_losses(copy_data, tmp_path / "two", strategy=mirrored,
+                                  steps=PLAIN_STEPS)
     np.testing.assert_allclose(two, one, atol=1e-5, rtol=1e-5)
     # Each replica holds its own memory rows (per-replica state, b = B / 2 rows each).
     valid = runner.trainer.memory.variables["valid"]
@@ -109,14 +123,14 @@ def test_resume_under_mirrored_continues_step_for_step(copy_data, tmp_path, mirr
         assert resumed[step] == pytest.approx(straight[step], abs=1e-5), step
 
 
-def test_jit_compile_agrees_with_eager_steps(copy_data, tmp_path):
-    plain, _, _ = train_losses(copy_data, tmp_path / "plain", steps=10)
-    xla, _, _ = train_losses(copy_data, tmp_path / "xla", steps=10, jit_compile=True)
+def test_jit_compile_agrees_with_eager_steps(copy_data, tmp_path, plain_run):
+    plain = plain_run[0]
+    xla, _, _ = train_losses(copy_data, tmp_path / "xla", steps=PLAIN_STEPS, jit_compile=True)
     np.testing.assert_allclose(xla, plain, atol=1e-4, rtol=1e-4)
 
 
-def test_memory_survives_host_loops_and_checkpoints(copy_data, tmp_path):
-    _, runner, _ = train_losses(copy_data, tmp_path / "m", steps=10)
+def test_memory_survives_host_loops_and_checkpoints(plain_run):
+    runner = plain_run[1]
     before = runner.trainer.memory.gather()
     assert before["valid"].numpy().all()  # carried across the two host loops, never reset
     runner.trainer.memory.clear()
@@ -219,10 +233,9 @@ def test_mixed_precision_training_runs_and_learns(copy_data, tmp_path, policy):
     assert np.isfinite(runner.evaluate("valid", max_batches=3)["loss"])
 
 
-def test_tfxl_eval_counts_every_token_with_its_own_settings(copy_data, tmp_path):
-    model_dir = tmp_path / "m"
-    trained = run_in_process("tfxl.train.main", *common_flags(copy_data, model_dir, 10))
-    assert trained.returncode == 0, trained.stderr[-2000:]
+def test_tfxl_eval_counts_every_token_with_its_own_settings(copy_data, tmp_path, plain_run):
+    model_dir = plain_run[2]  # a trained model_dir (config.json, checkpoints)
+    files_before = {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()}
     with open(os.path.join(copy_data, "manifest.json")) as f:
         tokens = json.load(f)["splits"]["valid"]["tokens"]
     results = {}
@@ -241,6 +254,7 @@ def test_tfxl_eval_counts_every_token_with_its_own_settings(copy_data, tmp_path)
     bad = run_in_process("tfxl.train.evaluate", f"--data_dir={copy_data}",
                          f"--model_dir={tmp_path / 'nothing'}")
     assert bad.returncode == 2 and "config.json" in bad.stderr
+    assert {p: p.read_bytes() for p in model_dir.rglob("*") if p.is_file()} == files_before
 
 
 def test_bad_files_and_values_fail_with_a_message(copy_data, tmp_path):
@@ -393,15 +407,17 @@ def scalars(log_dir):
             for tag in events.Tags()["tensors"]}
 
 
-def test_training_writes_tensorboard_scalars(copy_data, tmp_path):
-    losses, runner, _ = train_losses(copy_data, tmp_path, steps=6)
-    written = scalars(str(tmp_path / "train"))
+def test_training_writes_tensorboard_scalars(plain_run):
+    losses, _, model_dir = plain_run
+    written = scalars(str(model_dir / "train"))
     assert set(written) == {"loss", "bpc", "learning_rate", "grad_norm", "tokens_per_second",
                             "steps_per_second"}
-    assert sorted(written["loss"]) == list(range(1, 7))
-    np.testing.assert_allclose([written["loss"][s] for s in range(1, 7)], losses, rtol=1e-6)
-    assert written["bpc"][6] == pytest.approx(losses[-1] / np.log(2), rel=1e-5)
-    assert sorted(written["tokens_per_second"]) == [6]  # one host loop of 6 steps
+    steps = range(1, PLAIN_STEPS + 1)
+    assert sorted(written["loss"]) == list(steps)
+    np.testing.assert_allclose([written["loss"][s] for s in steps], losses, rtol=1e-6)
+    assert written["bpc"][PLAIN_STEPS] == pytest.approx(losses[-1] / np.log(2), rel=1e-5)
+    # One rate per host loop, at its last step: loops of 10 and 2 steps.
+    assert sorted(written["tokens_per_second"]) == [10, PLAIN_STEPS]
 
 
 def test_keras_tensorboard_callback_works_with_stateful_fit(tmp_path):

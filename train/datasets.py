@@ -21,15 +21,23 @@ class DistributedData:
         self.strategy, self.data_dir, self.manifest, self.seed = strategy, data_dir, manifest, seed
         self.tgt_len = manifest["tgt_len"]
         self._checked = set()  # splits whose every record check_splits has read once
+        self._eval_datasets = {}  # (split, batch, tgt_len) -> a checked split's distributed input
 
     def dataset(self, split, batch, training, tgt_len=None, skip_batches=0):
         """`split` as a distributed dataset of global batch `batch`, re-cut to `tgt_len` tokens
         per segment; `skip_batches` global steps already consumed (the resume position)."""
         tgt_len = tgt_len or self.tgt_len
         # A split check_splits has read in full is not read again at every evaluation pass.
+        verify_shards = split not in self._checked
+        # The evaluation input of a checked split is the same at every pass (each iter() starts
+        # it at its first batch): built once, its tf.data functions not traced at every pass.
+        key = (split, batch, tgt_len)
+        cached = not training and not skip_batches and not verify_shards
+        if cached and key in self._eval_datasets:
+            return self._eval_datasets[key]
         params = pipeline.InputParams(data_dir=self.data_dir, batch_size=batch,
                                       training=training, seed=self.seed,
-                                      verify_shards=split not in self._checked)
+                                      verify_shards=verify_shards)
 
         def dataset_fn(input_context):
             dataset = pipeline.input_fn(split, params, input_context)
@@ -41,7 +49,10 @@ class DistributedData:
                 dataset = rechunk(dataset, tgt_len, local_replicas)
             return dataset.skip(skip_batches * local_replicas) if skip_batches else dataset
 
-        return self.strategy.distribute_datasets_from_function(dataset_fn)
+        dataset = self.strategy.distribute_datasets_from_function(dataset_fn)
+        if cached:
+            self._eval_datasets[key] = dataset
+        return dataset
 
     def eval_steps(self, split, batch, tgt_len):
         """Global steps that cover every token of `split` once at segments of `tgt_len`."""
