@@ -19,18 +19,26 @@ def lm():
                    init_std=0.3)
 
 
-def layer_input_generation(lm, prompt, n, temperature, top_k, top_p, seed):
-    """The reference: one model call per token on the layer-input memory, in Python."""
+def layer_input_step(lm, **run):
+    """The reference's step: one model call on the layer-input memory, as a tf.function of
+    fixed shapes (one trace per loop, not hundreds of eager Keras calls)."""
+    return tf.function(lambda ids, memory: lm(ids, memory, **run))
+
+
+def layer_input_generation(lm, prompt, n, temperature, top_k, top_p, seed, mem_len=MEM):
+    """The reference: one model call per token on the layer-input memory, in Python. Returns
+    (tokens [B, n], the step it called)."""
     run = dict(clamp_len=4, same_length=True)
-    log_probs, memory = lm(prompt, lm.init_memory(len(prompt), mem_len=MEM), **run)
+    step = layer_input_step(lm, **run)
+    log_probs, memory = lm(prompt, lm.init_memory(len(prompt), mem_len=mem_len), **run)
     last, out = log_probs[:, -1], []
     for i in range(n):
         token = sample_next(last, temperature, top_k, top_p,
                             tf.constant([generation.token_seed(seed, i), 0]))
         out.append(token.numpy())
-        log_probs, memory = lm(token[:, None], memory, **run)
+        log_probs, memory = step(token[:, None], memory)
         last = log_probs[:, 0]
-    return np.stack(out, axis=1)
+    return np.stack(out, axis=1), step
 
 
 @pytest.mark.parametrize("temperature,top_k,top_p,seed", [(0.0, 0, 1.0, 0), (1.0, 10, 0.9, 7),
@@ -38,7 +46,7 @@ def layer_input_generation(lm, prompt, n, temperature, top_k, top_p, seed):
 def test_key_value_generation_gives_the_tokens_of_the_layer_input_path(lm, temperature, top_k,
                                                                        top_p, seed):
     prompt = np.random.default_rng(seed).integers(0, 41, (2, 5)).astype(np.int32)
-    want = layer_input_generation(lm, prompt, 9, temperature, top_k, top_p, seed)
+    want, _ = layer_input_generation(lm, prompt, 9, temperature, top_k, top_p, seed)
     got, memory = generate(lm, prompt, lm.init_key_value_memory(2), 9, temperature, top_k,
                            top_p, seed, clamp_len=4, same_length=True)
     np.testing.assert_array_equal(got.numpy(), want)
@@ -47,6 +55,9 @@ def test_key_value_generation_gives_the_tokens_of_the_layer_input_path(lm, tempe
     np.testing.assert_array_equal(lm.generate(prompt, 9, temperature, top_k, top_p, seed), want)
     np.testing.assert_array_equal(lm.generate(prompt[0], 9, temperature, top_k, top_p, seed),
                                   want[0])
+    # One compiled loop per memory length, whatever the prompts' batch and length.
+    lm.generate(prompt[:, :2], 2)
+    assert lm._generate_loops[MEM].experimental_get_tracing_count() == 1
 
 
 def test_generation_continues_a_layer_input_memory_exactly(lm):
@@ -74,20 +85,14 @@ def test_recent_window_merges_keep_the_tokens_exact(lm, monkeypatch, window, mem
     monkeypatch.setattr(generation, "RECENT_WINDOW", window)
     prompt = np.random.default_rng(window).integers(0, 41, (2, 3)).astype(np.int32)
     run = dict(clamp_len=4, same_length=True)
-    log_probs, memory = lm(prompt, lm.init_memory(2, mem_len=mem_len), **run)
-    last, want = log_probs[:, -1], []
-    for i in range(n):
-        token = sample_next(last, 0.9, 0, 1.0, tf.constant([generation.token_seed(11, i), 0]))
-        want.append(token.numpy())
-        log_probs, memory = lm(token[:, None], memory, **run)
-        last = log_probs[:, 0]
+    want, step = layer_input_generation(lm, prompt, n, 0.9, 0, 1.0, 11, mem_len=mem_len)
     got, got_memory = generate(lm, prompt, lm.init_key_value_memory(2, mem_len=mem_len), n, 0.9,
                                seed=11, **run)
-    np.testing.assert_array_equal(got.numpy(), np.stack(want, axis=1))
+    np.testing.assert_array_equal(got.numpy(), want)
     # The returned memory is the one the layer-input loop had before reading the last token.
     _, before_last = lm(prompt, lm.init_memory(2, mem_len=mem_len), **run)
     for i in range(n - 1):
-        _, before_last = lm(got.numpy()[:, i:i + 1], before_last, **run)
+        _, before_last = step(got.numpy()[:, i:i + 1], before_last)
     want_memory = lm.key_value_memory(before_last)
     for name in ("keys", "values"):
         np.testing.assert_allclose(got_memory[name].numpy(), want_memory[name].numpy(),
@@ -95,9 +100,16 @@ def test_recent_window_merges_keep_the_tokens_exact(lm, monkeypatch, window, mem
     np.testing.assert_array_equal(got_memory["valid"].numpy(), want_memory["valid"].numpy())
 
 
+@pytest.fixture(scope="module")
+def generate_four(lm):
+    """generate(prompt, memory) of four tokens at temperature 1, in-graph: one tf.function that
+    the cases share (one trace of the loop, not one per case)."""
+    return tf.function(lambda prompt, memory: generate(lm, prompt, memory, 4, temperature=1.0))
+
+
 @pytest.mark.parametrize("where", ["keys", "values"])
 def test_generation_refuses_non_finite_log_probs_rather_than_draw_an_id_outside_the_vocabulary(
-        lm, where):
+        lm, generate_four, where):
     """A finite memory can still overflow (keys or values near float32's maximum give NaN
     log-probs), from which the sampler drew id V for every token (41 here). Refused, in the
     Python API as in the exported signatures (which refuse non-finite memory at the entry)."""
@@ -107,24 +119,31 @@ def test_generation_refuses_non_finite_log_probs_rather_than_draw_an_id_outside_
     prompt = np.ones((2, 3), np.int32)
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match="generate: the next-token log-probabilities are not finite"):
-        ids, _ = tf.function(lambda: generate(lm, prompt, memory, 4, temperature=1.0))()
+        ids, _ = generate_four(prompt, memory)
         assert ids.numpy().max() < 41, ids.numpy()
 
 
+@pytest.fixture(scope="module")
+def one_token_step(lm):
+    """tfxl-generate's call: one token after `ids` on a key/value memory, seeded per call; one
+    tf.function that the seeds share (traced once per prompt length, not once per case)."""
+    return tf.function(lambda ids, memory, seed: generate(lm, ids, memory, 1, 1.0, 0, 1.0, seed,
+                                                          clamp_len=4, same_length=True))
+
+
 @pytest.mark.parametrize("seed", [0, 2148, 2**31 - 1, -2**31])
-def test_one_token_per_call_with_token_seed_draws_the_tokens_of_one_call(lm, seed):
+def test_one_token_per_call_with_token_seed_draws_the_tokens_of_one_call(lm, one_token_step,
+                                                                         seed):
     """tfxl-generate streams one token per call, seeded token_seed(seed, i): the same tokens as
     TransfoXLLM.generate(seed=seed), over the whole int32 range (seed * 1_000_003 + i, its old
     formula, drew other tokens and left int32 from --seed=2148)."""
     prompt = np.array([[3, 1, 4, 1, 5]], np.int32)
     want = lm.generate(prompt, 6, temperature=1.0, seed=seed)
     memory, ids, got = lm.init_key_value_memory(1, mem_len=MEM), prompt, []
-    step = tf.function(lambda ids, memory, seed: generate(lm, ids, memory, 1, 1.0, 0, 1.0, seed,
-                                                          clamp_len=4, same_length=True))
     for i in range(6):
         stream_seed = generation.token_seed(seed, i)
         assert generation.INT32_SEEDS[0] <= stream_seed <= generation.INT32_SEEDS[1]
-        token, memory = step(ids, memory, tf.constant(stream_seed, tf.int32))
+        token, memory = one_token_step(ids, memory, tf.constant(stream_seed, tf.int32))
         got.append(int(token[0, 0]))
         ids = token
     np.testing.assert_array_equal(got, want[0])

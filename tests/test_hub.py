@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+import weakref
 
 import keras
 import keras_hub
@@ -131,6 +132,9 @@ def test_switching_samplers_does_not_warn_of_retracing():
     assert not [w for w in warnings if "retracing" in w], warnings
 
 
+_STEPS = weakref.WeakKeyDictionary()  # model -> its one-token step (tfxl_step_log_probs)
+
+
 def tfxl_step_log_probs(lm, prompts, continuations):
     """tfxl's generation semantics, teacher-forced: prompts [R, P] read as one segment on an
     empty memory, then the continuations [R, N] one token per step on the memory. Returns the
@@ -138,9 +142,12 @@ def tfxl_step_log_probs(lm, prompts, continuations):
     settings = lm.config.eval_settings()
     run = dict(clamp_len=settings["clamp_len"], same_length=settings["same_length"])
     log_probs, memory = lm(prompts, lm.init_key_value_memory(len(prompts)), **run)
+    if lm not in _STEPS:  # one tf.function per model: one trace for every row and step
+        _STEPS[lm] = tf.function(lambda ids, memory: lm(ids, memory, **run))
+    step = _STEPS[lm]
     steps = [log_probs[:, -1]]
     for i in range(continuations.shape[1]):
-        log_probs, memory = lm(continuations[:, i:i + 1], memory, **run)
+        log_probs, memory = step(continuations[:, i:i + 1], memory)
         steps.append(log_probs[:, 0])
     return np.stack(steps, axis=1)
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from factories import (assert_refused_at_the_entry, load_as_served, run_in_process,
-                       run_tool as run_cli, serve, tiny_lm)
+from factories import (assert_refused_at_the_entry, load_as_served, run_in_process, serve,
+                       tiny_lm)
 from tfxl import StatefulTransfoXLLM
 from tfxl.data.tokenizers import BytesTokenizer
 from tfxl.layers.relative_position import RelativePositionEncoding
@@ -35,9 +35,50 @@ def model():
 
 
 @pytest.fixture(scope="module")
-def exported(model, tmp_path_factory):
+def signature_sets():
+    """The `Signatures` built in this file, by model and arguments (see `trace_once`)."""
+    return {}
+
+
+def trace_once(monkeypatch, signature_sets):
+    """Makes every export in this file of a model with the same arguments (tokenizer, sizes,
+    score_top_k) reuse one `Signatures`, so each signature is traced once per file rather than
+    once per export: tracing is nearly all of an export's time, and what these tests check
+    (where and how an export is written and published, what it answers) does not depend on a
+    fresh trace. test_score_top_k_export_and_versions checks that an export traces each
+    signature once, and tests of a model of their own trace it themselves."""
+    build = export_lib.Signatures
+
+    def cached(model, tokenizer=None, *args, **kwargs):
+        key = (id(model), None if tokenizer is None else (type(tokenizer), tokenizer.vocab_sha256),
+               args, tuple(sorted(kwargs.items())))
+        if key not in signature_sets:  # the model is kept: its id is not reused
+            signature_sets[key] = model, build(model, tokenizer, *args, **kwargs)
+        return signature_sets[key][1]
+    monkeypatch.setattr(export_lib, "Signatures", cached)
+
+
+@pytest.fixture
+def traced_once(monkeypatch, signature_sets):
+    trace_once(monkeypatch, signature_sets)
+
+
+@pytest.fixture(scope="module")
+def exported(model, signature_sets, tmp_path_factory):
     base = str(tmp_path_factory.mktemp("export"))
-    return export_saved_model(model, base, score_top_k=0, tokenizer=BytesTokenizer())
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        trace_once(monkeypatch, signature_sets)
+        return export_saved_model(model, base, score_top_k=0, tokenizer=BytesTokenizer())
+
+
+@pytest.fixture(scope="module")
+def model_exported(model, signature_sets, tmp_path_factory):
+    """keras.Model.export's entry point with the `exported` fixture's arguments."""
+    path = tmp_path_factory.mktemp("model_export") / "saved"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        trace_once(monkeypatch, signature_sets)
+        model.export(str(path), verbose=False, score_top_k=0, tokenizer=BytesTokenizer())
+    return path
 
 
 def reference_nll(model, ids, tgt_len=T, mem_len=MEM, **settings):
@@ -71,38 +112,75 @@ def client_inputs(tmp_path):
     return inputs
 
 
-def run_client(export_dir, tmp_path):
-    """tests/serving_client.py's outputs for `export_dir`, from a TensorFlow-only process."""
+@pytest.fixture(scope="module")
+def client_run(exported, model_exported, tmp_path_factory):
+    """One TensorFlow-only process (tests/serving_client.py) for both exports and TensorFlow's
+    saved_model_cli: (the inputs, {"exported": outputs, "model_exported": outputs}, the
+    saved_model_cli exit status, its output). One process start, not three."""
+    tmp_path = tmp_path_factory.mktemp("client")
+    inputs = client_inputs(tmp_path)
     result = subprocess.run(
-        [sys.executable, os.path.join(HERE, "serving_client.py"), str(export_dir),
-         str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
+        [sys.executable, os.path.join(HERE, "serving_client.py"), str(tmp_path / "in.npz"),
+         "--saved_model_cli", str(exported), str(tmp_path / "shown.txt"),
+         str(exported), str(tmp_path / "exported.npz"),
+         str(model_exported), str(tmp_path / "model_exported.npz")],
         capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
-    return np.load(tmp_path / "out.npz", allow_pickle=False)
+    outputs = {name: np.load(tmp_path / f"{name}.npz", allow_pickle=False)
+               for name in ("exported", "model_exported")}
+    code, shown = (tmp_path / "shown.txt").read_text().split("\n", 1)
+    return inputs, outputs, int(code), shown
 
 
-def assert_client_matches(model, out, inputs):
-    """Every output of serving_client.py equals the Python model's (an export with the bytes
-    tokenizer, score_top_k=0, the fixture model's evaluation settings), with no tfxl import."""
+@pytest.fixture(scope="module")
+def client_expected(model, client_run):
+    """What the Python model gives for serving_client.py's requests (computed once for both
+    exports that client_run's process called)."""
+    inputs = client_run[0]
     document, long_document, ragged, texts, prompt = (inputs[name] for name in (
         "document", "long_document", "ragged_document", "texts", "prompt"))
+    tokenizer = BytesTokenizer()
+    want = dict(full=model(document, model.init_memory(2, mem_len=0))[0].numpy(),
+                document=reference_nll(model, long_document),
+                alone=[reference_nll(model, long_document[:1]),
+                       reference_nll(model, ragged[1:, :23])],
+                texts=[reference_nll(model, np.concatenate(
+                    [[tokenizer.eod_id], tokenizer.encode(text.decode())])[None])[0]
+                    for text in texts])
+    ids, memory = generate(model, prompt, model.init_key_value_memory(2, mem_len=MEM), 7, 0.8,
+                           20, 0.9, 5)
+    want.update(generated_ids=ids.numpy(), generated_valid=memory["valid"].numpy())
+    first, second = tokenizer.encode("def f("), tokenizer.encode("import os")
+    padded = np.stack([np.concatenate([np.zeros(3, np.int32), first]), second])
+    valid = np.ones(padded.shape, bool)
+    valid[0, :3] = False
+    ids, _ = generate(model, padded, model.init_key_value_memory(2, mem_len=MEM), 7, 0.8, 20,
+                      0.9, 5, prompt_valid=valid)
+    want["text"] = tokenizer.tf_decode(ids).numpy().astype("S")
+    return want
+
+
+def assert_client_matches(expected, out, inputs):
+    """Every output of serving_client.py equals the Python model's (`client_expected`: an export
+    with the bytes tokenizer, score_top_k=0, the fixture model's evaluation settings), with no
+    tfxl import."""
+    texts = inputs["texts"]
     assert not out["tfxl_imported"]
     assert out["init_keys"].shape == (2, *KEYS_SHAPE)
     assert out["init_values"].shape == (2, *VALUES_SHAPE)
     assert out["init_valid"].shape == (2, MEM) and not out["init_valid"].any()
 
     # Streaming through three `score` requests equals one long pass (memory >= document).
-    full, _ = model(document, model.init_memory(2, mem_len=0))
-    np.testing.assert_allclose(out["streamed_log_probs"], full.numpy(), atol=1e-5)
+    np.testing.assert_allclose(out["streamed_log_probs"], expected["full"], atol=1e-5)
 
     # score_document: the whole document in one request = the training path segment by segment.
-    want = reference_nll(model, long_document)
+    want = expected["document"]
     np.testing.assert_allclose(out["document_nll"], want, atol=1e-5)
     np.testing.assert_array_equal(out["document_tokens"], [39, 39])
     np.testing.assert_allclose(out["document_mean_nll"], want.mean(), rtol=1e-5)
 
     # score_document_masked: each row as if scored alone, 0 where not counted.
-    alone = [reference_nll(model, long_document[:1]), reference_nll(model, ragged[1:, :23])]
+    alone = expected["alone"]
     np.testing.assert_allclose(out["masked_nll"][0], alone[0][0], atol=1e-5)
     np.testing.assert_allclose(out["masked_nll"][1, :22], alone[1][0], atol=1e-5)
     assert not out["masked_nll"][1, 22:].any()
@@ -111,48 +189,36 @@ def assert_client_matches(model, out, inputs):
                                rtol=1e-5)
 
     # score_text: <eod> + the tokenizer's ids, every text token scored; bpc per row.
-    tokenizer = BytesTokenizer()
-    for row, text in enumerate(texts):
-        ids = np.concatenate([[tokenizer.eod_id], tokenizer.encode(text.decode())])[None]
-        want = reference_nll(model, ids)[0]
+    for row, (text, want) in enumerate(zip(texts, expected["texts"])):
         assert out["text_tokens"][row] == want.size == len(text)
         np.testing.assert_allclose(out["text_nll"][row, :want.size], want, atol=1e-5)
         assert not out["text_nll"][row, want.size:].any()
         np.testing.assert_allclose(out["text_bpc"][row], want.mean() / math.log(2), rtol=1e-5)
 
     # generate and generate_text: the same ids as the Python generation.
-    ids, memory = generate(model, prompt, model.init_key_value_memory(2, mem_len=MEM), 7, 0.8,
-                           20, 0.9, 5)
-    np.testing.assert_array_equal(out["generated_ids"], ids.numpy())
-    np.testing.assert_array_equal(out["generated_valid"], memory["valid"].numpy())
-    first, second = tokenizer.encode("def f("), tokenizer.encode("import os")
-    padded = np.stack([np.concatenate([np.zeros(3, np.int32), first]), second])
-    valid = np.ones(padded.shape, bool)
-    valid[0, :3] = False
-    ids, _ = generate(model, padded, model.init_key_value_memory(2, mem_len=MEM), 7, 0.8, 20,
-                      0.9, 5, prompt_valid=valid)
-    np.testing.assert_array_equal(out["text"], tokenizer.tf_decode(ids).numpy().astype("S"))
+    np.testing.assert_array_equal(out["generated_ids"], expected["generated_ids"])
+    np.testing.assert_array_equal(out["generated_valid"], expected["generated_valid"])
+    np.testing.assert_array_equal(out["text"], expected["text"])
 
     # encode_text and decode_ids: the tokenizer itself.
-    np.testing.assert_array_equal(out["encoded_ids"], tokenizer.encode("naïve"))
+    np.testing.assert_array_equal(out["encoded_ids"], BytesTokenizer().encode("naïve"))
     assert out["decoded_text"] == "naïve".encode()
 
 
 @pytest.mark.subprocess
-def test_tensorflow_only_client_matches_the_python_model(model, exported, tmp_path):
-    inputs = client_inputs(tmp_path)
-    assert_client_matches(model, run_client(exported, tmp_path), inputs)
+def test_tensorflow_only_client_matches_the_python_model(client_run, client_expected):
+    inputs, outputs, _, _ = client_run
+    assert_client_matches(client_expected, outputs["exported"], inputs)
 
 
 @pytest.mark.subprocess
-def test_model_export_runs_every_signature_without_tfxl(model, tmp_path):
+def test_model_export_runs_every_signature_without_tfxl(model_exported, client_run,
+                                                        client_expected):
     """keras.Model.export's entry point writes tfxl-export's signatures (the inherited one fails
     on the (log-probs, memory dict) output of `call`)."""
-    path = tmp_path / "saved"
-    model.export(str(path), verbose=False, score_top_k=0, tokenizer=BytesTokenizer())
-    inputs = client_inputs(tmp_path)
-    assert_client_matches(model, run_client(path, tmp_path), inputs)
-    assert tf.io.gfile.exists(str(path / "assets.extra" / "tfxl_data.json"))
+    inputs, outputs, _, _ = client_run
+    assert_client_matches(client_expected, outputs["model_exported"], inputs)
+    assert tf.io.gfile.exists(str(model_exported / "assets.extra" / "tfxl_data.json"))
 
 
 def test_stateful_model_export_is_the_stateless_tokenizer_less_signatures(model, tmp_path):
@@ -226,14 +292,14 @@ def test_score_document_projects_positions_once_per_document(model, monkeypatch)
 
 
 @pytest.mark.subprocess
-def test_saved_model_cli_lists_every_signature(exported):
-    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    shown = subprocess.run([cli, "show", "--dir", exported, "--all"], capture_output=True,
-                           text=True, timeout=120)
-    assert shown.returncode == 0, shown.stderr[-2000:]
+def test_saved_model_cli_lists_every_signature(client_run):
+    """TensorFlow's saved_model_cli (its console script, run in the TensorFlow-only client's
+    process) shows `exported`."""
+    _, _, code, shown = client_run
+    assert code == 0, shown[-2000:]
     for name in ("serving_default", "score", "init_memory", "generate", "score_document",
                  "score_document_masked", "generate_text", "score_text"):
-        assert f"signature_def['{name}']" in shown.stdout
+        assert f"signature_def['{name}']" in shown
 
 
 @pytest.fixture(scope="module")
@@ -523,6 +589,16 @@ def test_export_and_generate_command_lines(model, tmp_path):
     assert bad.returncode == 2 and "top_p must be in (0, 1]" in bad.stderr
 
 
+def test_generate_from_a_model_traces_its_one_token_step_once(model):
+    """tfxl-generate from a model: the prompt's call and each later token's run one trace."""
+    from tfxl.serving.generate_main import _ModelStepper
+    step = _ModelStepper(model, None)
+    first = step(np.array([[3, 1, 4]], np.int32), 1.0, 0, 1.0, 0)
+    second = step(first.numpy(), 1.0, 0, 1.0, 1)
+    assert first.shape == second.shape == (1, 1)
+    assert step._generate.experimental_get_tracing_count() == 1
+
+
 @pytest.mark.subprocess
 def test_generate_names_a_prompt_or_seed_it_cannot_use(tmp_path):
     """Refused before any model is loaded: a --prompt of bytes that are not UTF-8 (Python sees
@@ -535,7 +611,7 @@ def test_generate_names_a_prompt_or_seed_it_cannot_use(tmp_path):
         "error: --prompt is not UTF-8 text: byte 0xe9 at offset 3 (invalid continuation byte); "
         "the tokenizers read UTF-8")
     for seed in (2**31, -2**31 - 1):
-        bad = run_cli("tfxl.serving.generate_main", model, "--prompt=a", f"--seed={seed}")
+        bad = run_in_process("tfxl.serving.generate_main", model, "--prompt=a", f"--seed={seed}")
         assert bad.returncode == 2 and "--seed" in bad.stderr.splitlines()[-1], bad.stderr
 
 
@@ -600,7 +676,7 @@ def left_in_staging(tmp_path):
             if not name.startswith("__autograph_generated_file")]
 
 
-def test_object_store_export_copies_saved_model_pb_last(model, tmp_path, monkeypatch):
+def test_object_store_export_copies_saved_model_pb_last(model, tmp_path, monkeypatch, traced_once):
     copied = as_object_store(monkeypatch, tmp_path)
     renamed, rename = [], tf.io.gfile.rename
     monkeypatch.setattr(tf.io.gfile, "rename",
@@ -621,7 +697,8 @@ def test_object_store_export_copies_saved_model_pb_last(model, tmp_path, monkeyp
                                atol=1e-5)
 
 
-def test_object_store_export_failing_midway_leaves_no_version(model, tmp_path, monkeypatch):
+def test_object_store_export_failing_midway_leaves_no_version(model, tmp_path, monkeypatch,
+                                                              traced_once):
     copied = as_object_store(monkeypatch, tmp_path)
     copy = tf.io.gfile.copy
 
@@ -642,7 +719,8 @@ def test_object_store_export_failing_midway_leaves_no_version(model, tmp_path, m
     assert tf.io.gfile.exists(str(base / "1" / "saved_model.pb"))
 
 
-def test_local_export_is_built_aside_and_renamed_into_place(model, tmp_path, monkeypatch):
+def test_local_export_is_built_aside_and_renamed_into_place(model, tmp_path, monkeypatch,
+                                                            traced_once):
     import tfxl.serving.export as export_lib
     base = tmp_path / "exports"
     seen, write = [], export_lib.write_signatures
@@ -691,7 +769,7 @@ export_lib.export_saved_model(tiny_lm(), output_dir)
 
 
 @pytest.mark.subprocess
-def test_export_killed_before_publishing_leaves_no_version(model, tmp_path):
+def test_export_killed_before_publishing_leaves_no_version(model, tmp_path, traced_once):
     """kill -9 of an export leaves only its ".tmp-export-1-..." directory, which neither TF
     Serving (integer names only) nor the next export (then version 1, not 2) takes for a version."""
     import time
@@ -724,7 +802,8 @@ def test_versions_are_positive_integers_and_never_overwritten(model, tmp_path):
     assert next_version(str(base)) == 4  # TF Serving may have seen 3: never reused
 
 
-def test_export_to_a_remote_file_system_goes_through_gfile(model, tmp_path, monkeypatch):
+def test_export_to_a_remote_file_system_goes_through_gfile(model, tmp_path, monkeypatch,
+                                                           traced_once):
     """ram:// (TensorFlow's in-memory file system) stands for a bucket: the export is uploaded
     there and loads from there, and no local folder named like it appears."""
     monkeypatch.chdir(tmp_path)
@@ -740,7 +819,7 @@ def test_export_to_a_remote_file_system_goes_through_gfile(model, tmp_path, monk
     assert os.listdir(tmp_path) == []
 
 
-def test_model_export_is_published_whole(model, tmp_path, monkeypatch):
+def test_model_export_is_published_whole(model, tmp_path, monkeypatch, traced_once):
     copied = as_object_store(monkeypatch, tmp_path)
     target = tmp_path / "empty"
     target.mkdir()  # an empty directory may be exported into (as before)
@@ -752,7 +831,7 @@ def test_model_export_is_published_whole(model, tmp_path, monkeypatch):
 
 
 def test_models_prompts_and_records_in_a_bucket_are_read_through_gfile(model, tmp_path,
-                                                                       monkeypatch):
+                                                                       monkeypatch, traced_once):
     """--model as a .keras file, a model_dir or an export in a bucket (ram:// stands for one),
     --prompt_file there, and the vocabulary check of such a model_dir; no local folder named
     like the bucket appears."""

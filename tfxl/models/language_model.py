@@ -112,10 +112,15 @@ class TransfoXLLM(keras.Model):
             object.__setattr__(self, "_generate_loops", {})
         if mem_len not in self._generate_loops:
             run = dict(clamp_len=settings["clamp_len"], same_length=settings["same_length"])
+            # An input_signature of any batch and prompt length: one trace per memory length,
+            # not one per prompt shape (each trace costs seconds).
+            scalar = [tf.TensorSpec([], dtype) for dtype in (tf.int32, tf.float32, tf.int32,
+                                                             tf.float32, tf.int32)]
             self._generate_loops[mem_len] = tf.function(
                 lambda ids, n, t, k, p, seed: generation.generate(
                     self, ids, self.init_key_value_memory(tf.shape(ids)[0], mem_len), n, t, k, p,
-                    seed, **run)[0])
+                    seed, **run)[0],
+                input_signature=[tf.TensorSpec([None, None], tf.int32), *scalar])
         out = self._generate_loops[mem_len](
             tf.constant(ids.reshape(-1, ids.shape[-1])), tf.constant(int(max_new_tokens)),
             tf.constant(float(temperature)), tf.constant(int(top_k)),

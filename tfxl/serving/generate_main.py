@@ -54,8 +54,14 @@ class _ModelStepper:
         self.mem_len = settings["mem_len"]
         run = dict(clamp_len=settings["clamp_len"], same_length=settings["same_length"])
         self.memory = model.init_key_value_memory(1, mem_len=self.mem_len)
+        # Any prompt length: one trace for the prompt and every later token, not two.
         self._generate = tf.function(lambda ids, memory, t, k, p, seed: generate(
-            model, ids, memory, 1, t, k, p, seed, **run))
+            model, ids, memory, 1, t, k, p, seed, **run), input_signature=[
+                tf.TensorSpec([None, None], tf.int32),
+                {name: tf.TensorSpec([None, *value.shape[1:]], value.dtype)
+                 for name, value in self.memory.items()},
+                *[tf.TensorSpec([], dtype) for dtype in (tf.float32, tf.int32, tf.float32,
+                                                         tf.int32)]])
 
     def __call__(self, ids, temperature, top_k, top_p, seed):
         tf = self.tf
