@@ -107,6 +107,13 @@ def test_the_language_models_tokenizer_is_used(tmp_path):
     assert features[TOKEN_IDS].numpy()[0, 0] == lm_manifest["eod_id"]
 
 
+def test_the_pipeline_runs_without_the_autotuning_thread(tmp_path):
+    # whose iterators block their deletion for up to 60 s (tfxl.data.pipeline.pipeline_options)
+    _, data_dir = prepare(tmp_path, test_fraction=0.0)
+    options = classification_dataset(data_dir, "train", 2, 4, shuffle=True).options()
+    assert options.autotune.enabled is False and options.deterministic is True
+
+
 @pytest.mark.parametrize("layout,train,problem", [
     ("csv", "id,body,label\n1,hello,a\n", r"train\.csv: line 1: no column 'text'"),
     ("csv", "text,label\nhello,a\nworld,\n", r"train\.csv: line 3: no label"),

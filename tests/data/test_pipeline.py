@@ -153,6 +153,17 @@ def test_deterministic_order(bytes_dir):
         np.testing.assert_array_equal(first[key], second[key])
 
 
+def test_pipelines_run_without_the_autotuning_thread(bytes_dir):
+    # TF 2.21's autotuning thread is not woken when its iterator is deleted: deleting an iterator
+    # read for a minute blocked for up to 60 s (pipeline_options, benchmarks/input_bench.py).
+    data_dir, _ = bytes_dir
+    for training in (True, False):
+        dataset = input_fn("train", InputParams(data_dir=data_dir, batch_size=3,
+                                                training=training))
+        assert dataset.options().autotune.enabled is False
+        assert dataset.options().deterministic is True
+
+
 def test_flag_and_manifest_mismatches_fail_before_reading(bytes_dir):
     data_dir, _ = bytes_dir
     base = InputParams(data_dir=data_dir, batch_size=4, training=True)

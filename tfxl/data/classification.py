@@ -43,7 +43,7 @@ from tfxl.data import storage, tokenizers
 from tfxl.data.errors import DataError
 from tfxl.data.labelled import LABELLED_FORMATS, read_labelled
 from tfxl.data.options import ERRORS, option
-from tfxl.data.pipeline import verify_shards
+from tfxl.data.pipeline import pipeline_options, verify_shards
 from tfxl.data.staging import open_output_dir
 
 # The reader's feature names: the keys `tfxl.classification.DocumentClassifier` reads (the data
@@ -326,4 +326,5 @@ def classification_dataset(data_dir: str, split: str, batch_size: int, segment_l
         batch_size, padded_shapes=({TOKEN_IDS: [length], LENGTHS: []}, []),
         padding_values=({TOKEN_IDS: manifest["pad_id"], LENGTHS: 0}, 0),
         drop_remainder=drop_remainder)
-    return dataset.map(to_segment_multiple).prefetch(tf.data.AUTOTUNE)
+    return (dataset.map(to_segment_multiple).with_options(pipeline_options())
+            .prefetch(tf.data.AUTOTUNE))

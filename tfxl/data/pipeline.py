@@ -135,6 +135,24 @@ def _pass_shift(pass_index, tgt_len: int, seed: int):
     return tf.cast(tf.where(pass_index == 0, tf.constant(0, tf.int64), 1 + mixed), tf.int32)
 
 
+def pipeline_options() -> tf.data.Options:
+    """The tf.data options of tfxl's input pipelines (language model and classification).
+
+    Deterministic order, and no autotuning thread. TensorFlow 2.21's autotuning thread
+    (`options.autotune`) sleeps up to 60 s between optimisations and is not woken when its
+    iterator is deleted: deleting an iterator that has been read for a minute blocks the deleting
+    thread until that sleep ends (12 s and more measured, `benchmarks/input_bench.py`; the test
+    suite's 35-100 s stalls were garbage collections of such iterators). The pipelines parse
+    small records, so the tuning buys nothing: `AUTOTUNE` still means one parallel call per core
+    and a prefetch buffer that the (threadless) prefetch autotuner grows, at the same throughput
+    (BENCHMARKS.md "Input pipelines").
+    """
+    options = tf.data.Options()
+    options.deterministic = True
+    options.autotune.enabled = False
+    return options
+
+
 def input_fn(split: str, params: InputParams,
              input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
     """Dataset of segment batches for `split` (see the module docstring and `InputParams`)."""
@@ -264,8 +282,7 @@ def input_fn(split: str, params: InputParams,
         # input ran out of data" (a warning at the end of every evaluate() pass).
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(
             steps * len(slots) // per_replica))
-    options = tf.data.Options()
-    options.deterministic = True
+    options = pipeline_options()
     options.experimental_distribute.auto_shard_policy = (
         tf.data.experimental.AutoShardPolicy.OFF if input_context is not None
         else tf.data.experimental.AutoShardPolicy.DATA)
