@@ -17,7 +17,12 @@
    {A, B}), label "same" iff X == Y. The evidence is split between the first and the last token,
    thousands apart: a single segment, a mean over segments or the first T tokens all carry no
    information about the label (chance); reading with a memory that reaches back to X can solve
-   it. (A probe whose label is a marker alone would be solved by the segment mean.)
+   it. (A probe whose label is a marker alone would be solved by the segment mean.) Trained from
+   a fresh backbone on a curriculum (`probe_stages`): documents of a few hundred bytes first,
+   where one segment holds both markers and the gradient toward X is strong, then longer ones up
+   to thousands of bytes (trained on 2,048 bytes from the start, the last token gave X about
+   1/2,048 of its attention and the loss stayed at ln 2). Tested at several lengths, one beyond
+   the memory's reach (M + T tokens): there the memory cannot help, and it should not.
 5. documents/second: training (the memory classifier's `fit`, epochs after the first) and
    inference (a compiled predict step over the test split).
 
@@ -34,7 +39,7 @@ import json
 import os
 import time
 import sys
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 from benchmarks import common
 from tfxl.data.stdlib_classification import STDLIB_PACKAGES
@@ -64,10 +69,10 @@ class Sizes:
     batch: int = 8
     learning_rate: float = 1e-3
     tokens_read: Sequence[int] = (128, 512, 1024, 2048, 4096)
-    probe_train: int = 128                # probe documents; 0: no probe
-    probe_test: int = 64
-    probe_length: int = 2048
-    probe_epochs: int = 6
+    probe_train: int = 512                # probe training documents per stage; 0: no probe
+    probe_test: int = 128                 # probe test documents per length
+    probe_stages: Sequence[Tuple[int, int]] = ((128, 3), (512, 3), (2048, 4))  # (bytes, epochs)
+    probe_test_lengths: Sequence[int] = (512, 2048, 4096)
     seed: int = 0
     eager: bool = False                   # no tf.function: for runs of a step or two, where
                                           # tracing costs more than the steps
@@ -120,7 +125,7 @@ def prepare_stdlib_data(work, sizes, stdlib_root=None, log=print):
 
 def probe_documents(count, length, seed):
     """The long-range probe (module docstring): `count` JSON-ready {"text", "label"} documents of
-    `length` bytes, labels balanced in expectation."""
+    `length` bytes, labels balanced in expectation (`seed`: an int or a sequence of ints)."""
     import numpy as np
     rng = np.random.default_rng(seed)
     letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", np.uint8)
@@ -133,18 +138,20 @@ def probe_documents(count, length, seed):
     return documents
 
 
-def prepare_probe_data(work, sizes, tokenizer_dir):
+def prepare_probe_data(work, length, sizes, tokenizer_dir=None):
+    """A classification data dir of probe documents of `length` bytes (sizes.probe_train
+    training and sizes.probe_test test documents, each drawn from its own seed)."""
     import tensorflow as tf
 
     from tfxl.data.classification import ClassificationConfig, prepare_classification
+    tf.io.gfile.makedirs(work)
     paths = {}
-    for split, count, seed in (("train", sizes.probe_train, sizes.seed),
-                               ("test", sizes.probe_test, sizes.seed + 1)):
-        paths[split] = os.path.join(work, f"probe_{split}.jsonl")
+    for split, count, stream in (("train", sizes.probe_train, 0), ("test", sizes.probe_test, 1)):
+        paths[split] = os.path.join(work, f"probe_{length}_{split}.jsonl")
         with tf.io.gfile.GFile(paths[split], "w") as f:
-            for document in probe_documents(count, sizes.probe_length, seed):
+            for document in probe_documents(count, length, (sizes.seed, length, stream)):
                 f.write(json.dumps(document) + "\n")
-    out = os.path.join(work, "probe_classification")
+    out = os.path.join(work, f"probe_{length}")
     prepare_classification(ClassificationConfig(
         output_dir=out, train=[paths["train"]], test=[paths["test"]], format="jsonl",
         tokenizer_dir=tokenizer_dir, valid_fraction=0.0, overwrite=True))
@@ -229,16 +236,21 @@ class EpochSeconds(keras.callbacks.Callback):
         self.seconds.append(time.perf_counter() - self.start)
 
 
-def fine_tune(model, dataset, epochs, sizes):
-    """Keras `fit` (a tf.function step; XLA's compile of the segment loop costs more than it
-    saves at these sizes); returns the seconds of each epoch and the final loss."""
+def compile_for_fine_tuning(model, sizes):
+    """Adam with clipnorm 1, a tf.function step (XLA's compile of the segment loop costs more
+    than it saves at these sizes); one optimizer for every stage `fine_tune` then runs."""
     model.compile(optimizer=keras.optimizers.Adam(sizes.learning_rate, clipnorm=1.0),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   jit_compile=False, run_eagerly=sizes.eager)
+
+
+def fine_tune(model, dataset, epochs):
+    """Keras `fit` of a compiled model; returns the seconds and the training loss of each
+    epoch."""
     times = EpochSeconds()
     # shuffle=False: the dataset shuffles itself (Keras' own flag would only warn)
     history = model.fit(dataset, epochs=epochs, verbose=0, shuffle=False, callbacks=[times])
-    return times.seconds, float(history.history["loss"][-1])
+    return times.seconds, [float(x) for x in history.history["loss"]]
 
 
 # -- evaluation -------------------------------------------------------------------------------
@@ -294,48 +306,103 @@ def scores(probs, labels, num_classes):
             "documents": m.documents}
 
 
-def run_task(name, data_dir, sizes, lm_model_dir, epochs, train_tokens, tokens_read, log=print):
-    """Fine-tunes the three readings on one task, the memory and no-memory ones on the first
-    `train_tokens` tokens of each document, and evaluates them reading the first N tokens for N
-    in `tokens_read` (which holds train_tokens); returns the results dict."""
+@dataclasses.dataclass
+class Task:
+    """What the three readings are fine-tuned on and tested on.
+
+    stages: [(data_dir, epochs, train_tokens)], trained in order, one optimizer throughout; the
+      memory and no-memory readings read the first train_tokens tokens of each document,
+      truncation the first T.
+    tests: {key: (data_dir, tokens)}: the test split of data_dir read on its first `tokens`
+      tokens (truncation: the first T of each data_dir), reported under `key`.
+    main: the key of the headline accuracy (truncation: its entry for main's data_dir).
+    """
+
+    name: str
+    stages: Sequence[Tuple[str, int, int]]
+    tests: dict
+    main: str
+    by: str = "by_tokens_read"  # what the keys count (the results' field name)
+
+
+def reading_tests(task, reading, sizes):
+    """{key: (data_dir, tokens)} of `reading`: the task's tests, or for truncation the first T
+    tokens of each of their data dirs, under the first key naming it."""
+    if reading != TRUNCATION:
+        return dict(task.tests)
+    firsts = {}
+    for key, (data_dir, _) in task.tests.items():
+        firsts.setdefault(data_dir, key)
+    return {key: (data_dir, sizes.segment_len) for data_dir, key in firsts.items()}
+
+
+def run_task(task, sizes, lm_model_dir, log=print):
+    """Fine-tunes and tests the three readings on `task`; returns the results dict."""
     from tfxl.data.classification import load_classification_manifest
-    manifest = load_classification_manifest(data_dir)
+    manifest = load_classification_manifest(task.stages[-1][0])
     num_classes, vocab_size = len(manifest["labels"]), manifest["vocab_size"]
-    train_documents = manifest["splits"]["train"]["documents"]
-    result = {"labels": manifest["labels"], "train_documents": train_documents,
-              "test_documents": manifest["splits"]["test"]["documents"], "readings": {}}
+    main_dir = task.tests[task.main][0]
+    test_documents = load_classification_manifest(main_dir)["splits"]["test"]["documents"]
+    result = {"labels": manifest["labels"],
+              "train_documents": manifest["splits"]["train"]["documents"],
+              "test_documents": test_documents, "readings": {}}
     for reading in READINGS:
         model = classifier(reading, sizes, num_classes, lm_model_dir, vocab_size)
-        epoch_seconds, loss = fine_tune(model, training_dataset(reading, data_dir, sizes,
-                                                                 train_tokens),
-                                        epochs, sizes)
-        timed = epoch_seconds[1:] or epoch_seconds
-        entry = {"final_train_loss": loss, "epoch_seconds": epoch_seconds,
-                 "train_documents_per_second": train_documents * len(timed) / sum(timed),
-                 "by_tokens_read": {}}
+        compile_for_fine_tuning(model, sizes)
+        entry = {"stages": [], task.by: {}}
+        for data_dir, epochs, train_tokens in task.stages:
+            epoch_seconds, losses = fine_tune(
+                model, training_dataset(reading, data_dir, sizes, train_tokens), epochs)
+            documents = load_classification_manifest(data_dir)["splits"]["train"]["documents"]
+            entry["stages"].append({"train_tokens": train_tokens, "documents": documents,
+                                    "epoch_seconds": epoch_seconds, "losses": losses})
+        last = entry["stages"][-1]
+        timed = last["epoch_seconds"][1:] or last["epoch_seconds"]
+        entry["final_train_loss"] = last["losses"][-1]
+        entry["train_documents_per_second"] = last["documents"] * len(timed) / sum(timed)
         step = predict_step(model, sizes.eager)
-        for n in ([sizes.segment_len] if reading == TRUNCATION else tokens_read):
+        tests = reading_tests(task, reading, sizes)
+        for key, (data_dir, n) in tests.items():
             start = time.perf_counter()
             probs, labels = probabilities(model, reading, data_dir, n, sizes, step)
             first = time.perf_counter() - start
-            entry["by_tokens_read"][str(n)] = {**scores(probs, labels, num_classes),
-                                               "seconds_with_compile": first}
-        n_main = train_tokens if reading != TRUNCATION else sizes.segment_len
+            entry[task.by][key] = {**scores(probs, labels, num_classes), "tokens_read": n,
+                                   "seconds_with_compile": first}
+        main = next(k for k, (d, _) in tests.items() if d == main_dir) if (
+            reading == TRUNCATION) else task.main
+        n_main = tests[main][1]
         start = time.perf_counter()  # compiled already: the inference throughput
-        probabilities(model, reading, data_dir, n_main, sizes, step)
+        probabilities(model, reading, main_dir, n_main, sizes, step)
         entry["inference"] = {"tokens_read": n_main, "documents_per_second":
-                              result["test_documents"] / (time.perf_counter() - start)}
-        main = entry["by_tokens_read"][str(n_main)]
-        entry.update(accuracy=main["accuracy"], macro_f1=main["macro_f1"],
+                              test_documents / (time.perf_counter() - start)}
+        headline = entry[task.by][main]
+        entry.update(accuracy=headline["accuracy"], macro_f1=headline["macro_f1"],
                      tokens_read=n_main)
-        log(f"{name} {reading:>10}: accuracy {main['accuracy']:.3f}, macro-F1 "
-            f"{main['macro_f1']:.3f} reading {n_main} tokens; train "
-            f"{entry['train_documents_per_second']:.1f} docs/s, inference "
-            f"{entry['inference']['documents_per_second']:.1f} docs/s; "
-            f"by tokens read: " + ", ".join(f"{n} {r['accuracy']:.3f}" for n, r in
-                                             entry["by_tokens_read"].items()))
+        stage_losses = ", ".join(f"{stage['losses'][-1]:.3f}" for stage in entry["stages"])
+        log(f"{task.name} {reading:>10}: accuracy {headline['accuracy']:.3f}, macro-F1 "
+            f"{headline['macro_f1']:.3f} reading {n_main} tokens; train "
+            f"{entry['train_documents_per_second']:.1f} docs/s (loss by stage "
+            f"{stage_losses}), inference "
+            f"{entry['inference']['documents_per_second']:.1f} docs/s; {task.by}: "
+            + ", ".join(f"{k} {r['accuracy']:.3f}" for k, r in entry[task.by].items()))
         result["readings"][reading] = entry
     return result
+
+
+def stdlib_task(data_dir, sizes):
+    return Task("stdlib", [(data_dir, sizes.epochs, sizes.train_tokens)],
+                {str(n): (data_dir, n) for n in sizes.tokens_read}, str(sizes.train_tokens))
+
+
+def probe_task(work, sizes):
+    """The probe's curriculum and test lengths (each length's documents prepared once), from a
+    fresh backbone: the task needs no language."""
+    lengths = sorted({n for n, _ in sizes.probe_stages} | set(sizes.probe_test_lengths))
+    dirs = {n: prepare_probe_data(work, n, sizes) for n in lengths}
+    whole = {n: n + 1 for n in lengths}  # <eod> first: the first byte is token 1
+    stages = [(dirs[n], epochs, whole[n]) for n, epochs in sizes.probe_stages]
+    return Task("probe", stages, {str(n): (dirs[n], whole[n]) for n in sizes.probe_test_lengths},
+                str(sizes.probe_stages[-1][0]), by="by_length")
 
 
 def run(work, sizes, stdlib_root=None, log=print, save=None):
@@ -348,15 +415,11 @@ def run(work, sizes, stdlib_root=None, log=print, save=None):
     if sizes.lm_steps:
         lm_model_dir = os.path.join(work, "lm")
         results["pretraining"] = pretrain(lm_data, lm_model_dir, sizes, log)
-    results["stdlib"] = run_task("stdlib", cls_data, sizes, lm_model_dir, sizes.epochs,
-                                 sizes.train_tokens, sizes.tokens_read, log)
+    results["stdlib"] = run_task(stdlib_task(cls_data, sizes), sizes, lm_model_dir, log)
     if save:
         save(results)  # a later failure keeps what was measured
     if sizes.probe_train:
-        probe_data = prepare_probe_data(work, sizes, lm_data)
-        whole = sizes.probe_length + 1  # <eod> first: the probe's first byte is token 1
-        results["probe"] = run_task("probe", probe_data, sizes, lm_model_dir, sizes.probe_epochs,
-                                    whole, [whole], log)
+        results["probe"] = run_task(probe_task(work, sizes), sizes, None, log)
     results["seconds"] = time.perf_counter() - start
     return results
 

@@ -1,6 +1,7 @@
 """The stdlib classification task (tfxl.data.stdlib_classification), the benchmark's long-range
 probe and the demo (benchmarks/classify_demo.py) at its smallest size, on a small fake library."""
 
+import dataclasses
 import json
 import os
 
@@ -85,6 +86,24 @@ def test_probe_label_is_set_by_the_first_and_last_bytes_alone():
         assert d["label"] == ("same" if first == last else "different")
     assert 70 < sum(d["label"] == "same" for d in documents) < 130
     assert classify_bench.probe_documents(5, 300, seed=0) == documents[:5]
+
+
+def test_probe_trains_on_its_curriculum_in_order_and_tests_every_length(tmp_path):
+    from benchmarks.classify_demo import SIZES
+    sizes = dataclasses.replace(SIZES["smallest"], probe_train=8, probe_test=6,
+                                probe_stages=((12, 1), (40, 2)), probe_test_lengths=(40, 80))
+    task = classify_bench.probe_task(str(tmp_path), sizes)
+    assert [(n, epochs) for _, epochs, n in task.stages] == [(13, 1), (41, 2)]  # <eod> + bytes
+    assert task.main == "40" and task.by == "by_length"
+    result = classify_bench.run_task(task, sizes, None, log=lambda *a: None)
+    assert result["labels"] == ["different", "same"] and result["test_documents"] == 6
+    for reading, tokens in (("memory", {"40": 41, "80": 81}), ("no_memory", {"40": 41, "80": 81}),
+                            ("truncation", {"40": 16, "80": 16})):
+        entry = result["readings"][reading]
+        assert [len(stage["losses"]) for stage in entry["stages"]] == [1, 2]
+        assert {k: r["tokens_read"] for k, r in entry["by_length"].items()} == tokens
+        assert all(r["documents"] == 6 for r in entry["by_length"].values())
+        assert entry["accuracy"] == entry["by_length"]["40"]["accuracy"]
 
 
 def test_demo_at_its_smallest_size_prints_the_three_readings_and_plots(library, tmp_path):
