@@ -107,6 +107,19 @@ def test_the_language_models_tokenizer_is_used(tmp_path):
     assert features[TOKEN_IDS].numpy()[0, 0] == lm_manifest["eod_id"]
 
 
+def test_a_pass_has_a_known_length_that_is_its_number_of_batches(tmp_path):
+    # Keras reads an unknown length's end as "Your input ran out of data", once per epoch
+    manifest, data_dir = prepare(tmp_path, test_fraction=0.0)
+    documents = manifest["splits"]["train"]["documents"]
+    for batch, drop_remainder, skip in ((2, False, 0), (3, True, 0), (3, False, 1),
+                                        (4, False, documents)):
+        dataset = classification_dataset(data_dir, "train", batch, 4, shuffle=True,
+                                         drop_remainder=drop_remainder, skip=skip)
+        assert int(dataset.cardinality()) == sum(1 for _ in dataset) == (
+            (documents - skip) // batch if drop_remainder else -(-(documents - skip) // batch))
+    assert int(classification_dataset(data_dir, "train", 2, 4, repeat=True).cardinality()) < 0
+
+
 def test_the_pipeline_runs_without_the_autotuning_thread(tmp_path):
     # whose iterators block their deletion for up to 60 s (tfxl.data.pipeline.pipeline_options)
     _, data_dir = prepare(tmp_path, test_fraction=0.0)

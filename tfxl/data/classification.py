@@ -326,5 +326,11 @@ def classification_dataset(data_dir: str, split: str, batch_size: int, segment_l
         batch_size, padded_shapes=({TOKEN_IDS: [length], LENGTHS: []}, []),
         padding_values=({TOKEN_IDS: manifest["pad_id"], LENGTHS: 0}, 0),
         drop_remainder=drop_remainder)
-    return (dataset.map(to_segment_multiple).with_options(pipeline_options())
-            .prefetch(tf.data.AUTOTUNE))
+    dataset = dataset.map(to_segment_multiple)
+    if not repeat:
+        # Its length, which the TFRecord reader hides: Keras reads an unknown length's end as
+        # "Your input ran out of data" (a warning at the end of every epoch of a fit).
+        documents = max(info["documents"] - skip, 0)
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(
+            documents // batch_size if drop_remainder else -(-documents // batch_size)))
+    return dataset.with_options(pipeline_options()).prefetch(tf.data.AUTOTUNE)
