@@ -77,20 +77,22 @@ def test_no_two_packages_is_refused(library):
         stdlib_classification_task(library, packages=("asyncio", "xml"))
 
 
-def test_probe_label_is_set_by_the_first_and_last_bytes_alone():
-    documents = classify_bench.probe_documents(200, 300, seed=0)
+@pytest.mark.parametrize("marker", [1, 8])
+def test_probe_label_is_set_by_the_first_and_last_marker_runs_alone(marker):
+    documents = classify_bench.probe_documents(200, 300, seed=0, marker=marker)
     assert {len(d["text"]) for d in documents} == {300}
     for d in documents:
-        first, filler, last = d["text"][0], d["text"][1:-1], d["text"][-1]
-        assert first in "AB" and last in "AB" and filler.islower() and filler.isalpha()
+        first, filler, last = d["text"][:marker], d["text"][marker:-marker], d["text"][-marker:]
+        assert first in ("A" * marker, "B" * marker) and last in ("A" * marker, "B" * marker)
+        assert filler.islower() and filler.isalpha()
         assert d["label"] == ("same" if first == last else "different")
     assert 70 < sum(d["label"] == "same" for d in documents) < 130
-    assert classify_bench.probe_documents(5, 300, seed=0) == documents[:5]
+    assert classify_bench.probe_documents(5, 300, seed=0, marker=marker) == documents[:5]
 
 
 def test_probe_trains_on_its_curriculum_in_order_and_tests_every_length(tmp_path):
     from benchmarks.classify_demo import SIZES
-    sizes = dataclasses.replace(SIZES["smallest"], probe_train=8, probe_test=6,
+    sizes = dataclasses.replace(SIZES["smallest"], probe_train=8, probe_test=6, probe_marker=2,
                                 probe_stages=((12, 1), (40, 2)), probe_test_lengths=(40, 80))
     task = classify_bench.probe_task(str(tmp_path), sizes)
     assert [(n, epochs) for _, epochs, n in task.stages] == [(13, 1), (41, 2)]  # <eod> + bytes
