@@ -27,7 +27,8 @@
    several lengths, one beyond the memory's reach (M + T tokens): there the memory cannot help,
    and it should not.
 5. documents/second: training (the memory classifier's `fit`, epochs after the first) and
-   inference (a compiled predict step over the test split).
+   inference (a compiled predict step over the test split; with memory on the key/value memory,
+   as the `classify_document` signature reads).
 
     python -m benchmarks.classify_bench [--work DIR] [--json benchmarks/classify_bench.json]
 
@@ -260,13 +261,16 @@ def fine_tune(model, dataset, epochs):
 
 
 # -- evaluation -------------------------------------------------------------------------------
-def predict_step(model, eager=False):
+def predict_step(model, eager=False, key_value_memory=False):
     """A forward pass, probabilities [B, C]: a tf.function (one trace for every batch shape)
-    unless `eager`."""
+    unless `eager`. key_value_memory: read as the `classify_document` signature does (each
+    segment projects only its own keys and values; the same logits, tested in
+    tests/classification)."""
     import tensorflow as tf
 
     def step(inputs):
-        return keras.ops.softmax(model(inputs, training=False))
+        return keras.ops.softmax(model(inputs, training=False,
+                                       key_value_memory=key_value_memory))
     return step if eager else tf.function(step, reduce_retracing=True, autograph=False)
 
 
@@ -366,7 +370,7 @@ def run_task(task, sizes, lm_model_dir, log=print):
         timed = last["epoch_seconds"][1:] or last["epoch_seconds"]
         entry["final_train_loss"] = last["losses"][-1]
         entry["train_documents_per_second"] = last["documents"] * len(timed) / sum(timed)
-        step = predict_step(model, sizes.eager)
+        step = predict_step(model, sizes.eager, key_value_memory=reading == MEMORY)
         tests = reading_tests(task, reading, sizes)
         for key, (data_dir, n) in tests.items():
             start = time.perf_counter()
