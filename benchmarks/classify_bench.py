@@ -63,20 +63,20 @@ class Sizes:
     lm_batch: int = 16
     lm_segment_len: int = 128             # T = M of pretraining
     lm_max_train_bytes: int = 4 << 20
-    max_per_package: Optional[int] = 20   # documents drawn per package (seeded)
+    max_per_package: Optional[int] = None  # documents drawn per package (seeded); None: all
     test_fraction: float = 0.3
     segment_len: int = 128                # the classifiers' T
     mem_len: int = 2048                   # the memory classifier's M
     train_tokens: int = 1024              # N read in fine-tuning (memory classifier)
     grad_segments: int = 2
-    epochs: int = 8
+    epochs: int = 6
     batch: int = 8
     learning_rate: float = 2e-3
     tokens_read: Sequence[int] = (128, 512, 1024, 2048, 4096)
     probe_train: int = 384                # probe training documents per stage; 0: no probe
     probe_test: int = 100                 # probe test documents per length
     probe_marker: int = 8                 # bytes in each marker run
-    probe_stages: Sequence[Tuple[int, int]] = ((120, 2), (512, 2), (2048, 3))  # (bytes, epochs)
+    probe_stages: Sequence[Tuple[int, int]] = ((120, 2), (512, 4), (2048, 6))  # (bytes, epochs)
     probe_test_lengths: Sequence[int] = (512, 2048, 4096)
     seed: int = 0
     eager: bool = False                   # no tf.function: for runs of a step or two, where

@@ -35,6 +35,7 @@ SIZES = {
     # training, more epochs than the benchmark's; no probe.
     "demo": dataclasses.replace(
         bench.BENCH_SIZES, packages=("asyncio", "email", "idlelib", "lib2to3"), lm_steps=200,
+        max_per_package=20,
         mem_len=1024, train_tokens=512, epochs=8, learning_rate=2e-3,
         tokens_read=(128, 256, 512, 1024, 2048), probe_train=0),
     # The test's: a fresh 2-layer D 16 backbone, 3 documents per package, short reads, eager.
