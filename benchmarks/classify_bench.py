@@ -457,14 +457,62 @@ def accuracy_vs_tokens_figure(task_result, title="test accuracy vs tokens read")
     return fig
 
 
+# -- the BENCHMARKS.md tables ---------------------------------------------------------------
+READING_NAMES = {MEMORY: "with memory", SEGMENTS: "no memory (mean of segment probabilities)",
+                 TRUNCATION: "truncation (first T)"}
+
+
+def markdown_tables(results):
+    """BENCHMARKS.md's tables, printed from a run's JSON (`--tables`): nothing copied by hand."""
+    lines = []
+    for name, by, what in (("stdlib", "by_tokens_read", "N tokens read"),
+                           ("probe", "by_length", "document length (bytes)")):
+        task = results.get(name)
+        if not task:
+            continue
+        lines += [f"**{name}**: {task['train_documents']} training and "
+                  f"{task['test_documents']} test documents, {len(task['labels'])} classes", "",
+                  "| reading | accuracy | macro-F1 | tokens read | final train loss | "
+                  "train docs/s | inference docs/s |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for reading in READINGS:
+            r = task["readings"][reading]
+            lines.append(f"| {READING_NAMES[reading]} | {r['accuracy']:.3f} | "
+                         f"{r['macro_f1']:.3f} | {r['tokens_read']:,} | "
+                         f"{r['final_train_loss']:.3f} | {r['train_documents_per_second']:.1f} | "
+                         f"{r['inference']['documents_per_second']:.1f} |")
+        keys = sorted(task["readings"][MEMORY][by], key=int)
+        lines += ["", f"| accuracy by {what} | " + " | ".join(f"{int(k):,}" for k in keys) + " |",
+                  "|---|" + "---:|" * len(keys)]
+        for reading in READINGS:
+            row = task["readings"][reading][by]
+            lines.append(f"| {READING_NAMES[reading]} | " + " | ".join(
+                f"{row[k]['accuracy']:.3f}" if k in row else "" for k in keys) + " |")
+        lines += ["", "| training loss at the end of each stage | " + " | ".join(
+            f"{stage['train_tokens']:,}-token documents" for stage in
+            task["readings"][MEMORY]["stages"]) + " |",
+            "|---|" + "---:|" * len(task["readings"][MEMORY]["stages"])]
+        for reading in READINGS:
+            lines.append(f"| {READING_NAMES[reading]} | " + " | ".join(
+                f"{stage['losses'][-1]:.3f}" for stage in task["readings"][reading]["stages"])
+                + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     parser = common.add_common_args(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
     parser.add_argument("--work", default="/tmp/tfxl_classify_bench",
                         help="scratch directory (data, the LM)")
+    parser.add_argument("--tables", metavar="JSON", help="print BENCHMARKS.md's tables from a "
+                        "run's results and exit")
     parser.set_defaults(json=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                           "classify_bench.json"))
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.tables:
+        with open(args.tables) as f:
+            print(markdown_tables(json.load(f)))
+        return
     common.setup(args)
     head = {"machine": common.machine_info(),
             "command": " ".join(["python -m benchmarks.classify_bench", *argv])}

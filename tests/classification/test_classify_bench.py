@@ -106,6 +106,11 @@ def test_probe_trains_on_its_curriculum_in_order_and_tests_every_length(tmp_path
         assert {k: r["tokens_read"] for k, r in entry["by_length"].items()} == tokens
         assert all(r["documents"] == 6 for r in entry["by_length"].values())
         assert entry["accuracy"] == entry["by_length"]["40"]["accuracy"]
+    tables = classify_bench.markdown_tables({"probe": result})  # BENCHMARKS.md's, from the JSON
+    memory = result["readings"]["memory"]
+    assert (f"| with memory | {memory['accuracy']:.3f} | {memory['macro_f1']:.3f} | 41 |"
+            in tables)
+    assert "| accuracy by document length (bytes) | 40 | 80 |" in tables
 
 
 def test_demo_at_its_smallest_size_prints_the_three_readings_and_plots(library, tmp_path):
