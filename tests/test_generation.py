@@ -81,13 +81,18 @@ def test_generate_method_refuses_an_empty_prompt_and_a_seed_outside_int32(lm):
 @pytest.mark.parametrize("window,mem_len,n", [(1, MEM, 7), (3, MEM, 14), (4, 9, 30), (32, 40, 75),
                                               (8, 0, 12)])
 def test_recent_window_merges_keep_the_tokens_exact(lm, monkeypatch, window, mem_len, n):
-    """Window sizes around and below M, several merges, and no memory at all."""
+    """Window sizes around and below M, several merges, and no memory at all. The long cases
+    run the loop in a graph, as every front end runs it (lm.generate, the exports,
+    tfxl-generate): one trace (about 3 s) rather than n eager Keras steps (about 0.1 s each);
+    the short ones run it eagerly, as the Python API may be called."""
     monkeypatch.setattr(generation, "RECENT_WINDOW", window)
     prompt = np.random.default_rng(window).integers(0, 41, (2, 3)).astype(np.int32)
     run = dict(clamp_len=4, same_length=True)
     want, step = layer_input_generation(lm, prompt, n, 0.9, 0, 1.0, 11, mem_len=mem_len)
-    got, got_memory = generate(lm, prompt, lm.init_key_value_memory(2, mem_len=mem_len), n, 0.9,
-                               seed=11, **run)
+    loop = lambda prompt, memory: generate(lm, prompt, memory, n, 0.9, seed=11, **run)
+    if n >= 30:
+        loop = tf.function(loop)
+    got, got_memory = loop(prompt, lm.init_key_value_memory(2, mem_len=mem_len))
     np.testing.assert_array_equal(got.numpy(), want)
     # The returned memory is the one the layer-input loop had before reading the last token.
     _, before_last = lm(prompt, lm.init_memory(2, mem_len=mem_len), **run)
