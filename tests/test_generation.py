@@ -131,9 +131,15 @@ def test_generation_refuses_non_finite_log_probs_rather_than_draw_an_id_outside_
 @pytest.fixture(scope="module")
 def one_token_step(lm):
     """tfxl-generate's call: one token after `ids` on a key/value memory, seeded per call; one
-    tf.function that the seeds share (traced once per prompt length, not once per case)."""
+    tf.function that the seeds share, of any prompt length as tfxl-generate's (one trace for
+    the prompt and every later token, not one per prompt length or case)."""
+    memory = lm.init_key_value_memory(1, mem_len=MEM)
+    signature = [tf.TensorSpec([None, None], tf.int32),
+                 {name: tf.TensorSpec.from_tensor(value) for name, value in memory.items()},
+                 tf.TensorSpec([], tf.int32)]
     return tf.function(lambda ids, memory, seed: generate(lm, ids, memory, 1, 1.0, 0, 1.0, seed,
-                                                          clamp_len=4, same_length=True))
+                                                          clamp_len=4, same_length=True),
+                       input_signature=signature)
 
 
 @pytest.mark.parametrize("seed", [0, 2148, 2**31 - 1, -2**31])
@@ -152,4 +158,5 @@ def test_one_token_per_call_with_token_seed_draws_the_tokens_of_one_call(lm, one
         got.append(int(token[0, 0]))
         ids = token
     np.testing.assert_array_equal(got, want[0])
+    assert one_token_step.experimental_get_tracing_count() == 1
     assert generation.token_seed(seed, 5) == int(generation.token_seed(tf.constant(seed), 5))
