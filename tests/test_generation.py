@@ -1,5 +1,7 @@
 """Generation on the key/value memory against the same loop on the layer-input memory."""
 
+import weakref
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,17 +21,24 @@ def lm():
                    init_std=0.3)
 
 
-def layer_input_step(lm, **run):
-    """The reference's step: one model call on the layer-input memory, as a tf.function of
-    fixed shapes (one trace per loop, not hundreds of eager Keras calls)."""
-    return tf.function(lambda ids, memory: lm(ids, memory, **run))
+_STEPS = weakref.WeakKeyDictionary()  # model -> its reference step (layer_input_step)
+
+
+def layer_input_step(lm):
+    """The reference's step: one model call on the layer-input memory with the generation's
+    settings (clamp_len 4, same_length), as one tf.function per model that every case shares:
+    one trace per memory shape, not hundreds of eager Keras calls nor one trace per case."""
+    if lm not in _STEPS:
+        _STEPS[lm] = tf.function(lambda ids, memory: lm(ids, memory, clamp_len=4,
+                                                        same_length=True))
+    return _STEPS[lm]
 
 
 def layer_input_generation(lm, prompt, n, temperature, top_k, top_p, seed, mem_len=MEM):
     """The reference: one model call per token on the layer-input memory, in Python. Returns
     (tokens [B, n], the step it called)."""
     run = dict(clamp_len=4, same_length=True)
-    step = layer_input_step(lm, **run)
+    step = layer_input_step(lm)
     log_probs, memory = lm(prompt, lm.init_memory(len(prompt), mem_len=mem_len), **run)
     last, out = log_probs[:, -1], []
     for i in range(n):
