@@ -1,5 +1,7 @@
 """Generation on the key/value memory against the same loop on the layer-input memory."""
 
+import weakref
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,17 +21,24 @@ def lm():
                    init_std=0.3)
 
 
-def layer_input_step(lm, **run):
-    """The reference's step: one model call on the layer-input memory, as a tf.function of
-    fixed shapes (one trace per loop, not hundreds of eager Keras calls)."""
-    return tf.function(lambda ids, memory: lm(ids, memory, **run))
+_STEPS = weakref.WeakKeyDictionary()  # model -> its reference step (layer_input_step)
+
+
+def layer_input_step(lm):
+    """The reference's step: one model call on the layer-input memory with the generation's
+    settings (clamp_len 4, same_length), as one tf.function per model that every case shares:
+    one trace per memory shape, not hundreds of eager Keras calls nor one trace per case."""
+    if lm not in _STEPS:
+        _STEPS[lm] = tf.function(lambda ids, memory: lm(ids, memory, clamp_len=4,
+                                                        same_length=True))
+    return _STEPS[lm]
 
 
 def layer_input_generation(lm, prompt, n, temperature, top_k, top_p, seed, mem_len=MEM):
     """The reference: one model call per token on the layer-input memory, in Python. Returns
     (tokens [B, n], the step it called)."""
     run = dict(clamp_len=4, same_length=True)
-    step = layer_input_step(lm, **run)
+    step = layer_input_step(lm)
     log_probs, memory = lm(prompt, lm.init_memory(len(prompt), mem_len=mem_len), **run)
     last, out = log_probs[:, -1], []
     for i in range(n):
@@ -81,13 +90,18 @@ def test_generate_method_refuses_an_empty_prompt_and_a_seed_outside_int32(lm):
 @pytest.mark.parametrize("window,mem_len,n", [(1, MEM, 7), (3, MEM, 14), (4, 9, 30), (32, 40, 75),
                                               (8, 0, 12)])
 def test_recent_window_merges_keep_the_tokens_exact(lm, monkeypatch, window, mem_len, n):
-    """Window sizes around and below M, several merges, and no memory at all."""
+    """Window sizes around and below M, several merges, and no memory at all. The long cases
+    run the loop in a graph, as every front end runs it (lm.generate, the exports,
+    tfxl-generate): one trace (about 3 s) rather than n eager Keras steps (about 0.1 s each);
+    the short ones run it eagerly, as the Python API may be called."""
     monkeypatch.setattr(generation, "RECENT_WINDOW", window)
     prompt = np.random.default_rng(window).integers(0, 41, (2, 3)).astype(np.int32)
     run = dict(clamp_len=4, same_length=True)
     want, step = layer_input_generation(lm, prompt, n, 0.9, 0, 1.0, 11, mem_len=mem_len)
-    got, got_memory = generate(lm, prompt, lm.init_key_value_memory(2, mem_len=mem_len), n, 0.9,
-                               seed=11, **run)
+    loop = lambda prompt, memory: generate(lm, prompt, memory, n, 0.9, seed=11, **run)
+    if n >= 30:
+        loop = tf.function(loop)
+    got, got_memory = loop(prompt, lm.init_key_value_memory(2, mem_len=mem_len))
     np.testing.assert_array_equal(got.numpy(), want)
     # The returned memory is the one the layer-input loop had before reading the last token.
     _, before_last = lm(prompt, lm.init_memory(2, mem_len=mem_len), **run)
@@ -126,9 +140,15 @@ def test_generation_refuses_non_finite_log_probs_rather_than_draw_an_id_outside_
 @pytest.fixture(scope="module")
 def one_token_step(lm):
     """tfxl-generate's call: one token after `ids` on a key/value memory, seeded per call; one
-    tf.function that the seeds share (traced once per prompt length, not once per case)."""
+    tf.function that the seeds share, of any prompt length as tfxl-generate's (one trace for
+    the prompt and every later token, not one per prompt length or case)."""
+    memory = lm.init_key_value_memory(1, mem_len=MEM)
+    signature = [tf.TensorSpec([None, None], tf.int32),
+                 {name: tf.TensorSpec.from_tensor(value) for name, value in memory.items()},
+                 tf.TensorSpec([], tf.int32)]
     return tf.function(lambda ids, memory, seed: generate(lm, ids, memory, 1, 1.0, 0, 1.0, seed,
-                                                          clamp_len=4, same_length=True))
+                                                          clamp_len=4, same_length=True),
+                       input_signature=signature)
 
 
 @pytest.mark.parametrize("seed", [0, 2148, 2**31 - 1, -2**31])
@@ -147,4 +167,5 @@ def test_one_token_per_call_with_token_seed_draws_the_tokens_of_one_call(lm, one
         got.append(int(token[0, 0]))
         ids = token
     np.testing.assert_array_equal(got, want[0])
+    assert one_token_step.experimental_get_tracing_count() == 1
     assert generation.token_seed(seed, 5) == int(generation.token_seed(tf.constant(seed), 5))

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import tfxl
-from factories import random_bytes_data, tiny_config
+from factories import tiny_config
 from tfxl.data.pipeline import InputParams, input_fn
 from tfxl import (BitsPerCharacter, Perplexity, StatefulTransfoXLLM, TransfoXLBackbone,
                   TransfoXLLM)
@@ -65,24 +65,52 @@ def test_stateful_call_and_array_input_refuse_another_batch_size_before_any_step
 
 
 # -- stream order -----------------------------------------------------------------------------
-def test_stateful_fit_on_arrays_keeps_stream_order_and_refuses_shuffle():
+@pytest.fixture(scope="module")
+def fit_on_arrays():
+    """A stateful model with tfxl's metrics compiled, fit on arrays for 2 epochs: (the model,
+    its weights before and after the fit, x, y, the fit's history). The stream-order and the
+    metrics tests both read this one fit (one traced train step, not two); metrics leave the
+    weights alone."""
     x, y = token_rows(6 * B, seed=1), token_rows(6 * B, seed=2)
-    on_arrays, on_batches = stateful(), stateful()
-    on_batches.set_weights(on_arrays.get_weights())
-    on_arrays.fit(x, y, epochs=2, verbose=0)  # Keras' own default would shuffle the rows
+    model = stateful(metrics=[BitsPerCharacter(), Perplexity()])
+    initial = model.get_weights()
+    history = model.fit(x, y, epochs=2, verbose=0).history  # Keras' default would shuffle rows
+    return model, (initial, model.get_weights()), x, y, history
+
+
+def test_stateful_fit_on_arrays_keeps_stream_order_and_refuses_shuffle(fit_on_arrays):
+    on_arrays, (initial, fitted), x, y, _ = fit_on_arrays
+    on_batches = stateful()
+    on_batches.set_weights(initial)
     batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(B)
     on_batches.fit(batches, epochs=2, verbose=0)
-    for got, want in zip(on_arrays.get_weights(), on_batches.get_weights()):
+    for got, want in zip(fitted, on_batches.get_weights()):
         np.testing.assert_allclose(got, want, atol=1e-6)
     with pytest.raises(ValueError, match="shuffle=True would break stream order"):
         on_arrays.fit(x, y, shuffle=True, verbose=0)
+
+
+def small_bytes_data(root):
+    """A data dir like factories.random_bytes_data's (random bytes of "abcdefgh", T-token
+    segments, B streams) with 4,000 training bytes and 400 (not 2,000) in valid and test: each
+    evaluation pass reads its whole finite split, 25 batches rather than 125, and Keras runs
+    each step from Python."""
+    from tfxl.data.prepare import PrepareConfig, prepare
+    rng = np.random.default_rng(0)
+    for split, size in (("train", 4000), ("valid", 400), ("test", 400)):
+        (root / f"{split}.txt").write_bytes(rng.choice(np.frombuffer(b"abcdefgh", np.uint8),
+                                                       size).tobytes())
+    prepare(PrepareConfig(output_dir=str(root / "data"), train=[str(root / "train.txt")],
+                          valid=[str(root / "valid.txt")], test=[str(root / "test.txt")],
+                          tokenizer="bytes", tgt_len=T, num_streams=B), log=lambda *a: None)
+    return str(root / "data")
 
 
 def test_correct_tf_data_input_gets_no_keras_warning(tmp_path):
     """input_fn's training stream is endless (steps_per_epoch), its evaluation splits finite:
     Keras read their unknown length as "input ran out of data", and fit's default shuffle=True
     as "shuffle=True ... ignored"."""
-    data_dir = random_bytes_data(tmp_path, tgt_len=T, num_streams=B, train_bytes=4000)
+    data_dir = small_bytes_data(tmp_path)
 
     def batches(split, training):
         params = InputParams(data_dir=data_dir, batch_size=B, training=training)
@@ -121,15 +149,13 @@ def test_bpc_and_perplexity_metrics_equal_a_hand_computation():
         assert keras.saving.get_registered_name(type(metric)).startswith("tfxl>")
 
 
-def test_stateful_fit_and_evaluate_report_compiled_metrics():
-    x = token_rows(5 * B)
-    model = stateful(metrics=[BitsPerCharacter(), Perplexity()])
-    history = model.fit(x, x, epochs=2, verbose=0).history
+def test_stateful_fit_and_evaluate_report_compiled_metrics(fit_on_arrays):
+    model, _, x, y, history = fit_on_arrays
     assert set(history) == {"loss", "bpc", "perplexity"}
     # Every batch counts B * T tokens, so the token mean equals the mean of batch losses.
     np.testing.assert_allclose(history["bpc"], np.array(history["loss"]) / math.log(2),
                                rtol=1e-5)
-    got = model.evaluate(x, x, verbose=0, return_dict=True)
+    got = model.evaluate(x, y, verbose=0, return_dict=True)
     assert got["bpc"] == pytest.approx(got["loss"] / math.log(2), rel=1e-5)
     assert got["perplexity"] == pytest.approx(math.exp(got["loss"]), rel=1e-5)
 

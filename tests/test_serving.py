@@ -682,7 +682,8 @@ def test_object_store_export_copies_saved_model_pb_last(model, tmp_path, monkeyp
     monkeypatch.setattr(tf.io.gfile, "rename",
                         lambda *a, **k: renamed.append(a[1]) or rename(*a, **k))
     base = tmp_path / "exports"
-    path = export_saved_model(model, str(base), score_top_k=0)
+    # The `exported` fixture's arguments: its traced signatures (trace_once).
+    path = export_saved_model(model, str(base), score_top_k=0, tokenizer=BytesTokenizer())
     assert path == str(base / "1")
     assert not [r for r in renamed if r.startswith(str(base))]  # no rename into the base
     assert copied[-1] == os.path.join(path, "saved_model.pb")
@@ -708,8 +709,8 @@ def test_object_store_export_failing_midway_leaves_no_version(model, tmp_path, m
         copy(source, target, overwrite)
     monkeypatch.setattr(tf.io.gfile, "copy", failing_copy)
     base = tmp_path / "exports"
-    with pytest.raises(tf.errors.UnavailableError):
-        export_saved_model(model, str(base), score_top_k=0)
+    with pytest.raises(tf.errors.UnavailableError):  # (`exported`'s arguments: one trace)
+        export_saved_model(model, str(base), score_top_k=0, tokenizer=BytesTokenizer())
     assert len(copied) == 2 and not any(c.endswith("saved_model.pb") for c in copied)
     assert not (base / "1").exists() and os.listdir(base) == []  # the partial version is gone
     assert left_in_staging(tmp_path) == []
@@ -886,15 +887,16 @@ def test_models_prompts_and_records_in_a_bucket_are_read_through_gfile(model, tm
     assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "data", "half"]
 
 
-def test_a_model_that_has_generated_exports(tmp_path):
+def test_a_model_that_has_generated_exports(model, tmp_path, traced_once):
     """TransfoXLLM.generate caches its compiled loops on the model; a cache Keras/TensorFlow
     tracked (a dict keyed by memory length) made every later export of the model fail
     ('Unable to save the object {24: <Function>}'). Keras 3.15's `export` no longer walks that
     dict; TensorFlow's `tf.saved_model.save` of the model's objects still does (without the fix
-    this test fails there): both are checked."""
-    lm = tiny_lm()
-    lm.generate(np.ones((1, 2), np.int32), 2)
-    lm.export(str(tmp_path / "1"), verbose=False)
-    tf.saved_model.save(lm, str(tmp_path / "2"), signatures={})
+    this test fails there): both are checked. The file's model, with its signatures traced once
+    (trace_once): the failure is in saving the model's objects, which every export does."""
+    model.generate(np.ones((1, 2), np.int32), 2)
+    assert model._generate_loops  # a compiled loop is cached on the model
+    model.export(str(tmp_path / "1"), verbose=False)
+    tf.saved_model.save(model, str(tmp_path / "2"), signatures={})
     for version in ("1", "2"):
         assert (tmp_path / version / "saved_model.pb").exists()
