@@ -233,7 +233,15 @@ def test_a_finished_run_keeps_its_metrics_and_says_it_had_nothing_to_do(data_dir
     assert "nothing to do" in again.stdout
 
 
-def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path):
+def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path, monkeypatch):
+    # The demo's steps without XLA: what is checked here (the results kept, the retracing hint
+    # hidden) does not depend on it, and its compiles (one train step, one forward per memory
+    # length) were two thirds of the test's CPU. test_train.py's
+    # test_train_and_eval_steps_compile_as_one_xla_computation tests the XLA steps.
+    from tfxl.train import demo
+    runner = demo.Runner
+    monkeypatch.setattr(demo, "Runner",
+                        lambda *args, **kwargs: runner(*args, **{**kwargs, "jit_compile": False}))
     out = tmp_path / "demo"
     shutil.copytree(data_dir, out / "data")  # reused by the demo: no corpus to prepare
     args = [f"--out={out}", "--train_steps=2", f"--batch_size={STREAMS}", f"--eval_tgt_len={T}",
