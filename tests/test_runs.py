@@ -425,10 +425,23 @@ def test_a_corrupt_train_shard_is_refused_before_anything_is_written(data_dir, t
     before = files_of(trained)
     flip_a_byte(sorted(data.glob("train-stream-*"))[2])  # same size: only reading finds it
     for model_dir, steps in ((tmp_path / "new", 10), (trained, 20)):
-        with pytest.raises(ValueError, match="corrupt TFRecord shard"):
+        with pytest.raises(ValueError, match=r"corrupt TFRecord shard \S+: corrupted record "
+                                             r"at \d+ "):  # TensorFlow's own reason, as eagerly
             train(str(data), model_dir, steps)
     assert not (tmp_path / "new").exists()  # no config.json, data.json, run.json, lease
     assert files_of(trained) == before
+
+
+def test_the_shards_record_count_is_traced_once_per_process(data_dir):
+    """verify_shards' CRC read is one tf.function for every shard of every split: an eager
+    `reduce` traced its function anew for each shard, most of the check's time in every run."""
+    from tfxl.data import pipeline
+    splits = json.loads(open(os.path.join(data_dir, "manifest.json")).read())["splits"]
+    pipeline.verify_shards(data_dir, splits["train"]["streams"])
+    traced = pipeline._count_records.experimental_get_tracing_count()
+    for split in ("train", "valid", "test"):
+        pipeline.verify_shards(data_dir, splits[split]["streams"])
+    assert traced == pipeline._count_records.experimental_get_tracing_count() >= 1
 
 
 def test_a_manifest_with_a_bad_field_type_is_refused_before_anything_is_written(data_dir,
