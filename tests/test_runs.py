@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -215,11 +216,17 @@ def test_an_old_single_file_log_with_a_partial_last_line_resumes(data_dir, strai
 
 
 @pytest.fixture(scope="module")
-def straight_cli(data_dir, tmp_path_factory):
+def straight_cli_dir(data_dir, tmp_path_factory):
+    """The model_dir of tfxl-train's uninterrupted run of cli_flags to step 30."""
     model_dir = tmp_path_factory.mktemp("straight_cli") / "m"
     result = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
     assert result.returncode == 0, result.stderr[-2000:]
-    return logged(model_dir)
+    return model_dir
+
+
+@pytest.fixture(scope="module")
+def straight_cli(straight_cli_dir):
+    return logged(straight_cli_dir)
 
 
 @pytest.mark.subprocess
@@ -425,10 +432,23 @@ def test_a_corrupt_train_shard_is_refused_before_anything_is_written(data_dir, t
     before = files_of(trained)
     flip_a_byte(sorted(data.glob("train-stream-*"))[2])  # same size: only reading finds it
     for model_dir, steps in ((tmp_path / "new", 10), (trained, 20)):
-        with pytest.raises(ValueError, match="corrupt TFRecord shard"):
+        with pytest.raises(ValueError, match=r"corrupt TFRecord shard \S+: corrupted record "
+                                             r"at \d+ "):  # TensorFlow's own reason, as eagerly
             train(str(data), model_dir, steps)
     assert not (tmp_path / "new").exists()  # no config.json, data.json, run.json, lease
     assert files_of(trained) == before
+
+
+def test_the_shards_record_count_is_traced_once_per_process(data_dir):
+    """verify_shards' CRC read is one tf.function for every shard of every split: an eager
+    `reduce` traced its function anew for each shard, most of the check's time in every run."""
+    from tfxl.data import pipeline
+    splits = json.loads(open(os.path.join(data_dir, "manifest.json")).read())["splits"]
+    pipeline.verify_shards(data_dir, splits["train"]["streams"])
+    traced = pipeline._count_records.experimental_get_tracing_count()
+    for split in ("train", "valid", "test"):
+        pipeline.verify_shards(data_dir, splits[split]["streams"])
+    assert traced == pipeline._count_records.experimental_get_tracing_count() >= 1
 
 
 def test_a_manifest_with_a_bad_field_type_is_refused_before_anything_is_written(data_dir,
@@ -465,26 +485,25 @@ def test_extending_train_steps_keeps_the_learning_rate_curve(data_dir, tmp_path)
     assert [(h["at_step"], h["train_steps"]) for h in record["history"]] == [(0, 30), (30, 40)]
 
 
-def test_a_restart_with_other_settings_is_refused_unless_allowed(data_dir, tmp_path):
-    model_dir = tmp_path / "m"
-    train(data_dir, model_dir, 10)
+def test_a_restart_with_other_settings_is_refused_unless_allowed(data_dir, trained_copy):
+    model_dir = trained_copy  # trained to step 20 by `train`'s settings
     before = files_of(model_dir)
     with pytest.raises(ValueError) as refused:
-        train(data_dir, model_dir, 20, learning_rate=1e-3, clip=0.5)
+        train(data_dir, model_dir, 30, learning_rate=1e-3, clip=0.5)
     message = str(refused.value)
     assert "learning_rate: run.json has 0.003, this run 0.001" in message, message
     assert "clip: run.json has 0.25, this run 0.5" in message
     assert "--allow_run_changes" in message and "warmup_steps" not in message
     assert files_of(model_dir) == before  # refused before anything was written
-    messages = train(data_dir, model_dir, 20, learning_rate=1e-3, clip=0.5,
+    messages = train(data_dir, model_dir, 30, learning_rate=1e-3, clip=0.5,
                      allow_run_changes=True)
     assert any("run settings changed" in m and "--allow_run_changes" in m for m in messages)
     record = json.loads((model_dir / "run.json").read_text())
     assert record["settings"]["learning_rate"] == 1e-3 and record["settings"]["clip"] == 0.5
-    assert record["history"][-1]["at_step"] == 10
+    assert record["history"][-1]["at_step"] == 20
     assert record["history"][-1]["changed"] == {"learning_rate": [0.003, 0.001],
                                                 "clip": [0.25, 0.5]}
-    assert logged(model_dir, "learning_rate")[11] == pytest.approx(1e-3)
+    assert logged(model_dir, "learning_rate")[21] == pytest.approx(1e-3)
 
 
 def test_the_recorded_settings_and_a_run_without_a_checkpoint(tmp_path, mirrored):
@@ -510,19 +529,18 @@ def test_the_recorded_settings_and_a_run_without_a_checkpoint(tmp_path, mirrored
     assert fresh.schedule_steps == 200 and "replace the recorded ones" in fresh.messages[0]
 
 
-def test_tfxl_train_refuses_a_changed_setting_in_one_line(data_dir, tmp_path):
-    model_dir = tmp_path / "m"
-    first = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 10))
-    assert first.returncode == 0, first.stderr[-2000:]
+def test_tfxl_train_refuses_a_changed_setting_in_one_line(data_dir, tmp_path, straight_cli_dir):
+    # A copy of tfxl-train's run of cli_flags to step 30.
+    model_dir = Path(shutil.copytree(straight_cli_dir, tmp_path / "m"))
     before = files_of(model_dir)
     assert_one_error_line(run_in_process("tfxl.train.main",
-                                         *cli_flags(data_dir, model_dir, 20, "--clip=0.5")),
+                                         *cli_flags(data_dir, model_dir, 40, "--clip=0.5")),
                           "clip: run.json has 0.25, this run 0.5", "--allow_run_changes")
     assert files_of(model_dir) == before
-    allowed = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 20, "--clip=0.5",
+    allowed = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 40, "--clip=0.5",
                                                           "--allow_run_changes"))
     assert allowed.returncode == 0, allowed.stderr[-2000:]
-    assert sorted(logged(model_dir)) == list(range(1, 21))
+    assert sorted(logged(model_dir)) == list(range(1, 41))
 
 
 # -- on a bucket ---------------------------------------------------------------------------------
