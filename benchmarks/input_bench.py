@@ -9,8 +9,9 @@ Two measurements per setting and round, on data `tfxl-prepare` made from a gener
 * deletion: an iterator of the training pipeline is read at a steady pace (one batch every
   `--pace` seconds, as a training step would) for `--life` seconds, then deleted; the seconds the
   deletion blocks the deleting thread. TensorFlow 2.21's autotuning thread sleeps up to 60 s
-  between optimisations and is not woken by the deletion, so with autotuning on this can take
-  up to a minute.
+  between optimisations and a race can leave it asleep through the deletion (BUILD.md
+  "Tests"), so with autotuning on this can take up to a minute; the race is lost only
+  sometimes.
 
     python -m benchmarks.input_bench [--rounds 2] [--life 70] [--json out.json]
 

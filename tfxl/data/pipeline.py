@@ -153,13 +153,14 @@ def pipeline_options() -> tf.data.Options:
     """The tf.data options of tfxl's input pipelines (language model and classification).
 
     Deterministic order, and no autotuning thread. TensorFlow 2.21's autotuning thread
-    (`options.autotune`) sleeps up to 60 s between optimisations and is not woken when its
-    iterator is deleted: deleting an iterator that has been read for a minute blocks the deleting
-    thread until that sleep ends (12 s and more measured, `benchmarks/input_bench.py`; the test
-    suite's 35-100 s stalls were garbage collections of such iterators). The pipelines parse
-    small records, so the tuning buys nothing: `AUTOTUNE` still means one parallel call per core
-    and a prefetch buffer that the (threadless) prefetch autotuner grows, at the same throughput
-    (BENCHMARKS.md "Input pipelines").
+    (`options.autotune`) sleeps up to 60 s between optimisations, and deleting its iterator can
+    miss waking it: `CancellationManager::StartCancel` runs the callback that wakes it before it
+    sets the flag the thread then checks, so a thread that wakes in between sleeps on while the
+    deleting thread waits for it (12 s measured for a pipeline read 70 s; the test suite's
+    35-107 s stalls were garbage collections of such iterators: BUILD.md "Tests"). The
+    pipelines parse small records, so the tuning buys little: `AUTOTUNE` still means one
+    parallel call per core and a prefetch buffer that the (threadless) prefetch autotuner grows
+    (throughput: BENCHMARKS.md "Input pipelines", `benchmarks/input_bench.py`).
     """
     options = tf.data.Options()
     options.deterministic = True
