@@ -87,6 +87,8 @@ BENCH_SIZES = Sizes()
 
 MEMORY, SEGMENTS, TRUNCATION = "memory", "no_memory", "truncation"
 READINGS = (MEMORY, SEGMENTS, TRUNCATION)
+READING_NAMES = {MEMORY: "with memory", SEGMENTS: "no memory (mean of segment probabilities)",
+                 TRUNCATION: "truncation (first T)"}  # in every table and plot
 
 
 # -- data -------------------------------------------------------------------------------------
@@ -144,9 +146,10 @@ def probe_documents(count, length, seed, marker=1):
     return documents
 
 
-def prepare_probe_data(work, length, sizes, tokenizer_dir=None):
+def prepare_probe_data(work, length, sizes):
     """A classification data dir of probe documents of `length` bytes (sizes.probe_train
-    training and sizes.probe_test test documents, each drawn from its own seed)."""
+    training and sizes.probe_test test documents, each drawn from its own seed), bytes
+    tokenizer: the probe's backbone is fresh."""
     import tensorflow as tf
 
     from tfxl.data.classification import ClassificationConfig, prepare_classification
@@ -161,7 +164,7 @@ def prepare_probe_data(work, length, sizes, tokenizer_dir=None):
     out = os.path.join(work, f"probe_{length}")
     prepare_classification(ClassificationConfig(
         output_dir=out, train=[paths["train"]], test=[paths["test"]], format="jsonl",
-        tokenizer_dir=tokenizer_dir, valid_fraction=0.0, overwrite=True))
+        valid_fraction=0.0, overwrite=True))
     return out
 
 
@@ -442,8 +445,8 @@ def accuracy_vs_tokens_figure(task_result, title="test accuracy vs tokens read")
     fig = figure_class()(figsize=(6.4, 4.2), layout="constrained")
     ax = fig.add_subplot()
     readings = task_result["readings"]
-    for reading, label in ((MEMORY, "with memory"),
-                           (SEGMENTS, "no memory (mean over segments)")):
+    for reading in (MEMORY, SEGMENTS):
+        label = READING_NAMES[reading]
         points = sorted((int(n), r["accuracy"]) for n, r in
                         readings[reading]["by_tokens_read"].items())
         ax.plot(*zip(*points), marker="o", label=label)
@@ -458,8 +461,6 @@ def accuracy_vs_tokens_figure(task_result, title="test accuracy vs tokens read")
 
 
 # -- the BENCHMARKS.md tables ---------------------------------------------------------------
-READING_NAMES = {MEMORY: "with memory", SEGMENTS: "no memory (mean of segment probabilities)",
-                 TRUNCATION: "truncation (first T)"}
 
 
 def markdown_tables(results):

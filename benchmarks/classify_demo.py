@@ -57,13 +57,12 @@ def define_flags():
 def table(task_result):
     """The printed comparison: one row per reading."""
     readings = task_result["readings"]
-    rows = [("with memory", readings[bench.MEMORY]),
-            ("no memory (segment mean)", readings[bench.SEGMENTS]),
-            ("truncation (first T)", readings[bench.TRUNCATION])]
-    lines = [f"| {'reading':<26} | tokens read | accuracy | macro-F1 |",
-             f"|{'-' * 28}|-------------|----------|----------|"]
-    lines += [f"| {name:<26} | {r['tokens_read']:>11} | {r['accuracy']:>8.3f} | "
-              f"{r['macro_f1']:>8.3f} |" for name, r in rows]
+    width = max(map(len, bench.READING_NAMES.values()))
+    lines = [f"| {'reading':<{width}} | tokens read | accuracy | macro-F1 |",
+             f"|{'-' * (width + 2)}|-------------|----------|----------|"]
+    lines += [f"| {bench.READING_NAMES[reading]:<{width}} | {r['tokens_read']:>11} | "
+              f"{r['accuracy']:>8.3f} | {r['macro_f1']:>8.3f} |"
+              for reading, r in ((reading, readings[reading]) for reading in bench.READINGS)]
     return "\n".join(lines)
 
 

@@ -118,8 +118,9 @@ def test_demo_at_its_smallest_size_prints_the_three_readings_and_plots(library, 
     result = run_in_process("benchmarks.classify_demo", f"--out={out}", "--size=smallest",
                             f"--stdlib_root={library}")
     assert result.returncode == 0, result.stderr[-3000:]
-    for row in ("with memory", "no memory (segment mean)", "truncation (first T)"):
-        assert row in result.stdout
+    for row in ("with memory", "no memory (mean of segment probabilities)",
+                "truncation (first T)"):
+        assert f"| {row} " in result.stdout
     assert (out / "accuracy_vs_tokens.png").read_bytes().startswith(PNG_SIGNATURE)
     results = json.loads((out / "results.json").read_text())
     readings = results["stdlib"]["readings"]
