@@ -42,6 +42,9 @@ def new_classifier(num_classes=3, **kwargs):
                               segment_len=T, mem_len=M, grad_segments=K, **kwargs)
 
 
+READS = []  # the key_value_memory argument of each DocumentClassifier.call during the export
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """(root, the classifier, its export's path): tfxl-export of a .keras classifier with its
@@ -50,8 +53,15 @@ def exported(tmp_path_factory):
     prepare_labelled(root, DOCUMENTS)
     model = new_classifier(pooling="segment_attention")
     model.save(root / "classifier.keras")
+    call = DocumentClassifier.call
+
+    def counted(self, *args, **kwargs):
+        READS.append(kwargs.get("key_value_memory"))
+        return call(self, *args, **kwargs)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(export_lib, "MAX_MEMORY_BYTES", LIMIT)
+        patch.setattr(DocumentClassifier, "call", counted)
         done = run_in_process(TOOL, f"--model={root / 'classifier.keras'}",
                               f"--data_dir={root / 'data'}", f"--output_dir={root / 'exports'}")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -103,6 +113,12 @@ def test_classify_document_equals_the_model_for_short_whole_and_long_documents(
         alone = signatures["classify_document"](token_ids=tf.constant(token_ids[row:row + 1, :n]),
                                                 lengths=tf.constant([n], tf.int32))
         np.testing.assert_allclose(alone["probabilities"].numpy()[0], want[row], atol=1e-5)
+
+
+def test_the_export_traces_the_document_read_once_for_both_signatures(exported):
+    # classify_document and classify_text call one traced read (`shared`): an export's time is
+    # nearly all tracing, and the SavedModel holds the loop once.
+    assert READS == [True]
 
 
 def test_classify_text_reads_a_text_as_the_data_was_prepared(exported, signatures):

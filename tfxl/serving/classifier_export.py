@@ -33,7 +33,7 @@ from tfxl.classification.pooling import SEGMENT_ATTENTION
 from tfxl.serving.checks import (checked, ids_rule, padded_shape, range_rule, shape_rule,
                                  tokens_rule)
 from tfxl.serving.export import (SignatureSet, key_value_memory_row_bytes, most_that_fit,
-                                 publish_at, publish_version, signature)
+                                 publish_at, publish_version, shared, signature)
 
 
 def request_token_bytes(classifier):
@@ -83,7 +83,9 @@ class ClassifierSignatures(SignatureSet):
                   f"{self.model.grad_segments}), must be at most {self.max_tokens} tokens (a "
                   "request's working tensors of at most 2 GiB), but got B, L =", batch, length])]
 
+    @shared(token_ids=("B L", tf.int32), lengths=("B", tf.int32))
     def _classify(self, token_ids, lengths):
+        """The in-graph read of whole documents (classify_document, classify_text)."""
         logits = self.model({TOKEN_IDS: token_ids, LENGTHS: lengths}, training=False,
                             key_value_memory=True)
         probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)

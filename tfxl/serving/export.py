@@ -49,10 +49,13 @@ in MAX_MEMORY_BYTES = 2 GiB, the most a protobuf response can carry back anyway.
 
 Code: each signature is a `Signatures` method marked `@signature(input=(shape, dtype), ...)`, the
 shape in the glossary's letters; `Signatures.functions` holds one tf.function per signature with
-that input_signature. `export_saved_model` (tfxl-export) writes them in a version directory,
-`export_model` (what `TransfoXLLM.export` calls) at the given path. What any export shares (the
-functions, batch and text checks, `publish_version`, `publish_at`) is `SignatureSet`'s and this
-module's: a document classifier's signatures (`tfxl.serving.classifier_export`) use them too.
+that input_signature. A loop several signatures run (whole-document scoring, generation) is a
+method marked `@shared(...)`: one tf.function per instance, called by those signatures, so an
+export traces it once and holds it once. `export_saved_model` (tfxl-export) writes them in a
+version directory, `export_model` (what `TransfoXLLM.export` calls) at the given path. What any
+export shares (the functions, batch and text checks, `publish_version`, `publish_at`) is
+`SignatureSet`'s and this module's: a document classifier's signatures
+(`tfxl.serving.classifier_export`) use them too.
 """
 
 import math
@@ -127,6 +130,17 @@ def signature(needs_tokenizer=False, **inputs):
     return mark
 
 
+def shared(**inputs):
+    """Marks a `SignatureSet` method as a computation several signatures call (a whole-document
+    or generation loop): each instance holds it as one tf.function with that input_signature,
+    not exported itself, so an export traces the loop once and every signature calling it calls
+    that one trace (the SavedModel holds it once too)."""
+    def mark(method):
+        method.shared_inputs = inputs
+        return method
+    return mark
+
+
 class SignatureSet:
     """What every export's signatures share: one tf.function per `@signature` method of the
     subclass (`functions`, in the methods' order, with their input_signature; the text ones
@@ -149,14 +163,20 @@ class SignatureSet:
                              f"{model.config.vocab_size}")
         self.model, self.tokenizer = model, tokenizer
         self.sizes, self.max_batch_size = sizes, max_batch_size
-        # autograph=False: the bodies use tf control flow themselves (while_loop, cond).
-        self.functions = {
-            name: tf.function(getattr(self, name), autograph=False, input_signature=[
+
+        def function(name, inputs):
+            # autograph=False: the bodies use tf control flow themselves (while_loop, cond).
+            return tf.function(getattr(self, name), autograph=False, input_signature=[
                 tf.TensorSpec([self.sizes.get(d) for d in shape.split()], dtype, input_name)
-                for input_name, (shape, dtype) in method.signature_inputs.items()])
-            for name, method in vars(type(self)).items()
-            if hasattr(method, "signature_inputs")
-            and (tokenizer is not None or not method.needs_tokenizer)}
+                for input_name, (shape, dtype) in inputs.items()])
+
+        methods = vars(type(self)).items()
+        for name, method in methods:
+            if hasattr(method, "shared_inputs"):
+                setattr(self, name, function(name, method.shared_inputs))
+        self.functions = {name: function(name, method.signature_inputs)
+                          for name, method in methods if hasattr(method, "signature_inputs")
+                          and (tokenizer is not None or not method.needs_tokenizer)}
 
     def _token_rules(self, what, ids, length="T", min_length=1):
         return [tokens_rule(what, ids, length, min_length),
@@ -276,19 +296,35 @@ class Signatures(SignatureSet):
             + self._memory_rules("generate", prompt_ids, keys, values, valid)
             + self._sampling_rules("generate", *sampling),
             prompt_ids, keys, values, valid, *sampling)
+        ids, memory = self._generate(prompt_ids, keys, values, valid,
+                                     tf.ones_like(prompt_ids, tf.bool), *sampling)
+        return {"generated_ids": ids, **memory}
+
+    # -- the loops, traced once per export (`shared`) -------------------------------------------
+    @shared(prompt_ids=("B P", tf.int32), **MEMORY, prompt_valid=("B P", tf.bool), **SAMPLING)
+    def _generate(self, prompt_ids, keys, values, valid, prompt_valid, max_new_tokens,
+                  temperature, top_k, top_p, seed):
+        """`tfxl.models.generation.generate` on a memory as sent (generate, generate_text)."""
         ids, memory = generate(self.model, prompt_ids, self._memory(keys, values, valid),
-                               *sampling, **self.run)
-        return {"generated_ids": ids, **_wire(memory)}
+                               max_new_tokens, temperature, top_k, top_p, seed,
+                               prompt_valid=prompt_valid, **self.run)
+        return ids, _wire(memory)
+
+    @shared(token_ids=("B S", tf.int32), target_mask=("B S", tf.float32))
+    def _score_document(self, token_ids, target_mask):
+        """`tfxl.models.scoring.score_document` (score_document*, score_text); target_mask:
+        [B, S - 1]."""
+        return score_document(self.model, token_ids, target_mask, **self.settings)
 
     @signature(token_ids=("B S", tf.int32))
     def score_document(self, token_ids):
-        return self._score_document("score_document", token_ids)
+        return self._checked_score_document("score_document", token_ids)
 
     @signature(token_ids=("B S", tf.int32), target_mask=("B S", tf.float32))
     def score_document_masked(self, token_ids, target_mask):
-        return self._score_document("score_document_masked", token_ids, target_mask)
+        return self._checked_score_document("score_document_masked", token_ids, target_mask)
 
-    def _score_document(self, what, token_ids, target_mask=None):
+    def _checked_score_document(self, what, token_ids, target_mask=None):
         rules = self._token_rules(f"{what}: token_ids", token_ids, "S", min_length=2) + [
             self._batch_rule(f"{what}: token_ids: B", padded_shape(token_ids, 2)[0])]
         if target_mask is not None:
@@ -299,7 +335,9 @@ class Signatures(SignatureSet):
                        [f"{what}: target_mask must be 0 or 1, but got values from",
                         tf.reduce_min(target_mask), "to", tf.reduce_max(target_mask)])]
         token_ids, target_mask = checked(rules, token_ids, target_mask)
-        nll, mask = score_document(self.model, token_ids, target_mask, **self.settings)
+        if target_mask is None:
+            target_mask = tf.ones_like(token_ids[:, 1:], tf.float32)
+        nll, mask = self._score_document(token_ids, target_mask)
         tokens = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
         mean_nll = tf.math.divide_no_nan(tf.reduce_sum(nll),
                                          tf.cast(tf.reduce_sum(tokens), tf.float32))
@@ -315,9 +353,10 @@ class Signatures(SignatureSet):
         # Left-pad to a rectangle: the last column is every prompt's last token.
         padded = tf.reverse(tf.reverse(ids, axis=[1]).to_tensor(0), axis=[1])
         prompt_valid = tf.sequence_mask(lengths, tf.shape(padded)[1])[:, ::-1]
-        memory = self.model.init_key_value_memory(tf.shape(padded)[0], self.settings["mem_len"])
-        generated, _ = generate(self.model, padded, memory, *sampling,
-                                prompt_valid=prompt_valid, **self.run)
+        memory = _wire(self.model.init_key_value_memory(tf.shape(padded)[0],
+                                                        self.settings["mem_len"]))
+        generated, _ = self._generate(padded, memory[KEYS], memory[VALUES], memory[VALID],
+                                      prompt_valid, *sampling)
         return {"text": self.tokenizer.tf_decode(generated)}
 
     @signature(needs_tokenizer=True, text=("B", tf.string))
@@ -327,8 +366,8 @@ class Signatures(SignatureSet):
         # Framed as tfxl-prepare frames a document: <eod> first, as context only.
         token_ids = tf.pad(ids.to_tensor(0), [[0, 0], [1, 0]],
                            constant_values=self.tokenizer.eod_id)
-        target_mask = tf.sequence_mask(lengths, tf.shape(token_ids)[1] - 1)
-        nll, _ = score_document(self.model, token_ids, target_mask, **self.settings)
+        target_mask = tf.sequence_mask(lengths, tf.shape(token_ids)[1] - 1, tf.float32)
+        nll, _ = self._score_document(token_ids, target_mask)
         mean = tf.reduce_sum(nll, axis=1) / tf.cast(lengths, tf.float32)
         out = {"nll": nll, "tokens": lengths}
         if self.tokenizer.is_character_level:
@@ -359,7 +398,8 @@ def write_signatures(signatures, path, data_dir=None, verbose=False):
     `tf.saved_model.save` itself rather than `keras.export.ExportArchive`: the archive traces
     every signature twice (once to list the variables it uses; once more inside the save, whose
     tracing context differs), and tracing is nearly all of an export's time. Here each
-    signature is traced once, inside the save.
+    signature is traced once, inside the save, and each `shared` loop once for all the
+    signatures that run it.
     """
     root = tf.Module()
     # The tf.Variables themselves (`.value` of a Keras variable on TensorFlow): what the traced
