@@ -24,6 +24,16 @@ def tiny_lm(**overrides):
     return lm
 
 
+def slices(tensors):
+    """`tf.data.Dataset.from_tensor_slices(tensors)` with tfxl's pipeline options: no tf.data
+    autotuning thread, whose exit TensorFlow 2.21 can miss when an iterator is deleted (a stall
+    of up to 60 s; `tfxl.data.pipeline.pipeline_options`). Keras' fit and evaluate delete an
+    iterator at every epoch and validation pass."""
+    import tensorflow as tf
+    from tfxl.data.pipeline import pipeline_options
+    return tf.data.Dataset.from_tensor_slices(tensors).with_options(pipeline_options())
+
+
 def adaptive_config(**overrides):
     """`tiny_config` with the optional parts on: adaptive input and softmax with projected tail
     clusters (div_val 2), one r bias pair per layer, a memory shorter than the segment."""

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import factories
 from factories import tiny_config
 from tfxl import StatefulTransfoXLLM, TransfoXLBackbone
 
@@ -95,7 +96,7 @@ def test_stateful_predict_uses_a_key_value_memory_equal_to_the_layer_input_path(
     assert model.built  # on construction: every weight shape comes from the config
 
     def predict(segments):
-        return model.predict(tf.data.Dataset.from_tensor_slices(segments), verbose=0)
+        return model.predict(factories.slices(segments), verbose=0)
 
     np.testing.assert_allclose(predict(x), log_probs_by_hand(model.lm, x), atol=2e-5)
     assert set(model._eval_memory.variables) == {"keys", "values", "valid"}

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import tfxl
+import factories
 from factories import tiny_config
 from tfxl.data.pipeline import InputParams, input_fn
 from tfxl import (BitsPerCharacter, Perplexity, StatefulTransfoXLLM, TransfoXLBackbone,
@@ -40,7 +41,7 @@ def test_stateful_refuses_a_batch_of_another_size_with_its_own_message(entry, ru
     model = stateful(run_eagerly=run_eagerly)
     x = token_rows(2 * B - 1)
     # Batches of B rows, then one of B - 1: the traced step sees [None, T], not the size.
-    data = tf.data.Dataset.from_tensor_slices((x, x)).batch(B)
+    data = factories.slices((x, x)).batch(B)
     run = getattr(model, entry)
     with pytest.raises((ValueError, tf.errors.InvalidArgumentError)) as error:
         run(data.map(lambda x, y: x) if entry == "predict" else data, verbose=0)
@@ -82,7 +83,7 @@ def test_stateful_fit_on_arrays_keeps_stream_order_and_refuses_shuffle(fit_on_ar
     on_arrays, (initial, fitted), x, y, _ = fit_on_arrays
     on_batches = stateful()
     on_batches.set_weights(initial)
-    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(B)
+    batches = factories.slices((x, y)).batch(B)
     on_batches.fit(batches, epochs=2, verbose=0)
     for got, want in zip(fitted, on_batches.get_weights()):
         np.testing.assert_allclose(got, want, atol=1e-6)

@@ -427,7 +427,7 @@ def test_keras_tensorboard_callback_works_with_stateful_fit(tmp_path):
     rng = np.random.default_rng(0)
     x = rng.integers(0, 16, (4 * 6, T)).astype(np.int32)
     y = rng.integers(0, 16, (4 * 6, T)).astype(np.int32)
-    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(4, drop_remainder=True)
+    data = factories.slices((x, y)).batch(4, drop_remainder=True)
     config = factories.tiny_config(**{**COPY_TASK_MODEL, "n_layer": 1}, vocab_size=16,
                                    tgt_len=T, mem_len=T)
     model = StatefulTransfoXLLM(config, batch_size=4)
