@@ -36,12 +36,13 @@ SIZES = {
     "demo": dataclasses.replace(
         bench.BENCH_SIZES, packages=("asyncio", "email", "idlelib", "lib2to3"), lm_steps=200,
         max_per_package=20,
-        mem_len=1024, train_tokens=512, epochs=8, learning_rate=2e-3,
+        mem_len=1024, train_tokens=512, grad_segments=4, epochs=8, learning_rate=2e-3,
         tokens_read=(128, 256, 512, 1024, 2048), probe_train=0),
     # The test's: a fresh 2-layer D 16 backbone, 3 documents per package, short reads, eager.
     "smallest": dataclasses.replace(
         bench.BENCH_SIZES, model=dict(d_model=16, n_head=2, d_head=8, d_inner=32), lm_steps=0,
         max_per_package=3, test_fraction=0.4, segment_len=16, mem_len=32, train_tokens=32,
+        grad_segments=2,
         epochs=1, tokens_read=(16, 32), probe_train=0, eager=True),
 }
 
