@@ -2,6 +2,8 @@
 first segment to the logits, gradients reach exactly the last K segments, `.keras` round trip,
 and starting from a language model."""
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -166,3 +168,16 @@ def test_segment_attention_pooling_passes_the_layer_checks_and_ignores_empty_seg
     layer(summaries, valid)
     np.testing.assert_allclose(layer(changed, valid), layer(summaries, valid), atol=1e-6)
     np.testing.assert_array_equal(pooled[1], 0.0)  # no valid segment: zeros
+
+
+def test_segment_attention_over_one_segment_is_its_summary_without_a_warning():
+    # A truncated reading has one segment: the pooled state is its summary (zeros when empty),
+    # and no "softmax over an axis of size 1" warning reaches the user on each trace.
+    summaries = np.random.default_rng(0).normal(size=(2, 1, 16)).astype("float32")
+    valid = np.array([[True], [False]])
+    layer = SegmentAttentionPooling(init_std=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pooled = keras.ops.convert_to_numpy(layer(summaries, valid))
+    np.testing.assert_allclose(pooled[0], summaries[0, 0], atol=1e-6)
+    np.testing.assert_array_equal(pooled[1], 0.0)

@@ -63,7 +63,12 @@ class SegmentAttentionPooling(keras.layers.Layer):
                          "float32") * scale
         # Softmax in float32: the mask value below is representable, as in the attention.
         score = ops.where(summary_valid, score, -1e30)
-        weights = ops.softmax(score, axis=-1)
+        if summaries.shape[1] == 1:
+            # One segment (a truncated reading): the softmax is 1, and Keras warns about a
+            # softmax over an axis of size 1 on every trace.
+            weights = ops.ones_like(score)
+        else:
+            weights = ops.softmax(score, axis=-1)
         weights = ops.where(summary_valid, weights, 0.0)  # a row with no summary: all zero
         return ops.einsum("bs,bsd->bd", ops.cast(weights, summaries.dtype), summaries)
 
