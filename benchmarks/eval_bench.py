@@ -80,8 +80,8 @@ def cached_vs_vanilla(lengths, seg_len=128, batch=1, jit=True, reps=3):
         # keys computed once (as every evaluation pass does).
         ids = rng.uniform((batch, seg_len), 0, config.vocab_size, tf.int32)
         memory = model.init_memory(batch, mem_len=length)
-        memory = model.key_value_memory({"states": rng.normal(memory["states"].shape) * 0.5,
-                                         "valid": tf.ones_like(memory["valid"])})
+        memory = model.key_value_memory(memory._replace(
+            states=rng.normal(memory.states.shape) * 0.5, valid=tf.ones_like(memory.valid)))
         position_keys = model.position_keys(length + seg_len)
 
         def xl_step():
@@ -124,7 +124,6 @@ def memory_paths(settings, batch=16, segments=8, jit=True, reps=3):
     repetitions; the best pass counts.
     """
     tf = common.setup()
-    from tfxl.layers.memory import per_layer
 
     model = _bench_model()
     config = model.config
@@ -148,9 +147,7 @@ def memory_paths(settings, batch=16, segments=8, jit=True, reps=3):
             return float(total)
 
         def key_value_pass():
-            # Per-layer form: no per-segment slicing of each layer out of [B, L, ...] and
-            # stacking back (the memory never leaves this loop).
-            memory = per_layer(model.init_key_value_memory(batch, mem_len=mem_len))
+            memory = model.init_key_value_memory(batch, mem_len=mem_len)
             position_keys, total = model.position_keys(mem_len + tgt_len), 0.0
             for ids in data:
                 nll, memory = step(ids, memory, position_keys)

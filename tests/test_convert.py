@@ -160,11 +160,11 @@ def test_memory_from_time_major_matches_own_memory():
     segs = segments(hp, n=2)
     _, memory = model(segs[0])
     # Re-express the memory time-major (as the reference's mems) and convert it back.
-    states, valid = np.asarray(memory["states"]), np.asarray(memory["valid"])
+    states, valid = np.asarray(memory.states), np.asarray(memory.valid)
     assert valid[:, -hp["tgt_len"]:].all() and not valid[:, 0].any()
     mems = [states[:, l, -hp["tgt_len"]:].transpose(1, 0, 2) for l in range(hp["n_layer"])]
     rebuilt = memory_from_time_major(mems, hp["n_layer"], mem_len=hp["mem_len"])
-    np.testing.assert_array_equal(rebuilt["valid"], valid)
+    np.testing.assert_array_equal(rebuilt.valid, valid)
     a, _ = model(segs[1], memory=memory)
     b, _ = model(segs[1], memory=rebuilt)
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)

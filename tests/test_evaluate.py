@@ -11,7 +11,7 @@ import factories
 from tfxl.data import pipeline
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.data.rechunk import rechunk
-from tfxl.layers.memory import stacked
+from tfxl.layers.memory import KeyValueMemory
 from tfxl.train.evaluator import EvalProgress
 from tfxl.train.loop import make_evaluator
 
@@ -108,8 +108,8 @@ def test_evaluate_equals_the_layer_input_path_by_hand(data_dir, tmp_path, mirror
     # The memory matters here (so the comparison above tests it), and it is a key/value memory.
     assert abs(no_memory["loss"] - got["loss"]) > 1e-2
     memory = evaluator.memories[(STREAMS, kwargs["mem_len"])]
-    assert set(memory.variables) == {"keys", "values", "valid"}
-    assert stacked(memory.gather())["keys"].shape == (STREAMS, 2, 2, 16, kwargs["mem_len"])
+    assert isinstance(memory.variables, KeyValueMemory)
+    assert memory.gather().to_dict()["keys"].shape == (STREAMS, 2, 2, 16, kwargs["mem_len"])
 
 
 def test_evaluation_builds_no_optimizer_and_no_training_memory(data_dir, tmp_path):

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from factories import tiny_lm
 from tfxl import AdaptiveEmbedding
+from tfxl.layers.memory import from_dict
 
 T, M = 3, 4
 
@@ -17,9 +18,9 @@ def small_lm(**kw):
 
 def with_garbage_in_invalid_slots(memory, garbage):
     """The memory with `garbage` written into every slot marked invalid."""
-    invalid = ~memory["valid"].numpy()  # [B, M]
-    out = {"valid": memory["valid"]}
-    for name, value in memory.items():
+    invalid = ~memory.valid.numpy()  # [B, M]
+    out = {"valid": memory.valid}
+    for name, value in memory.to_dict().items():
         if name == "valid":
             continue
         value = value.numpy().copy()
@@ -28,7 +29,7 @@ def with_garbage_in_invalid_slots(memory, garbage):
         moved = np.moveaxis(value, slot_axis, 1)
         moved[invalid] = garbage
         out[name] = tf.constant(np.moveaxis(moved, 1, slot_axis))
-    return out
+    return from_dict(out)
 
 
 @pytest.mark.parametrize("kind", ["states", "keys_values"])
@@ -41,18 +42,17 @@ def test_invalid_memory_slots_have_no_influence(kind, garbage, pre_lnorm):
     memory = lm.init_memory(2) if kind == "states" else lm.init_key_value_memory(2, mem_len=M)
     # Row 0 gets T valid slots (one is left invalid), row 1 none: a reset row.
     _, memory = lm(first, memory, reset=tf.constant([False, True]))
-    memory = {**memory, "valid": tf.constant([[False] * (M - T) + [True] * T, [False] * M])}
+    memory = memory._replace(valid=tf.constant([[False] * (M - T) + [True] * T, [False] * M]))
     want_log_probs, want_memory = lm(second, memory)
     got_log_probs, got_memory = lm(second, with_garbage_in_invalid_slots(memory, garbage))
     assert np.isfinite(got_log_probs.numpy()).all()
     np.testing.assert_allclose(got_log_probs.numpy(), want_log_probs.numpy(), atol=1e-6)
     # The new memory's valid slots are the same (invalid ones may keep the garbage: harmless).
-    np.testing.assert_array_equal(got_memory["valid"], want_memory["valid"])
-    for name in got_memory:
-        if name != "valid":
-            got, want = (with_garbage_in_invalid_slots(m, 0.0)[name]
-                         for m in (got_memory, want_memory))
-            np.testing.assert_allclose(got, want, atol=1e-6, err_msg=name)
+    np.testing.assert_array_equal(got_memory.valid, want_memory.valid)
+    got, want = (with_garbage_in_invalid_slots(m, 0.0).to_dict()
+                 for m in (got_memory, want_memory))
+    for name in got:
+        np.testing.assert_allclose(got[name], want[name], atol=1e-6, err_msg=name)
 
 
 @pytest.mark.parametrize("div_val", [1, 2])
@@ -103,8 +103,8 @@ def test_memory_from_time_major_takes_n_layer_arrays_or_drops_pytorchs_last():
     mems = [np.full((m, batch, d), layer, np.float32) for layer in range(n_layer + 2)]
     for given in (n_layer, n_layer + 1):
         memory = memory_from_time_major(mems[:given], n_layer)
-        assert memory["states"].shape == (batch, n_layer, m, d)
-        np.testing.assert_array_equal(memory["states"][0, :, 0, 0], range(n_layer))
+        assert memory.states.shape == (batch, n_layer, m, d)
+        np.testing.assert_array_equal(memory.states[0, :, 0, 0], range(n_layer))
     for given in (n_layer - 1, n_layer + 2):
         with pytest.raises(ConversionError, match=f"mems has {given} arrays; a model of "
                            f"n_layer={n_layer} takes {n_layer} .* or {n_layer + 1}"):

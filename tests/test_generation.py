@@ -59,7 +59,7 @@ def test_key_value_generation_gives_the_tokens_of_the_layer_input_path(lm, tempe
     got, memory = generate(lm, prompt, lm.init_key_value_memory(2), 9, temperature, top_k,
                            top_p, seed, clamp_len=4, same_length=True)
     np.testing.assert_array_equal(got.numpy(), want)
-    assert memory["keys"].shape == (2, 2, 2, 8, MEM) and memory["valid"].numpy().all()
+    assert memory.to_dict()["keys"].shape == (2, 2, 2, 8, MEM) and memory.valid.numpy().all()
     # The Keras-style method runs the same loop with the config's evaluation settings.
     np.testing.assert_array_equal(lm.generate(prompt, 9, temperature, top_k, top_p, seed), want)
     np.testing.assert_array_equal(lm.generate(prompt[0], 9, temperature, top_k, top_p, seed),
@@ -109,9 +109,9 @@ def test_recent_window_merges_keep_the_tokens_exact(lm, monkeypatch, window, mem
         _, before_last = step(got.numpy()[:, i:i + 1], before_last)
     want_memory = lm.key_value_memory(before_last)
     for name in ("keys", "values"):
-        np.testing.assert_allclose(got_memory[name].numpy(), want_memory[name].numpy(),
-                                   atol=1e-5)
-    np.testing.assert_array_equal(got_memory["valid"].numpy(), want_memory["valid"].numpy())
+        np.testing.assert_allclose(got_memory.to_dict()[name].numpy(),
+                                   want_memory.to_dict()[name].numpy(), atol=1e-5)
+    np.testing.assert_array_equal(got_memory.valid.numpy(), want_memory.valid.numpy())
 
 
 @pytest.fixture(scope="module")
@@ -128,8 +128,8 @@ def test_generation_refuses_non_finite_log_probs_rather_than_draw_an_id_outside_
     log-probs), from which the sampler drew id V for every token (41 here). Refused, in the
     Python API as in the exported signatures (which refuse non-finite memory at the entry)."""
     memory = lm.init_key_value_memory(2, mem_len=MEM)
-    memory = {**memory, "valid": tf.ones_like(memory["valid"]),
-              where: tf.fill(tf.shape(memory[where]), 3e38)}
+    huge = tuple(tf.fill(tf.shape(tensor), 3e38) for tensor in getattr(memory, where))
+    memory = memory._replace(valid=tf.ones_like(memory.valid), **{where: huge})
     prompt = np.ones((2, 3), np.int32)
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match="generate: the next-token log-probabilities are not finite"):
@@ -144,7 +144,7 @@ def one_token_step(lm):
     the prompt and every later token, not one per prompt length or case)."""
     memory = lm.init_key_value_memory(1, mem_len=MEM)
     signature = [tf.TensorSpec([None, None], tf.int32),
-                 {name: tf.TensorSpec.from_tensor(value) for name, value in memory.items()},
+                 tf.nest.map_structure(tf.TensorSpec.from_tensor, memory),
                  tf.TensorSpec([], tf.int32)]
     return tf.function(lambda ids, memory, seed: generate(lm, ids, memory, 1, 1.0, 0, 1.0, seed,
                                                           clamp_len=4, same_length=True),

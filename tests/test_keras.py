@@ -7,6 +7,7 @@ import tensorflow as tf
 import factories
 from factories import tiny_config
 from tfxl import StatefulTransfoXLLM, TransfoXLBackbone
+from tfxl.layers.memory import KeyValueMemory
 
 T, B = 8, 4
 
@@ -54,19 +55,19 @@ def test_stateful_fit_carries_memory_and_matches_the_stateless_model(tmp_path):
     model.compile(keras.optimizers.Adam(3e-3))
     history = model.fit(as_dataset(x, y), epochs=3, verbose=0, shuffle=False)
     assert history.history["loss"][-1] < history.history["loss"][0] - 0.3
-    assert model._memory.variables["valid"].numpy().all()
+    assert model._memory.valid.numpy().all()
 
     # evaluate() carries its own (key/value) memory batch to batch exactly like the stateless
     # model does by hand on the layer-input path, starting empty, and leaves the training memory
     # alone.
-    trained_memory = model._memory.variables["states"].numpy()
+    trained_memory = model._memory.variables.states.numpy()
     got = model.evaluate(as_dataset(x[:10], y[:10]), verbose=0)
     memory, total = model.lm.init_memory(B), 0.0
     for xb, yb in zip(x[:10], y[:10]):
         nll, memory = model.lm(xb, memory, targets=yb)
         total += float(tf.reduce_mean(nll))
     np.testing.assert_allclose(got, total / 10, rtol=1e-5)
-    np.testing.assert_array_equal(model._memory.variables["states"].numpy(), trained_memory)
+    np.testing.assert_array_equal(model._memory.variables.states.numpy(), trained_memory)
 
     # The .keras file holds the weights, not the memory.
     path = str(tmp_path / "stateful.keras")
@@ -74,7 +75,7 @@ def test_stateful_fit_carries_memory_and_matches_the_stateless_model(tmp_path):
     loaded = keras.saving.load_model(path)
     assert isinstance(loaded, StatefulTransfoXLLM) and loaded.batch_size == B
     assert len(loaded.weights) == len(model.lm.weights)
-    assert not loaded._memory.variables["valid"].numpy().any()
+    assert not loaded._memory.valid.numpy().any()
     np.testing.assert_allclose(loaded.predict(x[0], batch_size=B, verbose=0),
                                model.predict(x[0], batch_size=B, verbose=0), atol=1e-5)
 
@@ -99,8 +100,8 @@ def test_stateful_predict_uses_a_key_value_memory_equal_to_the_layer_input_path(
         return model.predict(factories.slices(segments), verbose=0)
 
     np.testing.assert_allclose(predict(x), log_probs_by_hand(model.lm, x), atol=2e-5)
-    assert set(model._eval_memory.variables) == {"keys", "values", "valid"}
-    assert model._eval_memory.variables["valid"].numpy().all()
+    assert isinstance(model._eval_memory.variables, KeyValueMemory)
+    assert model._eval_memory.valid.numpy().all()
     # Other weights (as after fit): the next predict() recomputes its cached position keys.
     for variable in model.lm.trainable_variables:
         variable.assign(variable * 1.5)

@@ -51,11 +51,11 @@ def test_key_value_path_equals_layer_input_path_and_oracle(case):
         # The key/value memory is at every step what the layer-input memory projects to.
         converted = lm.key_value_memory(states)
         for name in ("keys", "values"):
-            np.testing.assert_allclose(key_value[name].numpy(), converted[name].numpy(),
-                                       atol=1e-5)
-        np.testing.assert_array_equal(key_value["valid"].numpy(), states["valid"].numpy())
-    assert key_value["keys"].shape == (2, c.n_layer, c.n_head, c.d_head, c.mem_len)
-    assert key_value["values"].shape == (2, c.n_layer, c.n_head, c.mem_len, c.d_head)
+            np.testing.assert_allclose(key_value.to_dict()[name].numpy(),
+                                       converted.to_dict()[name].numpy(), atol=1e-5)
+        np.testing.assert_array_equal(key_value.valid.numpy(), states.valid.numpy())
+    assert key_value.to_dict()["keys"].shape == (2, c.n_layer, c.n_head, c.d_head, c.mem_len)
+    assert key_value.to_dict()["values"].shape == (2, c.n_layer, c.n_head, c.mem_len, c.d_head)
 
 
 def test_reset_rows_and_padding_follow_the_layer_input_path():
@@ -74,7 +74,7 @@ def test_reset_rows_and_padding_follow_the_layer_input_path():
         got, key_value = lm(x, key_value, position_keys=position_keys, **run)
         np.testing.assert_allclose(got.numpy()[valid], want.numpy()[valid], atol=1e-5,
                                    err_msg=f"segment {s}")
-        np.testing.assert_array_equal(key_value["valid"].numpy(), states["valid"].numpy())
+        np.testing.assert_array_equal(key_value.valid.numpy(), states.valid.numpy())
 
 
 def test_a_trainers_memory_carries_over_to_the_inference_path():
@@ -101,8 +101,8 @@ def test_key_value_step_compiles_with_xla_and_agrees():
     got, got_memory = step(x, memory, position_keys)
     want, want_memory = lm(x, memory, targets=x, position_keys=position_keys)
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5)
-    np.testing.assert_allclose(got_memory["keys"].numpy(), want_memory["keys"].numpy(),
-                               atol=1e-5)
+    np.testing.assert_allclose(got_memory.to_dict()["keys"].numpy(),
+                               want_memory.to_dict()["keys"].numpy(), atol=1e-5)
 
 
 def test_position_keys_of_another_shape_are_refused():

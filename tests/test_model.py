@@ -83,12 +83,12 @@ def test_memory_update_keeps_last_positions_and_static_shapes():
     config = tiny_config(mem_len=6, tgt_len=4)
     backbone = built_backbone(config)
     _, m1 = backbone(np.zeros((2, 4), np.int32))
-    np.testing.assert_array_equal(m1["valid"].numpy()[0], [False, False, True, True, True, True])
-    assert m1["states"].shape == (2, 2, 6, 16)
+    np.testing.assert_array_equal(m1.valid.numpy()[0], [False, False, True, True, True, True])
+    assert m1.states.shape == (2, 2, 6, 16)
     _, m2 = backbone(np.ones((2, 4), np.int32), m1)
-    assert m2["valid"].numpy().all()
+    assert m2.valid.numpy().all()
     # Slots 0-1 of the new memory are the last two positions of the first segment.
-    np.testing.assert_allclose(m2["states"].numpy()[:, :, :2], m1["states"].numpy()[:, :, -2:])
+    np.testing.assert_allclose(m2.states.numpy()[:, :, :2], m1.states.numpy()[:, :, -2:])
 
 
 def test_no_gradient_flows_into_memory():
@@ -102,7 +102,7 @@ def test_no_gradient_flows_into_memory():
         loss = tf.reduce_mean(nll)
     grads = tape.gradient(loss, lm.trainable_variables)
     # The same loss with the memory as a constant has the same gradients.
-    frozen = {k: tf.constant(v.numpy()) for k, v in memory.items()}
+    frozen = tf.nest.map_structure(lambda v: tf.constant(v.numpy()), memory)
     with tf.GradientTape() as tape2:
         loss2 = tf.reduce_mean(lm(b[:, :4], frozen, targets=b[:, 1:])[0])
     grads2 = tape2.gradient(loss2, lm.trainable_variables)
@@ -139,7 +139,7 @@ def test_left_padding_is_invisible_to_real_tokens_and_memory():
     got, memory = backbone(padded, segment_valid=valid)
     want, want_memory = backbone(real)
     np.testing.assert_allclose(got.numpy()[:, 2:], want.numpy(), atol=1e-6)
-    np.testing.assert_array_equal(memory["valid"].numpy(), [[False] * 3 + [True] * 3])
+    np.testing.assert_array_equal(memory.valid.numpy(), [[False] * 3 + [True] * 3])
     nxt = np.random.randint(0, config.vocab_size, (1, 2))
     np.testing.assert_allclose(backbone(nxt, memory)[0].numpy(),
                                backbone(nxt, want_memory)[0].numpy(), atol=1e-6)
@@ -173,7 +173,7 @@ def test_mixed_bfloat16_runs_finite_and_close_to_float32():
     lm16(ids)
     lm16.set_weights(lm32.get_weights())
     nll16, mem16 = lm16(ids, targets=ids)
-    assert nll16.dtype == tf.float32 and mem16["states"].dtype == tf.bfloat16
+    assert nll16.dtype == tf.float32 and mem16.states.dtype == tf.bfloat16
     assert np.isfinite(nll16.numpy()).all()
     np.testing.assert_allclose(nll16.numpy(), nll32.numpy(), atol=3e-2, rtol=1e-2)
     nll16b, _ = lm16(ids, mem16, targets=ids)
@@ -189,4 +189,4 @@ def test_backbone_keras_contract(memory_kind):
     if memory_kind == "key_value":
         memory = probe.key_value_memory(memory)
     run_layer_test(TransfoXLBackbone, dict(config=config),
-                   (ids, {name: m.numpy() for name, m in memory.items()}))
+                   (ids, tf.nest.map_structure(lambda m: m.numpy(), memory)))

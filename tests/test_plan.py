@@ -57,7 +57,7 @@ def test_state_items_are_the_sizes_of_the_trainers_tensors(policy):
     assert estimate.gradients == weights
     slots = [v for v in optimizer.variables if v.shape.rank and v.dtype == "float32"]
     assert estimate.optimizer == 4 * size_of(slots) == 2 * weights
-    states = model.init_memory(batch)["states"]
+    states = model.init_memory(batch).states
     assert estimate.memory_state == 2 * states.numpy().nbytes  # the variable and the new one
 
 

@@ -149,7 +149,7 @@ def client_expected(model, client_run):
                     for text in texts])
     ids, memory = generate(model, prompt, model.init_key_value_memory(2, mem_len=MEM), 7, 0.8,
                            20, 0.9, 5)
-    want.update(generated_ids=ids.numpy(), generated_valid=memory["valid"].numpy())
+    want.update(generated_ids=ids.numpy(), generated_valid=memory.valid.numpy())
     first, second = tokenizer.encode("def f("), tokenizer.encode("import os")
     padded = np.stack([np.concatenate([np.zeros(3, np.int32), first]), second])
     valid = np.ones(padded.shape, bool)
@@ -232,7 +232,7 @@ def test_stateful_model_export_is_the_stateless_tokenizer_less_signatures(model,
                                "score_document", "score_document_masked"}  # no tokenizer
     ids = np.array([[3, 4, 5]], np.int32)
     memory = model.init_key_value_memory(1, mem_len=MEM)
-    out = signatures["serving_default"](token_ids=tf.constant(ids), **memory)
+    out = signatures["serving_default"](token_ids=tf.constant(ids), **memory.to_dict())
     full, _ = model(ids, memory)
     want = np.sort(full.numpy(), axis=-1)[..., ::-1][..., :16]  # score_top_k defaults to 16
     np.testing.assert_allclose(out["top_log_probs"].numpy(), want, atol=1e-5)
@@ -498,7 +498,7 @@ def test_score_top_k_export_and_versions(model, exported, tmp_path, monkeypatch)
     assert {"generate_text", "score_text", "score_document_masked"} <= set(loaded)
     ids = np.array([[3, 4, 5]], np.int32)
     memory = model.init_key_value_memory(1, mem_len=MEM)
-    out = loaded["score"](token_ids=tf.constant(ids), **memory)
+    out = loaded["score"](token_ids=tf.constant(ids), **memory.to_dict())
     full, _ = model(ids, memory)
     want = np.sort(full.numpy(), axis=-1)[..., ::-1][..., :5]
     np.testing.assert_allclose(out["top_log_probs"].numpy(), want, atol=1e-5)
@@ -514,7 +514,7 @@ def test_greedy_cached_generation_equals_full_recompute(model):
         sequence.append(int(np.argmax(log_probs.numpy()[0, -1])))
     np.testing.assert_array_equal(ids.numpy()[0], sequence[4:])
     # The memory holds the prompt and all but the last generated token.
-    assert int(memory["valid"].numpy().sum()) == 4 + 10 - 1
+    assert int(memory.valid.numpy().sum()) == 4 + 10 - 1
 
 
 def test_sampling_filters_and_seeds():
@@ -557,7 +557,7 @@ def test_export_and_generate_command_lines(model, tmp_path):
     got = signatures["score_document"](token_ids=tf.constant(ids, tf.int32))["nll"].numpy()
     np.testing.assert_allclose(got, reference_nll(model, ids, tgt_len=4), atol=1e-5)
     scored = signatures["score"](token_ids=tf.constant(ids, tf.int32),
-                                 **model.init_key_value_memory(1, mem_len=MEM))
+                                 **model.init_key_value_memory(1, mem_len=MEM).to_dict())
     assert scored["top_ids"].shape == (1, 11, 3)
     again = run_in_process("tfxl.serving.export_main", f"--model={model_dir}",
                            f"--output_dir={exports}", "--version=1")
@@ -696,7 +696,8 @@ def test_object_store_export_copies_saved_model_pb_last(model, tmp_path, monkeyp
     assert left_in_staging(tmp_path) == []  # and removed there
     ids = np.array([[3, 4, 5]], np.int32)
     memory = model.init_key_value_memory(1, mem_len=MEM)
-    got = tf.saved_model.load(path).signatures["score"](token_ids=tf.constant(ids), **memory)
+    got = tf.saved_model.load(path).signatures["score"](token_ids=tf.constant(ids),
+                                                        **memory.to_dict())
     np.testing.assert_allclose(got["log_probs"].numpy(), model(ids, memory)[0].numpy(),
                                atol=1e-5)
 

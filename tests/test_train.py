@@ -100,7 +100,7 @@ def test_mirrored_two_replicas_equal_one_device(copy_data, tmp_path, mirrored, p
                                   steps=PLAIN_STEPS)
     np.testing.assert_allclose(two, one, atol=1e-5, rtol=1e-5)
     # Each replica holds its own memory rows (per-replica state, b = B / 2 rows each).
-    valid = runner.trainer.memory.variables["valid"]
+    valid = runner.trainer.memory.valid
     per_replica = runner.strategy.experimental_local_results(valid.value)
     assert len(per_replica) == 2 and per_replica[0].shape == (STREAMS // 2, T)
 
@@ -133,12 +133,12 @@ def test_jit_compile_agrees_with_eager_steps(copy_data, tmp_path, plain_run):
 def test_memory_survives_host_loops_and_checkpoints(plain_run):
     runner = plain_run[1]
     before = runner.trainer.memory.gather()
-    assert before["valid"].numpy().all()  # carried across the two host loops, never reset
+    assert before.valid.numpy().all()  # carried across the two host loops, never reset
     runner.trainer.memory.clear()
     runner.restore()
     after = runner.trainer.memory.gather()
-    np.testing.assert_array_equal(after["valid"].numpy(), before["valid"].numpy())
-    np.testing.assert_allclose(after["states"].numpy(), before["states"].numpy())
+    np.testing.assert_array_equal(after.valid.numpy(), before.valid.numpy())
+    np.testing.assert_allclose(after.states.numpy(), before.states.numpy())
 
 
 def test_checkpoint_keys_of_the_dropout_seeds_are_those_earlier_checkpoints_have(copy_data,
@@ -229,7 +229,7 @@ def test_mixed_precision_training_runs_and_learns(copy_data, tmp_path, policy):
     losses = [r["loss"] for r in read_train_log(str(tmp_path))]
     assert np.isfinite(losses).all()
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
-    assert runner.trainer.memory.variables["states"].dtype == policy.split("_")[1]
+    assert runner.trainer.memory.variables.states.dtype == policy.split("_")[1]
     # Evaluation (key/value memory and position keys in the compute dtype) runs too.
     assert np.isfinite(runner.evaluate("valid", max_batches=3)["loss"])
 
@@ -377,8 +377,8 @@ def test_train_and_eval_steps_compile_as_one_xla_computation(copy_data, tmp_path
     assert xla.trainer.step == plain.trainer.step == 2
     for a, b in zip(xla.model.trainable_variables, plain.model.trainable_variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(xla.trainer.memory.gather()["states"].numpy(),
-                               plain.trainer.memory.gather()["states"].numpy(), rtol=1e-4,
+    np.testing.assert_allclose(xla.trainer.memory.gather().states.numpy(),
+                               plain.trainer.memory.gather().states.numpy(), rtol=1e-4,
                                atol=1e-6)
     # The eval step: key/value memory and position keys read and written in one computation.
     evaluator = xla.evaluator
@@ -393,7 +393,7 @@ def test_train_and_eval_steps_compile_as_one_xla_computation(copy_data, tmp_path
         stage="hlo").count("HloModule") == 1
     nll_sum, tokens = eval_step(eval_features)
     assert float(tokens) == STREAMS * T and np.isfinite(float(nll_sum))
-    assert memory.gather()["valid"].numpy().any()
+    assert memory.gather().valid.numpy().any()
 
 
 # -- TensorBoard ------------------------------------------------------------------------------

@@ -87,7 +87,7 @@ def assert_warm_started(data_dir, model_dir, init, expected_model, expected_path
         np.testing.assert_array_equal(got[path], expected[path], err_msg=path)
     assert run.trainer.step == 0 and int(run.trainer.optimizer.iterations.numpy()) == 0
     assert all(not np.any(v.numpy()) for v in run.trainer.optimizer.variables[1:])  # fresh slots
-    assert not np.any(run.trainer.memory.read()["valid"].numpy())
+    assert not np.any(run.trainer.memory.read().valid.numpy())
     want = first_batch_loss(expected_model, run)
     metrics = run.train(save_every=0, log=lambda *a: None)
     assert logged_losses(model_dir)[0] == pytest.approx(want, rel=1e-5, abs=1e-6)

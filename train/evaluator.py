@@ -19,7 +19,6 @@ import numpy as np
 import tensorflow as tf
 
 from tfxl.cli.quiet import stream_is_terminal
-from tfxl.layers.memory import per_layer
 from tfxl.train.memory_state import ReplicaMemory, ReplicaPositionKeys
 
 LOG2 = math.log(2.0)
@@ -172,7 +171,7 @@ class Evaluator:
         """An empty key/value memory of `mem_len` slots for `global_batch` rows (cross-replica)."""
         per_replica = global_batch // self.strategy.num_replicas_in_sync
         return ReplicaMemory(
-            self.strategy, per_layer(self.model.init_key_value_memory(per_replica, mem_len)),
+            self.strategy, self.model.init_key_value_memory(per_replica, mem_len),
             f"eval_memory_{global_batch}_{mem_len}")
 
     # -- replica ------------------------------------------------------------------------------

@@ -10,10 +10,9 @@ strategy scope has one copy per replica, lives on that replica's device, is read
 `strategy.run` with no host round trip, and never enters `trainable_variables`, so no gradient or
 optimizer slot ever touches it.
 
-A memory is a dict of tensors of one of two kinds (`tfxl.layers.memory`): training keeps the
-layer-input memory {"states", "valid"} (W_k and W_v learn through it), evaluation the key/value
-memory {"keys", "values", "valid"} (each step projects only its T new rows). `ReplicaMemory` holds
-either, one ON_READ variable per named tensor.
+A memory is one of two types (`tfxl.layers.memory`): training keeps the `LayerInputMemory` (W_k
+and W_v learn through it), evaluation the `KeyValueMemory` (each step projects only its T new
+rows). `ReplicaMemory` holds either, one ON_READ variable per tensor (`MemoryVariables`).
 
 Only the training memory is checkpointed (`CheckpointedReplicaMemory`); an evaluation pass starts
 from an empty memory. Reading a memory across replicas goes through `strategy.gather`, which is
@@ -26,7 +25,7 @@ back its rows. Batch slot g of the global batch is replica g // b, row g % b, th
 import keras
 import tensorflow as tf
 
-from tfxl.layers.memory import VALID
+from tfxl.layers.memory import MemoryVariables
 
 
 def replica_variable(strategy, initial_value, name):
@@ -36,39 +35,28 @@ def replica_variable(strategy, initial_value, name):
                               synchronization="on_read", aggregation="none", name=name)
 
 
-class ReplicaMemory:
-    """A memory of either kind, b rows per replica.
+class ReplicaMemory(MemoryVariables):
+    """A memory of either type, b rows per replica: `read` and `write` in replica context.
 
     Args:
       strategy: the distribution strategy.
-      empty: one replica's empty memory, e.g. `per_layer(model.init_key_value_memory(b, M))`;
-        gives the structure, shapes [b, ...] and dtypes of the variables (a memory in per-layer
-        form gets one variable per layer: no step slices layers out or stacks them back).
+      empty: one replica's empty memory, e.g. `model.init_key_value_memory(b, M)`; gives the
+        type, shapes [b, ...] and dtypes of the variables.
       name: prefix of the variable names.
     """
 
     def __init__(self, strategy, empty, name):
+        super().__init__(empty, name, lambda value, name: replica_variable(strategy, value, name))
         self.strategy = strategy
-        self.per_replica_batch = int(empty[VALID].shape[0])
+        self.per_replica_batch = int(empty.valid.shape[0])
         self.global_batch = self.per_replica_batch * strategy.num_replicas_in_sync
-        flat = tf.nest.flatten(empty)
-        self.variables = tf.nest.pack_sequence_as(empty, [
-            replica_variable(strategy, value, f"{name}_{i}") for i, value in enumerate(flat)])
         # Cross-replica reads run in a tf.function (TPUStrategy.run only runs inside one).
         self.gather = tf.function(self._gather)
-
-    # -- replica context ----------------------------------------------------------------------
-    def read(self):
-        return tf.nest.map_structure(lambda variable: variable.value, self.variables)
-
-    def write(self, memory):
-        tf.nest.map_structure(lambda variable, value: variable.assign(
-            tf.cast(value, variable.dtype)), self.variables, memory)
 
     # -- cross-replica context ----------------------------------------------------------------
     def clear(self):
         """Invalidates every row of every replica (start of an evaluation pass)."""
-        for copy in self.strategy.experimental_local_results(self.variables[VALID].value):
+        for copy in self.strategy.experimental_local_results(self.valid.value):
             copy.assign(tf.zeros_like(copy))
 
     def _gather(self):
@@ -88,7 +76,8 @@ class CheckpointedReplicaMemory(ReplicaMemory):
     """The training memory: a `ReplicaMemory` with global copies for tf.train.Checkpoint.
 
     `checkpointed` is the trackable to put in the checkpoint; `save_to_checkpoint()` before a
-    save, `restore_from_checkpoint()` after a restore (both cross-replica).
+    save, `restore_from_checkpoint()` after a restore (both cross-replica). Its variables are
+    named by the memory's fields ("states", "valid"), as checkpoints have always named them.
     """
 
     def __init__(self, strategy, empty, name):
@@ -99,10 +88,10 @@ class CheckpointedReplicaMemory(ReplicaMemory):
             self.checkpointed = tf.train.Checkpoint(**{
                 key: tf.Variable(tf.zeros((self.global_batch,) + tuple(value.shape[1:]),
                                           value.dtype), trainable=False)
-                for key, value in empty.items()})
+                for key, value in empty._asdict().items()})
 
     def save_to_checkpoint(self):
-        for key, value in self.gather().items():
+        for key, value in self.gather()._asdict().items():
             getattr(self.checkpointed, key).assign(value)
 
     def _restore_from_checkpoint(self):
@@ -111,12 +100,12 @@ class CheckpointedReplicaMemory(ReplicaMemory):
         def take_rows(memory):
             replica = tf.distribute.get_replica_context().replica_id_in_sync_group
             rows = tf.range(b) + tf.cast(replica, tf.int32) * b
-            self.write({key: tf.gather(value, rows) for key, value in memory.items()})
+            self.write(tf.nest.map_structure(lambda value: tf.gather(value, rows), memory))
 
         # The global copies live on the host: read them here and hand them to the replicas as
         # arguments (a TPU computation cannot read a host variable itself).
-        self.strategy.run(take_rows, args=({key: getattr(self.checkpointed, key).read_value()
-                                            for key in self.variables},))
+        self.strategy.run(take_rows, args=(type(self.variables)(*(
+            getattr(self.checkpointed, key).read_value() for key in self.variables._fields)),))
 
 
 class ReplicaPositionKeys:

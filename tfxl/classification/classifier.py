@@ -43,7 +43,6 @@ from tfxl.classification.pooling import (LAST, LAST_SEGMENT_MEAN, SEGMENT_ATTENT
                                          SegmentAttentionPooling, check_pooling,
                                          last_valid_state, valid_mean)
 from tfxl.config import TransfoXLConfig
-from tfxl.layers.memory import per_layer
 from tfxl.layers.transformer_xl_block import attention_class
 from tfxl.models.backbone import TransfoXLBackbone, as_config, default_name
 
@@ -187,9 +186,7 @@ class DocumentClassifier(keras.Model):
         num_segments = _dim(segments, 1)
         run = {}
         if key_value_memory:
-            # Per-layer form: no [B, L, ...] slicing and restacking per segment (as scoring).
-            memory = per_layer(self.backbone.init_key_value_memory(_dim(segments, 0),
-                                                                   self.mem_len))
+            memory = self.backbone.init_key_value_memory(_dim(segments, 0), self.mem_len)
             run["position_keys"] = self.backbone.position_keys(self.mem_len + self.segment_len)
         else:
             memory = self.backbone.init_memory(_dim(segments, 0), self.mem_len)

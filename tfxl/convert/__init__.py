@@ -25,6 +25,7 @@ from tfxl.convert.errors import ConversionError
 from tfxl.convert.mapping import FORMATS, make_plan
 from tfxl.convert.readers import TensorSource, open_checkpoint
 from tfxl.files import is_local, remove_quietly
+from tfxl.layers.memory import LayerInputMemory
 from tfxl.models import TransfoXLLM
 
 __all__ = [
@@ -162,8 +163,8 @@ def config_overrides_from_hf(hf):
 
 
 def memory_from_time_major(mems, n_layer, mem_len=None, dtype="float32"):
-    """A tfxl memory {"states": [B, L, M, D], "valid": [B, M]} from a reference implementation's
-    `mems`: a list of time-major [M, B, D] arrays, for a model of `n_layer` layers.
+    """A tfxl `LayerInputMemory` (numpy states [B, L, M, D], valid [B, M]) from a reference
+    implementation's `mems`: a list of time-major [M, B, D] arrays, for a model of `n_layer` layers.
 
     What the list holds depends on the implementation, so `n_layer` says which arrays to take:
       - n_layer arrays (TF1 `mems`, Hugging Face `TransfoXLLMHeadModel`): each layer's input,
@@ -191,7 +192,7 @@ def memory_from_time_major(mems, n_layer, mem_len=None, dtype="float32"):
         pad = mem_len - m
         states = np.concatenate([np.zeros((batch, n_layer, pad, d), states.dtype), states], 2)
         valid = np.concatenate([np.zeros((batch, pad), bool), valid], 1)
-    return {"states": states.astype(dtype), "valid": valid}
+    return LayerInputMemory(states.astype(dtype), valid)
 
 
 def describe(config):

@@ -10,12 +10,13 @@ generated token sees the last M positions before it and itself. M, clamp_len and
 are the config's evaluation settings (`mem_len=` overrides M).
 
 The cache is keras-hub's kind: fixed shapes, indexed by the position being written, batch first
-so that the beam sampler can repeat and reorder it. It is a key/value memory over all S positions
-in tfxl's per-layer form (`tfxl.layers.memory.per_layer`: "keys" L x [B, N, H, S], "values"
-L x [B, N, S, H]; no layer is sliced out or stacked back per step) plus each row's prompt length
-("prompt_length" [B]). A step reads the slots of its last M positions through the attention
-mask, at relative distances t - j, so no slot ever moves: each step writes one slot per layer
-(in place under XLA).
+so that the beam sampler can repeat and reorder it. It holds keys and values over all S positions
+as a `tfxl.layers.memory.KeyValueMemory` does ("keys" L x [B, N, H, S], "values" L x [B, N, S,
+H]) plus each row's prompt length ("prompt_length" [B]), and no valid mask: slot j is position j,
+seen by the step at t when j < t (and the prompt rules allow). It is not a `KeyValueMemory` (a
+window of the last M positions that moves), which is why it stays keras-hub's dict. A step reads
+the slots of its last M positions through the attention mask, at relative distances t - j, so
+no slot ever moves: each step writes one slot per layer (in place under XLA).
 """
 
 import functools

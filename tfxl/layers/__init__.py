@@ -5,14 +5,15 @@ from tfxl.layers.adaptive_embedding import AdaptiveEmbedding
 from tfxl.layers.adaptive_softmax import AdaptiveSoftmax
 from tfxl.layers.dropout import HashDropout
 from tfxl.layers.feed_forward import PositionwiseFeedForward
-from tfxl.layers.memory import attention_mask, empty_memory, reset_rows, updated_memory
+from tfxl.layers.memory import (KeyValueMemory, LayerInputMemory, MemoryVariables,
+                                attention_mask)
 from tfxl.layers.relative_attention import RelativeMultiHeadAttention, rel_shift
 from tfxl.layers.relative_position import RelativePositionEncoding
 from tfxl.layers.transformer_xl_block import TransformerXLBlock
 
 __all__ = [
-    "AdaptiveEmbedding", "AdaptiveSoftmax", "Cluster", "HashDropout", "PositionwiseFeedForward",
+    "AdaptiveEmbedding", "AdaptiveSoftmax", "Cluster", "HashDropout", "KeyValueMemory",
+    "LayerInputMemory", "MemoryVariables", "PositionwiseFeedForward",
     "RelativeMultiHeadAttention", "RelativePositionEncoding", "TransformerXLBlock",
-    "attention_mask", "cluster_layout", "empty_memory", "rel_shift", "reset_rows",
-    "updated_memory",
+    "attention_mask", "cluster_layout", "rel_shift",
 ]

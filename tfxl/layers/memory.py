@@ -3,91 +3,53 @@
 Shape glossary: B batch (streams), L layers, M memory length, T segment length, K = M + T keys,
 D model size, N heads, H head size.
 
-A memory is a dict of tensors of one of two kinds; the model accepts either and returns the kind
-it was given.
+A memory is one of two types, both `typing.NamedTuple`s of tensors, so that `keras.tree`,
+`tf.nest`, `tf.function` signatures and loops take them as they are on every backend. The model
+accepts either and returns the type it was given. Dicts of tensors appear only where a memory
+crosses a boundary that has no Python types (SavedModel signatures: `to_dict`, `from_dict`).
 
-Layer-input memory (training; the paper's): 4·L·M·D bytes per row in float32.
-  "states": [B, L, M, D]     the input of layer l at the last M positions (layer 0: embeddings).
-  "valid":  [B, M] bool      which of those M slots hold a real token.
+`LayerInputMemory` (training; the paper's): 4·L·M·D bytes per row in float32.
+  states: [B, L, M, D]       the input of layer l at the last M positions (layer 0: embeddings).
+  valid:  [B, M] bool        which of those M slots hold a real token.
   Training needs it: W_k and W_v receive gradients through the memory rows they project.
 
-Key/value memory (evaluation, generation, serving): 2·N·H/D times the layer-input memory.
-  "keys":   [B, L, N, H, M]  layer l's keys of the last M positions (W_k,E applied, after the
+`KeyValueMemory` (evaluation, generation, serving): 2·N·H/D times the layer-input memory.
+  keys:   L × [B, N, H, M]   layer l's keys of the last M positions (W_k,E applied, after the
                              pre-LN LayerNorm where pre_lnorm), stored as each head's [H, M]
                              matrix so that q . k is a plain matmul reading them in place (a
                              transposed operand is packed into a fresh copy first).
-  "values": [B, L, N, M, H]  the same through W_v, each head's [M, H] matrix (probs . v reads it
+  values: L × [B, N, M, H]   the same through W_v, each head's [M, H] matrix (probs . v reads it
                              in place).
-  "valid":  [B, M] bool      as above.
-  With fixed weights it holds exactly what the layer-input memory would be projected to, so a
-  segment step projects only its T new rows (`TransfoXLBackbone.key_value_memory` converts).
+  valid:  [B, M] bool        as above.
+  One tensor per layer: slicing each layer out of [B, L, ...] and stacking the layers back would
+  copy the whole memory twice per step, which at M in the thousands costs more than a one-token
+  step's attention. With fixed weights it holds exactly what the layer-input memory would be
+  projected to, so a segment step projects only its T new rows
+  (`TransfoXLBackbone.key_value_memory` converts).
 
 Shapes are static (M is fixed) so steps compile once under XLA/TPU; the mask keeps the semantics
 exact: a fresh or reset memory has no valid slot and is never attended to (the original TF code
 attends to zero-filled slots after a reset). Memory carries no gradient (the paper's truncated
-backpropagation), except where a caller asks for it: `updated_memory(..., stop_gradient=False)`,
-which document classification uses inside its window of segments read with gradient
-(`tfxl.classification`).
+backpropagation), except where a caller asks for it: `LayerInputMemory.updated(...,
+stop_gradient=False)`, which document classification uses inside its window of segments read
+with gradient (`tfxl.classification`).
 """
 
+from typing import Any, NamedTuple, Tuple
+
+import keras
 from keras import ops
 
+# The names of a memory's tensors where it is a dict (SavedModel signatures, checkpoints).
 STATES = "states"
 KEYS = "keys"
 VALUES = "values"
 VALID = "valid"
 
 
-def is_key_value_memory(memory):
-    """True for a key/value memory, False for a layer-input memory."""
-    return KEYS in memory
-
-
-def empty_memory(batch_size, n_layer, mem_len, d_model, dtype="float32"):
-    """A layer-input memory with no valid slot: [B, L, M, D] zeros and an all-False [B, M] mask."""
-    return {
-        STATES: ops.zeros((batch_size, n_layer, mem_len, d_model), dtype=dtype),
-        VALID: ops.zeros((batch_size, mem_len), dtype="bool"),
-    }
-
-
-def empty_key_value_memory(batch_size, n_layer, mem_len, n_head, d_head, dtype="float32"):
-    """A key/value memory with no valid slot: keys [B, L, N, H, M], values [B, L, N, M, H],
-    valid [B, M]."""
-    return {KEYS: ops.zeros((batch_size, n_layer, n_head, d_head, mem_len), dtype=dtype),
-            VALUES: ops.zeros((batch_size, n_layer, n_head, mem_len, d_head), dtype=dtype),
-            VALID: ops.zeros((batch_size, mem_len), dtype="bool")}
-
-
-def reset_rows(memory, reset):
-    """Invalidates the memory of rows where `reset` [B] is true (a new stream or document
-    begins)."""
-    if reset is None:
-        return memory
-    keep = ops.logical_not(ops.cast(reset, "bool"))[:, None]
-    return {**memory, VALID: ops.logical_and(memory[VALID], keep)}
-
-
-def with_invalid_slots_zeroed(memory):
-    """The memory with zeros in the values (or layer inputs) of its invalid slots.
-
-    Why: a masked key's attention probability is exactly 0, but 0 x NaN = NaN, and a slot marked
-    invalid may hold anything (a client's NaN or Inf). Keys need nothing (their scores are
-    replaced by the mask). The model applies this once per call, where a memory enters, not in
-    the attention: per layer it would copy the memory again on every generated token; and every
-    memory the model returns is built from the cleaned one, so loops stay clean.
-    """
-    valid = ops.cast(memory[VALID], "bool")
-    if STATES in memory:  # [B, L, M, D]
-        states = memory[STATES]
-        return {**memory, STATES: ops.where(valid[:, None, :, None], states,
-                                            ops.zeros((), states.dtype))}
-    values = memory[VALUES]
-    if isinstance(values, (list, tuple)):  # per-layer [B, N, M, H]
-        return {**memory, VALUES: [ops.where(valid[:, None, :, None], v, ops.zeros((), v.dtype))
-                                   for v in values]}
-    return {**memory, VALUES: ops.where(valid[:, None, None, :, None], values,
-                                        ops.zeros((), values.dtype))}
+def _zero_invalid(tensor, valid_index):
+    """`tensor` with zeros where the broadcast `valid_index` is False."""
+    return ops.where(valid_index, tensor, ops.zeros((), tensor.dtype))
 
 
 def _last_slots(old, new, axis):
@@ -102,73 +64,202 @@ def _last_slots(old, new, axis):
 
 
 def _next_valid(valid, new_rows, segment_valid):
+    """valid [B, M] after a segment whose first row's slice `new_rows` [B, T] gives its length."""
     if segment_valid is None:
         segment_valid = ops.ones_like(new_rows, dtype="bool")
     return _last_slots(valid, ops.cast(segment_valid, "bool"), axis=1)
 
 
-def updated_memory(memory, layer_inputs, segment_valid=None, stop_gradient=True):
-    """The next layer-input memory: last M positions of [old memory; this segment], stop-gradient
-    unless `stop_gradient` is False (gradients then reach the segment through the next one).
+def _reset(valid, reset):
+    """valid [B, M] with the rows where `reset` [B] is true emptied."""
+    if reset is None:
+        return valid
+    keep = ops.logical_not(ops.cast(reset, "bool"))[:, None]
+    return ops.logical_and(ops.cast(valid, "bool"), keep)
+
+
+class LayerInputMemory(NamedTuple):
+    """The training memory: each layer's input at the last M positions (module docstring)."""
+
+    states: Any  # [B, L, M, D]
+    valid: Any   # [B, M] bool
+
+    @classmethod
+    def empty(cls, batch_size, n_layer, mem_len, d_model, dtype="float32"):
+        """No valid slot: [B, L, M, D] zeros and an all-False [B, M] mask."""
+        return cls(ops.zeros((batch_size, n_layer, mem_len, d_model), dtype=dtype),
+                   ops.zeros((batch_size, mem_len), dtype="bool"))
+
+    @property
+    def mem_len(self):
+        return self.valid.shape[1]
+
+    def layer(self, index):
+        """Layer `index`'s memory as the attention takes it: its inputs [B, M, D]."""
+        return self.states[:, index]
+
+    def reset(self, reset):
+        """The rows where `reset` [B] is true emptied (a new stream or document begins)."""
+        return self._replace(valid=_reset(self.valid, reset))
+
+    def with_invalid_slots_zeroed(self):
+        """Zeros in the invalid slots' states (see `KeyValueMemory.with_invalid_slots_zeroed`)."""
+        valid = ops.cast(self.valid, "bool")
+        return self._replace(states=_zero_invalid(self.states, valid[:, None, :, None]))
+
+    def updated(self, layer_inputs, segment_valid=None, stop_gradient=True):
+        """The last M positions of [this memory; the segment], stop-gradient unless
+        `stop_gradient` is False (gradients then reach the segment through the next one).
+
+        layer_inputs: L tensors [B, T, D], each layer's input for the segment; segment_valid:
+        optional bool [B, T], False at padding tokens, which are never remembered. M may be
+        smaller than, equal to or larger than T.
+        """
+        current = ops.stack(layer_inputs, axis=1)  # [B, L, T, D]
+        states = _last_slots(self.states, current, axis=2)
+        return LayerInputMemory(ops.stop_gradient(states) if stop_gradient else states,
+                                _next_valid(self.valid, current[:, 0, :, 0], segment_valid))
+
+    def to_dict(self):
+        return {STATES: self.states, VALID: self.valid}
+
+
+class KeyValueMemory(NamedTuple):
+    """The inference memory: each layer's keys and values of the last M positions (module
+    docstring)."""
+
+    keys: Tuple[Any, ...]    # L × [B, N, H, M]
+    values: Tuple[Any, ...]  # L × [B, N, M, H]
+    valid: Any               # [B, M] bool
+
+    @classmethod
+    def empty(cls, batch_size, n_layer, mem_len, n_head, d_head, dtype="float32"):
+        """No valid slot: zero keys and values, an all-False [B, M] mask."""
+        keys = ops.zeros((batch_size, n_head, d_head, mem_len), dtype=dtype)
+        values = ops.zeros((batch_size, n_head, mem_len, d_head), dtype=dtype)
+        return cls((keys,) * n_layer, (values,) * n_layer,
+                   ops.zeros((batch_size, mem_len), dtype="bool"))
+
+    @classmethod
+    def from_stacked(cls, keys, values, valid):
+        """From the stacked form keys [B, L, N, H, M], values [B, L, N, M, H] (signatures)."""
+        n_layer = keys.shape[1]
+        return cls(tuple(keys[:, i] for i in range(n_layer)),
+                   tuple(values[:, i] for i in range(n_layer)), valid)
+
+    @property
+    def mem_len(self):
+        return self.valid.shape[1]
+
+    def layer(self, index):
+        """Layer `index`'s memory as the attention takes it: (keys, values)."""
+        return self.keys[index], self.values[index]
+
+    def reset(self, reset):
+        """The rows where `reset` [B] is true emptied (a new stream or document begins)."""
+        return self._replace(valid=_reset(self.valid, reset))
+
+    def with_invalid_slots_zeroed(self):
+        """Zeros in the values of the invalid slots.
+
+        Why: a masked key's attention probability is exactly 0, but 0 x NaN = NaN, and a slot
+        marked invalid may hold anything (a client's NaN or Inf). Keys need nothing (their scores
+        are replaced by the mask). The model applies this once per call, where a memory enters,
+        not in the attention: per layer it would copy the memory again on every generated token;
+        and every memory the model returns is built from the cleaned one, so loops stay clean.
+        """
+        valid = ops.cast(self.valid, "bool")[:, None, :, None]
+        return self._replace(values=tuple(_zero_invalid(v, valid) for v in self.values))
+
+    def updated(self, segment_keys, segment_values, segment_valid=None):
+        """The last M positions of [this memory; the segment's keys and values], stop-gradient.
+
+        segment_keys: L tensors [B, N, H, T]; segment_values: L tensors [B, N, T, H].
+        """
+        return KeyValueMemory(
+            tuple(ops.stop_gradient(_last_slots(old, new, axis=3))
+                  for old, new in zip(self.keys, segment_keys)),
+            tuple(ops.stop_gradient(_last_slots(old, new, axis=2))
+                  for old, new in zip(self.values, segment_values)),
+            _next_valid(self.valid, segment_keys[0][:, 0, 0, :], segment_valid))
+
+    def to_dict(self):
+        """The stacked form: keys [B, L, N, H, M], values [B, L, N, M, H], valid [B, M]."""
+        return {KEYS: ops.stack(self.keys, axis=1), VALUES: ops.stack(self.values, axis=1),
+                VALID: self.valid}
+
+
+MEMORY_TYPES = (LayerInputMemory, KeyValueMemory)
+
+
+def from_dict(memory):
+    """The memory a dict of tensors stands for: {"states", "valid"} or {"keys", "values",
+    "valid"} (keys and values stacked, as `to_dict` writes them)."""
+    names = set(memory)
+    if names == {STATES, VALID}:
+        return LayerInputMemory(memory[STATES], memory[VALID])
+    if names == {KEYS, VALUES, VALID}:
+        return KeyValueMemory.from_stacked(memory[KEYS], memory[VALUES], memory[VALID])
+    raise ValueError(f"a memory dict has the keys {sorted(names)}; expected "
+                     f"{sorted((STATES, VALID))} or {sorted((KEYS, VALUES, VALID))}")
+
+
+def check_memory(memory, where):
+    """`memory` as a memory type; otherwise one TypeError naming what was given.
+
+    A list or plain tuple of a type's fields, in order, is taken as that type: Keras' functional
+    models rebuild a NamedTuple input as a list when a `.keras` file is loaded.
+    """
+    if isinstance(memory, MEMORY_TYPES):
+        return memory
+    if type(memory) in (list, tuple) and len(memory) == 2:
+        return LayerInputMemory(*memory)
+    if type(memory) in (list, tuple) and len(memory) == 3:
+        keys, values, valid = memory
+        return KeyValueMemory(tuple(keys), tuple(values), valid)
+    hint = (" (a dict: convert it with tfxl.layers.memory.from_dict)"
+            if isinstance(memory, dict) else "")
+    raise TypeError(f"{where}: memory must be a LayerInputMemory or a KeyValueMemory (from "
+                    f"init_memory / init_key_value_memory), got {type(memory).__name__}{hint}")
+
+
+class MemoryVariables:
+    """A memory carried across calls: one non-trainable variable per tensor of a memory.
 
     Args:
-      memory: the memory the segment attended to ("states" [B, L, M, D], "valid" [B, M]).
-      layer_inputs: list of L tensors [B, T, D], the input of each layer for this segment.
-      segment_valid: optional bool [B, T], False at padding tokens, which are never remembered.
-    Returns:
-      A memory of the same shapes. M may be smaller than, equal to or larger than T.
+      empty: a memory of the shapes and dtypes to hold (e.g. `init_memory(B)`); its values are
+        the initial ones.
+      name: prefix of the variable names.
+      make_variable: (initial value, name) -> variable; default a plain non-trainable
+        `keras.Variable` (tfxl's trainer passes one that makes a per-replica copy).
+    The holder is not a Keras layer: its variables are not weights, and not saved in `.keras`
+    files.
     """
-    current = ops.stack(layer_inputs, axis=1)  # [B, L, T, D]
-    states = _last_slots(memory[STATES], current, axis=2)
-    return {STATES: ops.stop_gradient(states) if stop_gradient else states,
-            VALID: _next_valid(memory[VALID], current[:, 0, :, 0], segment_valid)}
 
+    def __init__(self, empty, name, make_variable=None):
+        make_variable = make_variable or (lambda value, name: keras.Variable(
+            value, dtype=value.dtype, trainable=False, name=name))
+        leaves = keras.tree.flatten(empty)
+        self.variables = keras.tree.pack_sequence_as(empty, [
+            make_variable(value, f"{name}_{i}") for i, value in enumerate(leaves)])
 
-def updated_key_value_memory(memory, segment_keys, segment_values, segment_valid=None):
-    """The next key/value memory: last M positions of [old memory; this segment's k and v].
+    @property
+    def valid(self):
+        """The variable of the [B, M] valid mask."""
+        return self.variables.valid
 
-    segment_keys: lists of L tensors [B, N, H, T], segment_values: [B, N, T, H] (each layer's
-    new rows). A memory in per-layer form (see `per_layer`) stays in that form.
-    """
-    valid = _next_valid(memory[VALID], segment_keys[0][:, 0, 0, :], segment_valid)
-    if isinstance(memory[KEYS], (list, tuple)):
-        return {KEYS: [ops.stop_gradient(_last_slots(old, new, axis=3))
-                       for old, new in zip(memory[KEYS], segment_keys)],
-                VALUES: [ops.stop_gradient(_last_slots(old, new, axis=2))
-                         for old, new in zip(memory[VALUES], segment_values)],
-                VALID: valid}
-    keys, values = ops.stack(segment_keys, axis=1), ops.stack(segment_values, axis=1)
-    return {KEYS: ops.stop_gradient(_last_slots(memory[KEYS], keys, axis=4)),
-            VALUES: ops.stop_gradient(_last_slots(memory[VALUES], values, axis=3)),
-            VALID: valid}
+    def read(self):
+        """The memory held now."""
+        return keras.tree.map_structure(lambda variable: variable.value, self.variables)
 
+    def write(self, memory):
+        """Holds `memory` (a memory of the same type and shapes) from now on."""
+        keras.tree.map_structure(lambda variable, value: variable.assign(
+            ops.cast(value, variable.dtype)), self.variables, memory)
 
-def layer_keys_values(memory, layer):
-    """Layer `layer`'s (keys [B, N, H, M], values [B, N, M, H]) of a key/value memory in either
-    form."""
-    if isinstance(memory[KEYS], (list, tuple)):
-        return memory[KEYS][layer], memory[VALUES][layer]
-    return memory[KEYS][:, layer], memory[VALUES][:, layer]
-
-
-def per_layer(memory):
-    """A key/value memory with keys and values as lists of L per-layer tensors.
-
-    Loops that carry the memory through many one-token steps (generation) use this form: slicing
-    each layer out of [B, L, ...] and stacking the layers back are two copies of the whole memory
-    per step, which at M in the thousands cost more than the step's attention.
-    """
-    n_layer = memory[KEYS].shape[1]
-    return {KEYS: [memory[KEYS][:, i] for i in range(n_layer)],
-            VALUES: [memory[VALUES][:, i] for i in range(n_layer)], VALID: memory[VALID]}
-
-
-def stacked(memory):
-    """The public form of a key/value memory: keys [B, L, N, H, M], values [B, L, N, M, H]."""
-    if not isinstance(memory[KEYS], (list, tuple)):
-        return memory
-    return {KEYS: ops.stack(memory[KEYS], axis=1), VALUES: ops.stack(memory[VALUES], axis=1),
-            VALID: memory[VALID]}
+    def clear(self):
+        """Marks every slot empty; the model never attends to such slots."""
+        self.valid.assign(ops.zeros(self.valid.shape, "bool"))
 
 
 def attention_mask(memory_valid, segment_len, same_length=False, segment_valid=None):

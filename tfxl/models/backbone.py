@@ -10,11 +10,8 @@ from keras import ops
 from tfxl.config import TransfoXLConfig
 from tfxl.layers.adaptive_embedding import AdaptiveEmbedding
 from tfxl.layers.dropout import HashDropout
-from tfxl.layers.memory import (KEYS, STATES, VALID, VALUES, attention_mask,
-                                empty_key_value_memory, empty_memory, is_key_value_memory,
-                                layer_keys_values,
-                                reset_rows, updated_key_value_memory, updated_memory,
-                                with_invalid_slots_zeroed)
+from tfxl.layers.memory import (KeyValueMemory, LayerInputMemory, attention_mask,
+                                check_memory)
 from tfxl.layers.relative_position import RelativePositionEncoding
 from tfxl.layers.transformer_xl_block import TransformerXLBlock, attention_class
 
@@ -34,14 +31,14 @@ def init_memory(config, batch_size, mem_len=None, dtype="float32"):
     """An empty layer-input memory for `config`: `batch_size` rows, `mem_len` slots (default
     config.mem_len)."""
     mem_len = config.mem_len if mem_len is None else mem_len
-    return empty_memory(batch_size, config.n_layer, mem_len, config.d_model, dtype)
+    return LayerInputMemory.empty(batch_size, config.n_layer, mem_len, config.d_model, dtype)
 
 
 def init_key_value_memory(config, batch_size, mem_len=None, dtype="float32"):
     """An empty key/value memory for `config` (default mem_len: config.eval_settings())."""
     mem_len = config.eval_settings(mem_len=mem_len)["mem_len"]
-    return empty_key_value_memory(batch_size, config.n_layer, mem_len, config.n_head,
-                                  config.d_head, dtype)
+    return KeyValueMemory.empty(batch_size, config.n_layer, mem_len, config.n_head,
+                                config.d_head, dtype)
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -50,11 +47,10 @@ class TransfoXLBackbone(keras.layers.Layer):
 
     Call args:
       token_ids: int [B, T].
-      memory: a layer-input memory {"states", "valid"} (training), a key/value memory {"keys",
-        "values", "valid"} (inference: only the T new rows are projected), see
-        `tfxl.layers.memory`; or None for an empty layer-input memory of `config.mem_len` slots.
-        M is taken from the memory given, so evaluation may use a longer memory than training.
-        The new memory is of the same kind.
+      memory: a `LayerInputMemory` (training), a `KeyValueMemory` (inference: only the T new
+        rows are projected), see `tfxl.layers.memory`; or None for an empty layer-input memory
+        of `config.mem_len` slots. M is taken from the memory given, so evaluation may use a
+        longer memory than training. The new memory is of the same type.
       reset: optional bool [B]: rows whose memory is cleared before this segment (a new document).
       segment_valid: optional bool [B, T]: False marks padding tokens (e.g. left-padded prompts of
         different lengths), which no query attends to and the memory does not keep.
@@ -125,12 +121,13 @@ class TransfoXLBackbone(keras.layers.Layer):
         Carries a trainer's or a client's memory over to the inference path exactly: the keys and
         values are what every later segment would have projected from those layer inputs.
         """
-        if is_key_value_memory(memory):
+        memory = check_memory(memory, "key_value_memory")
+        if isinstance(memory, KeyValueMemory):
             return memory
-        pairs = [block.attention.project_memory(memory[STATES][:, i])
+        pairs = [block.attention.project_memory(memory.layer(i))
                  for i, block in enumerate(self.blocks)]
-        return {KEYS: ops.stack([k for k, _ in pairs], axis=1),
-                VALUES: ops.stack([v for _, v in pairs], axis=1), VALID: memory[VALID]}
+        return KeyValueMemory(tuple(k for k, _ in pairs), tuple(v for _, v in pairs),
+                              memory.valid)
 
     def position_keys(self, key_length, clamp_len=None):
         """Every layer's position keys for K = `key_length` (a Python int): a list of L tensors
@@ -146,11 +143,10 @@ class TransfoXLBackbone(keras.layers.Layer):
             ops.shape(token_ids)[1])
         if memory is None:
             memory = self.init_memory(ops.shape(token_ids)[0])
-        memory = with_invalid_slots_zeroed(reset_rows(memory, reset))
-        key_value = is_key_value_memory(memory)
-        mem_len = memory[VALID].shape[1]
+        memory = check_memory(memory, self.name).reset(reset).with_invalid_slots_zeroed()
+        mem_len = memory.mem_len
 
-        mask = attention_mask(memory[VALID], segment_len, same_length, segment_valid)
+        mask = attention_mask(memory.valid, segment_len, same_length, segment_valid)
         if position_keys is not None and position_keys[0].shape[-1] not in (
                 None, mem_len + segment_len + 1):
             raise ValueError(f"position_keys were computed for {position_keys[0].shape[-1] - 1} "
@@ -161,17 +157,15 @@ class TransfoXLBackbone(keras.layers.Layer):
             position = self.position_dropout(position, training=training)
             position_keys = [b.attention.project_positions(position) for b in self.blocks]
         hidden = self.embedding_dropout(self.embedding(token_ids), training=training)
-        layer_memories = [layer_keys_values(memory, i) if key_value else memory[STATES][:, i]
-                          for i in range(c.n_layer)]
+        layer_memories = [memory.layer(i) for i in range(c.n_layer)]
         hidden, layer_inputs, segment_keys, segment_values = self.run_blocks(
             hidden, layer_memories, position_keys, mask, training)
         hidden = self.output_dropout(hidden, training=training)
         if not self.return_memory:
             return hidden
-        if key_value:
-            return hidden, updated_key_value_memory(memory, segment_keys, segment_values,
-                                                    segment_valid)
-        return hidden, updated_memory(memory, layer_inputs, segment_valid,
+        if isinstance(memory, KeyValueMemory):
+            return hidden, memory.updated(segment_keys, segment_values, segment_valid)
+        return hidden, memory.updated(layer_inputs, segment_valid,
                                       stop_gradient=not memory_gradient)
 
     def decode_step(self, token_ids, memory_parts, memory_valid, key_distance, position_keys):
@@ -207,30 +201,36 @@ class TransfoXLBackbone(keras.layers.Layer):
         return hidden, layer_inputs, segment_keys, segment_values
 
     def compute_output_shape(self, ids_shape, memory_shape=None):
-        """hidden [B, T, D] and, with return_memory, the memory's shapes: the layer-input
-        memory of config.mem_len slots unless `memory_shape` (a dict of shapes) says otherwise."""
+        """hidden [B, T, D] and, with return_memory, the memory's shapes (a memory type of
+        shape tuples): the layer-input memory of config.mem_len slots unless `memory_shape`
+        says otherwise."""
         c = self.config
         batch, segment_len = ids_shape[0], ids_shape[1]
         hidden = (batch, segment_len, c.d_model)
         if not self.return_memory:
             return hidden
         if memory_shape is None:
-            memory_shape = {STATES: (batch, c.n_layer, c.mem_len, c.d_model),
-                            VALID: (batch, c.mem_len)}
-        return hidden, {name: (batch,) + tuple(shape[1:]) for name, shape in memory_shape.items()}
+            memory_shape = LayerInputMemory((batch, c.n_layer, c.mem_len, c.d_model),
+                                            (batch, c.mem_len))
+        return hidden, keras.tree.map_shape_structure(
+            lambda shape: (batch,) + tuple(shape[1:]), memory_shape)
 
     def compute_output_spec(self, token_ids, memory=None, reset=None, training=None,
                             clamp_len=None, same_length=None, segment_valid=None,
                             position_keys=None, memory_gradient=False):
-        memory_shape = None if memory is None else {k: t.shape for k, t in memory.items()}
-        shapes = self.compute_output_shape(token_ids.shape, memory_shape)
+        c = self.config
+        if memory is None:
+            memory = LayerInputMemory(
+                keras.KerasTensor((None, c.n_layer, c.mem_len, c.d_model), self.compute_dtype),
+                keras.KerasTensor((None, c.mem_len), "bool"))
+        memory = check_memory(memory, self.name)
+        hidden = keras.KerasTensor((token_ids.shape[0], token_ids.shape[1], c.d_model),
+                                   self.compute_dtype)
         if not self.return_memory:
-            return keras.KerasTensor(shapes, self.compute_dtype)
-        hidden, memory_shapes = shapes
-        dtypes = {STATES: self.compute_dtype, VALID: "bool"} if memory is None else {
-            k: t.dtype for k, t in memory.items()}
-        return keras.KerasTensor(hidden, self.compute_dtype), {
-            k: keras.KerasTensor(shape, dtypes[k]) for k, shape in memory_shapes.items()}
+            return hidden
+        batch = token_ids.shape[0]
+        return hidden, keras.tree.map_structure(
+            lambda t: keras.KerasTensor((batch,) + tuple(t.shape[1:]), t.dtype), memory)
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(),

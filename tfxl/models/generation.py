@@ -11,9 +11,11 @@ both (the oldest memory slots hidden as the window fills, so it always sees the 
 positions), and every W tokens the window is merged into the memory (one copy per W tokens).
 """
 
+from typing import Any, NamedTuple
+
 import tensorflow as tf
 
-from tfxl.layers.memory import KEYS, VALID, VALUES, per_layer, stacked
+from tfxl.layers.memory import KeyValueMemory
 from tfxl.models.sampling import sample_next
 
 RECENT_WINDOW = 32
@@ -102,32 +104,32 @@ def _finite(log_probs):
         return tf.identity(log_probs)
 
 
+class _DecodeState(NamedTuple):
+    memory: KeyValueMemory   # the last M positions before the window (fixed between merges)
+    recent: KeyValueMemory   # W slots, the newest tokens; slot i valid once written
+    filled: Any              # int32 scalar: window slots in use
+
+
 class _RecentWindow:
     """The decode state: the memory (fixed between merges) plus a window of the newest tokens.
 
-    State (a dict of tensors, a tf.while_loop variable): per layer "keys" [B, N, H, M], "values"
-    [B, N, M, H] and likewise "recent_keys"/"recent_values" with W slots; "valid" [B, M],
-    "recent_valid" [B, W]; and
-    "filled", the number r of window slots in use. The newest M positions are memory slots r..M-1
-    and window slots 0..r-1: memory slot f is at distance M - f + r from the token being read,
-    window slot i at r - i.
+    State (a `_DecodeState`, a tf.while_loop variable): the `memory` (a KeyValueMemory), a
+    `recent` KeyValueMemory of W slots, and "filled", the number r of window slots in use. The
+    newest M positions are memory slots r..M-1 and window slots 0..r-1: memory slot f is at
+    distance M - f + r from the token being read, window slot i at r - i.
     """
 
     def __init__(self, memory, size):
-        self.initial = per_layer(memory)
-        self.mem_len = memory[VALID].shape[1]
+        self.initial = memory
+        self.mem_len = memory.mem_len
         self.size = size
         self.max_distance = self.mem_len + size - 1
 
     def start(self):
-        values = self.initial[VALUES][0]  # [B, N, M, H]
-        batch, n_head, d_head = tf.shape(values)[0], values.shape[1], values.shape[3]
-        layers = len(self.initial[VALUES])
-        empty_keys = tf.zeros([batch, n_head, d_head, self.size], values.dtype)
-        empty_values = tf.zeros([batch, n_head, self.size, d_head], values.dtype)
-        return {**self.initial, "recent_keys": [empty_keys] * layers,
-                "recent_values": [empty_values] * layers,
-                "recent_valid": tf.fill([batch, self.size], False), "filled": tf.constant(0)}
+        values = self.initial.values[0]  # [B, N, M, H]
+        recent = KeyValueMemory.empty(tf.shape(values)[0], len(self.initial.values), self.size,
+                                      values.shape[1], values.shape[3], values.dtype)
+        return _DecodeState(self.initial, recent, tf.constant(0))
 
     def _joined(self, state, first):
         """Memory and window slots [first, first + M) of [memory; window], per layer."""
@@ -138,42 +140,42 @@ class _RecentWindow:
             size = [-1] * len(joined.shape)
             size[axis] = self.mem_len
             return tf.ensure_shape(tf.slice(joined, begin, size), memory.shape)
-        return {KEYS: [last_m(m, r, 3) for m, r in zip(state[KEYS], state["recent_keys"])],
-                VALUES: [last_m(m, r, 2) for m, r in zip(state[VALUES], state["recent_values"])],
-                VALID: last_m(state[VALID], state["recent_valid"], 1)}
+        memory, recent = state.memory, state.recent
+        return KeyValueMemory(tuple(last_m(m, r, 3) for m, r in zip(memory.keys, recent.keys)),
+                              tuple(last_m(m, r, 2) for m, r in zip(memory.values, recent.values)),
+                              last_m(memory.valid, recent.valid, 1))
 
     def merged_if_full(self, state):
         """Every W tokens: the window moves into the memory (the one copy of the memory)."""
         def merge():
-            return {**state, **self._joined(state, self.size),
-                    "recent_valid": tf.zeros_like(state["recent_valid"]),
-                    "filled": tf.constant(0)}
-        return tf.cond(state["filled"] >= self.size, merge, lambda: state)
+            recent = state.recent._replace(valid=tf.zeros_like(state.recent.valid))
+            return _DecodeState(self._joined(state, self.size), recent, tf.constant(0))
+        return tf.cond(state.filled >= self.size, merge, lambda: state)
 
     def attended(self, state):
         """(per-layer parts, valid [B, M + W], distances [M + W + 1]) for the next token."""
-        filled = state["filled"]
+        filled = state.filled
         distance = tf.concat([self.mem_len - tf.range(self.mem_len) + filled,
                               filled - tf.range(self.size), [0]], axis=0)
         # A slot is seen when it holds a token within the last M positions.
         in_window = (distance[:-1] >= 1) & (distance[:-1] <= self.mem_len)
-        valid = tf.concat([state[VALID], state["recent_valid"]], axis=1) & in_window[None, :]
+        memory, recent = state.memory, state.recent
+        valid = tf.concat([memory.valid, recent.valid], axis=1) & in_window[None, :]
         parts = [[(k, v), (rk, rv)] for k, v, rk, rv in zip(
-            state[KEYS], state[VALUES], state["recent_keys"], state["recent_values"])]
+            memory.keys, memory.values, recent.keys, recent.values)]
         return parts, valid, distance
 
     def appended(self, state, keys, values):
         """The token's keys [B, N, H, 1] and values [B, N, 1, H] per layer written into window
         slot r (a select over the W slots: small, and no scatter in a loop)."""
-        slot = tf.range(self.size) == state["filled"]  # [W]
-        return {**state,
-                "recent_keys": [tf.where(slot, k, old)
-                                for k, old in zip(keys, state["recent_keys"])],
-                "recent_values": [tf.where(slot[:, None], v, old)
-                                  for v, old in zip(values, state["recent_values"])],
-                "recent_valid": state["recent_valid"] | slot[None, :],
-                "filled": state["filled"] + 1}
+        slot = tf.range(self.size) == state.filled  # [W]
+        recent = state.recent
+        recent = KeyValueMemory(
+            tuple(tf.where(slot, k, old) for k, old in zip(keys, recent.keys)),
+            tuple(tf.where(slot[:, None], v, old) for v, old in zip(values, recent.values)),
+            recent.valid | slot[None, :])
+        return _DecodeState(state.memory, recent, state.filled + 1)
 
     def memory(self, state):
-        """The key/value memory of the newest M positions (public, stacked form)."""
-        return stacked(self._joined(state, state["filled"]))
+        """The key/value memory of the newest M positions."""
+        return self._joined(state, state.filled)

@@ -130,7 +130,7 @@ class TransfoXLLM(keras.Model):
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
                **kwargs):
         """A SavedModel at `filepath` with `tfxl-export`'s signatures (`keras.Model.export`'s
-        default would trace `call`, whose (tensor, memory dict) output no signature can return).
+        default would trace `call`, whose (tensor, memory) output no signature can return).
 
         score (= serving_default), init_memory, generate, score_document and
         score_document_masked; with `tokenizer=` (a `tfxl.data.tokenizers` tokenizer) also

@@ -5,7 +5,6 @@ Shape glossary: B batch, S document length (tokens, S >= 2), T segment length, M
 
 import tensorflow as tf
 
-from tfxl.layers.memory import per_layer
 
 
 def score_document(model, token_ids, target_mask=None, tgt_len=None, mem_len=None,
@@ -51,8 +50,7 @@ def score_document(model, token_ids, target_mask=None, tgt_len=None, mem_len=Non
         step_nll, memory = model(inputs[step], memory, targets=targets[step], **run)
         return step + 1, memory, nll.write(step, tf.cast(step_nll, tf.float32))
 
-    # Per-layer memory: no slicing of [B, L, ...] per layer and restacking per segment.
-    memory = per_layer(model.init_key_value_memory(batch, mem_len))
+    memory = model.init_key_value_memory(batch, mem_len)
     nll = tf.TensorArray(tf.float32, size=num_segments, element_shape=[None, tgt_len])
     _, _, nll = tf.while_loop(lambda step, *_: step < num_segments, body,
                               (tf.constant(0), memory, nll))

@@ -13,32 +13,15 @@ read from a variable by every step.
 import keras
 import tensorflow as tf
 
-from tfxl.layers.memory import VALID
+from tfxl.layers.memory import MemoryVariables
 from tfxl.models.backbone import as_config, default_name
 from tfxl.models.language_model import TransfoXLLM
 
-POSITION_KEYS = "position_keys"
 
-
-class _Hidden:
-    """Named tf.Variables held out of Keras' sight: not weights, not saved in .keras files."""
-
-    def __init__(self, name, **initial_values):
-        self.variables = {key: tf.Variable(value, trainable=False, name=f"{name}_{key}")
-                          for key, value in initial_values.items()}
-
-    def read(self):
-        return {key: variable.value() for key, variable in self.variables.items()}
-
-    def write(self, values):
-        for key, variable in self.variables.items():
-            variable.assign(tf.cast(values[key], variable.dtype))
-
-
-def _clear(memory):
-    """Marks every slot of a held memory empty; the model never attends to such slots."""
-    valid = memory.variables[VALID]
-    valid.assign(tf.zeros_like(valid))
+def _hidden_variable(value, name):
+    """A tf.Variable held out of Keras' sight: not a weight, not saved in .keras files (Keras
+    tracks the variables assigned to a model's attributes, not this tf.Variable)."""
+    return tf.Variable(value, trainable=False, name=name)
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -76,11 +59,13 @@ class StatefulTransfoXLLM(keras.Model):
             return
         # Training carries one memory across fit() batches (and epochs); evaluate() and predict()
         # use their own, cleared at their start, so validation never leaks into training.
-        self._memory = _Hidden("memory", **self.lm.init_memory(self.batch_size))
-        self._eval_memory = _Hidden("eval_memory", **self.lm.init_key_value_memory(
-            self.batch_size, mem_len=self.config.mem_len))
+        # MemoryVariables are plain objects: Keras tracks none of their variables (not weights,
+        # not in .keras files).
+        self._memory = MemoryVariables(self.lm.init_memory(self.batch_size), "memory")
+        self._eval_memory = MemoryVariables(self.lm.init_key_value_memory(
+            self.batch_size, mem_len=self.config.mem_len), "eval_memory")
         # [L, N, H, K + 1] for segments of tgt_len tokens; recomputed by _start_inference().
-        self._position_keys = _Hidden("eval", **{POSITION_KEYS: self._current_position_keys()})
+        self._position_keys = _hidden_variable(self._current_position_keys(), "eval_position_keys")
 
     def compute_output_shape(self, ids_shape):
         """log_probs [B, T, V] (`call` and `predict`)."""
@@ -93,7 +78,7 @@ class StatefulTransfoXLLM(keras.Model):
 
     def reset_memory(self):
         """Clears the training memory (e.g. before fitting on another set of streams)."""
-        _clear(self._memory)
+        self._memory.clear()
 
     # -- entry points: stream order and batch size -------------------------------------------
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None,
@@ -135,8 +120,8 @@ class StatefulTransfoXLLM(keras.Model):
         """Position keys for the weights as they are now (fit may have changed them since) and,
         for a new evaluate()/predict() pass, an empty key/value memory."""
         if new_pass:
-            _clear(self._eval_memory)
-        self._position_keys.write({POSITION_KEYS: self._current_position_keys()})
+            self._eval_memory.clear()
+        self._position_keys.assign(self._current_position_keys())
 
     def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
         batch_size = self._array_batch_size(x, batch_size, "evaluate")
@@ -196,7 +181,7 @@ class StatefulTransfoXLLM(keras.Model):
         the config.tgt_len tokens they were computed for (None: the call computes them)."""
         position_keys = None
         if ids.shape[1] == self.config.tgt_len:
-            position_keys = tf.unstack(self._position_keys.read()[POSITION_KEYS], axis=0)
+            position_keys = tf.unstack(self._position_keys.value(), axis=0)
         return self._run(ids, reset, targets, training=False, position_keys=position_keys)
 
     def call(self, x, training=None):

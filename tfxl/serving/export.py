@@ -65,7 +65,7 @@ import tensorflow as tf
 
 from tfxl.files import StagedDirectory
 from tfxl.model_dir import SAVED_MODEL, write_export_record
-from tfxl.layers.memory import KEYS, VALID, VALUES
+from tfxl.layers.memory import KEYS, VALID, VALUES, KeyValueMemory
 from tfxl.models.generation import generate
 from tfxl.models.sampling import sampling_rules
 from tfxl.models.scoring import score_document
@@ -108,9 +108,10 @@ MAX_MEMORY_BYTES = 2**31
 
 
 def _wire(memory):
-    """A key/value memory as the signatures send it: float32 keys and values."""
-    return {KEYS: tf.cast(memory[KEYS], tf.float32), VALUES: tf.cast(memory[VALUES], tf.float32),
-            VALID: memory[VALID]}
+    """A `KeyValueMemory` as the signatures send it: a dict, float32 keys and values stacked."""
+    wire = memory.to_dict()
+    return {**wire, KEYS: tf.cast(wire[KEYS], tf.float32),
+            VALUES: tf.cast(wire[VALUES], tf.float32)}
 
 
 # A signature's inputs: name -> (shape in the glossary's letters, "" for a scalar; dtype).
@@ -261,7 +262,7 @@ class Signatures(SignatureSet):
 
     def _memory(self, keys, values, valid):
         dtype = self.model.compute_dtype
-        return {KEYS: tf.cast(keys, dtype), VALUES: tf.cast(values, dtype), VALID: valid}
+        return KeyValueMemory.from_stacked(tf.cast(keys, dtype), tf.cast(values, dtype), valid)
 
     # -- signatures ---------------------------------------------------------------------------
     @signature(token_ids=("B T", tf.int32), **MEMORY)

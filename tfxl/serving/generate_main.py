@@ -58,8 +58,8 @@ class _ModelStepper:
         self._generate = tf.function(lambda ids, memory, t, k, p, seed: generate(
             model, ids, memory, 1, t, k, p, seed, **run), input_signature=[
                 tf.TensorSpec([None, None], tf.int32),
-                {name: tf.TensorSpec([None, *value.shape[1:]], value.dtype)
-                 for name, value in self.memory.items()},
+                tf.nest.map_structure(lambda value: tf.TensorSpec(
+                    [None, *value.shape[1:]], value.dtype), self.memory),
                 *[tf.TensorSpec([], dtype) for dtype in (tf.float32, tf.int32, tf.float32,
                                                          tf.int32)]])
 

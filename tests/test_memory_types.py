@@ -1,0 +1,88 @@
+"""The memory types: what tf.nest, keras.tree and tf.function take, the dict boundary, the model's
+entry check and the holder of memory carried across calls."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from factories import tiny_lm
+from tfxl.layers.memory import KeyValueMemory, LayerInputMemory, MemoryVariables, from_dict
+
+B, T, M = 2, 4, 6
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tiny_lm(mem_len=M)
+
+
+def test_both_types_flatten_and_pack_back_with_tf_nest_and_keras_tree(lm):
+    for memory in (lm.init_memory(B), lm.init_key_value_memory(B, mem_len=M)):
+        n_tensors = 2 if isinstance(memory, LayerInputMemory) else 2 * lm.config.n_layer + 1
+        for nest in (tf.nest, keras.tree):
+            leaves = nest.flatten(memory)
+            assert len(leaves) == n_tensors
+            packed = nest.pack_sequence_as(memory, leaves)
+            assert type(packed) is type(memory)
+
+
+def test_a_key_value_memory_goes_through_a_tf_function_signature_and_a_while_loop(lm):
+    ids = np.random.default_rng(0).integers(0, 23, (B, T)).astype("int32")
+    memory = lm.init_key_value_memory(B, mem_len=M)
+    spec = tf.nest.map_structure(tf.TensorSpec.from_tensor, memory)
+
+    @tf.function(input_signature=[tf.TensorSpec([B, T], tf.int32), spec])
+    def three_segments(ids, memory):
+        def body(step, memory):
+            return step + 1, lm(ids, memory)[1]
+        return tf.while_loop(lambda step, _: step < 3, body, (tf.constant(0), memory))[1]
+
+    got = three_segments(ids, memory)
+    assert isinstance(got, KeyValueMemory)
+    want = memory
+    for _ in range(3):
+        want = lm(ids, want)[1]
+    for name, tensor in got.to_dict().items():
+        np.testing.assert_allclose(tensor.numpy(), want.to_dict()[name].numpy(), atol=1e-5)
+
+
+def test_to_dict_and_from_dict_are_the_signatures_form_and_round_trip(lm):
+    key_value = lm.key_value_memory(lm(np.ones((B, T), "int32"), lm.init_memory(B))[1])
+    wire = key_value.to_dict()
+    c = lm.config
+    assert wire["keys"].shape == (B, c.n_layer, c.n_head, c.d_head, M)
+    assert wire["values"].shape == (B, c.n_layer, c.n_head, M, c.d_head)
+    back = from_dict(wire)
+    assert isinstance(back, KeyValueMemory) and len(back.keys) == c.n_layer
+    for got, want in zip(tf.nest.flatten(back), tf.nest.flatten(key_value)):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    states = lm.init_memory(B)
+    assert isinstance(from_dict(states.to_dict()), LayerInputMemory)
+    with pytest.raises(ValueError, match=r"a memory dict has the keys \['keys', 'valid'\]"):
+        from_dict({"keys": wire["keys"], "valid": wire["valid"]})
+
+
+def test_the_model_refuses_a_dict_naming_from_dict_and_takes_a_list_of_fields(lm):
+    ids = np.ones((B, T), "int32")
+    memory = lm.init_memory(B)
+    with pytest.raises(TypeError, match="got dict .*tfxl.layers.memory.from_dict"):
+        lm(ids, memory.to_dict())
+    # What Keras' functional models rebuild a NamedTuple input as.
+    want, _ = lm(ids, memory)
+    got, new_memory = lm(ids, list(memory))
+    assert isinstance(new_memory, LayerInputMemory)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_memory_variables_hold_read_write_and_clear_a_memory(lm):
+    held = MemoryVariables(lm.init_key_value_memory(B, mem_len=M), "held")
+    assert isinstance(held.variables, KeyValueMemory)
+    assert all(not v.trainable for v in keras.tree.flatten(held.variables))
+    _, memory = lm(np.ones((B, T), "int32"), held.read())
+    held.write(memory)
+    np.testing.assert_array_equal(held.read().valid.numpy(), memory.valid.numpy())
+    np.testing.assert_array_equal(held.read().keys[0].numpy(), memory.keys[0].numpy())
+    assert held.read().valid.numpy().any()
+    held.clear()
+    assert not held.read().valid.numpy().any()
