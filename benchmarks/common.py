@@ -95,7 +95,10 @@ def machine_info() -> dict:
         "keras": keras.__version__,
         "intra_op_threads": f"{intra} ({'TF default = ' + str(cores) if intra == 0 else 'set'})",
         "inter_op_threads": f"{inter} ({'TF default = ' + str(cores) if inter == 0 else 'set'})",
-        "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on)"),
+        # TensorFlow's own default: oneDNN on only where the CPU has AVX-512 (the tools set 1
+        # unless exported: tfxl/cli/cpu.py; the harness does not, so its runs are comparable).
+        "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (%s)" % (
+            "on: AVX-512" if "avx512f" in cpu_flags() else "off: no AVX-512")),
     }
 
 

@@ -18,6 +18,8 @@ import signal
 import sys
 import time
 
+from tfxl.cli.cpu import prefer_onednn
+
 # absl's C++ log line as TensorFlow writes it (no InitializeLog: the time is printed as 0000
 # 00:00:<epoch>), e.g. "E0000 00:00:1795380158.120568   32054 cuda_platform.cc:52] ...".
 _NATIVE_LINE = re.compile(rb"^([IWE])0000 00:00:\d+\.\d+ +\d+ \S+:\d+\] ")
@@ -48,12 +50,16 @@ def requested_verbosity(argv):
 
 def quiet_tensorflow(argv=None):
     """Hides TensorFlow's logs below TF_CPP_MIN_LOG_LEVEL (default 3) unless --verbosity >= 1
-    (in `argv`, default sys.argv). Once per process; the native filter only before TensorFlow
+    (in `argv`, default sys.argv), and asks for oneDNN's kernels unless the environment says
+    (`tfxl.cli.cpu.prefer_onednn`). Once per process; the native filter only before TensorFlow
     is imported."""
     global _quieted
     if _quieted:
         return
     _quieted = True
+    # The tools' other setting that must precede TensorFlow's import (tfxl/cli/cpu.py): every
+    # tool calls this first, so it is made here once for all of them, whatever the verbosity.
+    prefer_onednn()
     verbosity = requested_verbosity(sys.argv if argv is None else argv)
     if verbosity is not None and verbosity >= 1:
         return
