@@ -37,3 +37,37 @@ def test_masks_follow_the_seed_state():
 def test_keras_contract():
     run_layer_test(HashDropout, dict(rate=0.25, seed=5), (np.ones((2, 5, 8), np.float32),),
                    expected_output_shape=(2, 5, 8))
+
+
+def _mix32(h):
+    """lowbias32 in numpy uint32 arrays (products wrap modulo 2^32)."""
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x7FEB352D)
+    h = h ^ (h >> np.uint32(15))
+    h = h * np.uint32(0x846CA68B)
+    return h ^ (h >> np.uint32(16))
+
+
+def numpy_keep_mask(shape, seed, rate):
+    """The documented hash, written independently: element i is kept iff
+    mix(mix(i ^ key1) + key2) >= rate * 2^32, keys from the seed modulo 2^32."""
+    s0, s1 = (np.array([v % 2**32], np.uint32) for v in seed)
+    key1 = _mix32(s0 * np.uint32(0x9E3779B9) + s1)
+    key2 = _mix32(key1 + s1 * np.uint32(0x85EBCA6B) + np.uint32(1))
+    index = np.arange(int(np.prod(shape)), dtype=np.uint32)
+    bits = _mix32(_mix32(index ^ key1) + key2)
+    return (bits >= np.uint32(min(round(rate * 2**32), 2**32 - 1))).reshape(shape)
+
+
+@pytest.mark.parametrize("shape, rate, seed", [((3, 5, 7), 0.1, 0), ((2, 64), 0.5, 12345),
+                                               ((4, 3, 2, 9), 0.9, 2**31 + 7)])
+def test_the_mask_is_the_documented_hash_eagerly_and_under_xla(shape, rate, seed):
+    # keras.ops only: the same bits on every backend, which this pins (numpy as the oracle).
+    layer = HashDropout(rate, seed=seed)
+    state = layer.seed_generator.state.numpy().copy()
+    x = tf.ones(shape)
+    eager = layer(x, training=True).numpy()
+    compiled = tf.function(lambda x: layer(x, training=True), jit_compile=True)(x).numpy()
+    for got, call in ((eager, 0), (compiled, 1)):
+        seed_of_call = [int(state[0]), int(state[1]) + call]  # next() adds [0, 1] per call
+        np.testing.assert_array_equal(got != 0, numpy_keep_mask(shape, seed_of_call, rate))

@@ -6,19 +6,38 @@ integer hash of the element index (lowbias32 rounds, ~10 vectorisable uint32 ops
 """
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 _GOLDEN = 0x9E3779B9
 
 
+def _uint32(value):
+    return ops.convert_to_tensor(value, dtype="uint32")
+
+
 def _mix32(h):
-    """A 32-bit integer finaliser (lowbias32): xor-shift / multiply rounds, all uint32 ops."""
-    h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, tf.constant(16, tf.uint32)))
-    h = h * tf.constant(0x7FEB352D, tf.uint32)
-    h = tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, tf.constant(15, tf.uint32)))
-    h = h * tf.constant(0x846CA68B, tf.uint32)
-    return tf.bitwise.bitwise_xor(h, tf.bitwise.right_shift(h, tf.constant(16, tf.uint32)))
+    """A 32-bit integer finaliser (lowbias32): xor-shift / multiply rounds, all uint32 ops (the
+    products wrap modulo 2^32 on every backend)."""
+    h = ops.bitwise_xor(h, ops.right_shift(h, _uint32(16)))
+    h = h * _uint32(0x7FEB352D)
+    h = ops.bitwise_xor(h, ops.right_shift(h, _uint32(15)))
+    h = h * _uint32(0x846CA68B)
+    return ops.bitwise_xor(h, ops.right_shift(h, _uint32(16)))
+
+
+def keep_mask(shape, seed, rate):
+    """The elements HashDropout keeps: bool `shape`, from `seed` (2 integers, taken modulo 2^32)
+    and `rate`. Element i is kept when mix(mix(i ^ key1) + key2) >= rate * 2^32."""
+    seed = ops.cast(seed, "uint32")  # two's complement: the seed modulo 2^32
+    key1 = _mix32(seed[0] * _uint32(_GOLDEN) + seed[1])
+    key2 = _mix32(key1 + seed[1] * _uint32(0x85EBCA6B) + _uint32(1))
+    size = 1
+    for dim in shape:
+        size = size * dim
+    index = ops.reshape(ops.cast(ops.arange(size, dtype="int32"), "uint32"), shape)
+    bits = _mix32(_mix32(ops.bitwise_xor(index, key1)) + key2)
+    threshold = min(int(round(rate * 2.0 ** 32)), 2**32 - 1)
+    return bits >= _uint32(threshold)
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -34,15 +53,6 @@ class HashDropout(keras.layers.Dropout):
     def call(self, inputs, training=False):
         if not training or self.rate <= 0.0:
             return inputs
-        seed = ops.convert_to_tensor(self.seed_generator.next())
-        seed = tf.cast(tf.math.floormod(tf.cast(seed, tf.int64), 2**32), tf.uint32)
-        key1 = _mix32(seed[0] * tf.constant(_GOLDEN, tf.uint32) + seed[1])
-        key2 = _mix32(key1 + seed[1] * tf.constant(0x85EBCA6B, tf.uint32)
-                      + tf.constant(1, tf.uint32))
-        index = tf.reshape(tf.cast(tf.range(tf.size(inputs, out_type=tf.int32)), tf.uint32),
-                           tf.shape(inputs))
-        bits = _mix32(_mix32(tf.bitwise.bitwise_xor(index, key1)) + key2)
-        threshold = min(int(round(self.rate * 2.0 ** 32)), 2**32 - 1)
-        keep = bits >= tf.constant(threshold, tf.uint32)
-        return tf.where(keep, inputs * tf.cast(1.0 / (1.0 - self.rate), inputs.dtype),
-                        tf.zeros_like(inputs))
+        keep = keep_mask(ops.shape(inputs), self.seed_generator.next(), self.rate)
+        return ops.where(keep, inputs * ops.cast(1.0 / (1.0 - self.rate), inputs.dtype),
+                         ops.zeros_like(inputs))
