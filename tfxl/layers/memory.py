@@ -214,7 +214,8 @@ def check_memory(memory, where):
         return memory
     if type(memory) in (list, tuple) and len(memory) == 2:
         return LayerInputMemory(*memory)
-    if type(memory) in (list, tuple) and len(memory) == 3:
+    if (type(memory) in (list, tuple) and len(memory) == 3
+            and all(isinstance(part, (list, tuple)) for part in memory[:2])):
         keys, values, valid = memory
         return KeyValueMemory(tuple(keys), tuple(values), valid)
     hint = (" (a dict: convert it with tfxl.layers.memory.from_dict)"

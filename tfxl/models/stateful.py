@@ -18,10 +18,12 @@ from tfxl.models.backbone import as_config, default_name
 from tfxl.models.language_model import TransfoXLLM
 
 
-def _hidden_variable(value, name):
-    """A tf.Variable held out of Keras' sight: not a weight, not saved in .keras files (Keras
-    tracks the variables assigned to a model's attributes, not this tf.Variable)."""
-    return tf.Variable(value, trainable=False, name=name)
+class _Hidden:
+    """A tf.Variable held out of sight: a plain object's attribute is tracked neither by Keras
+    (not a weight, not in .keras files) nor by tf.train.Checkpoint / SavedModel."""
+
+    def __init__(self, value, name):
+        self.variable = tf.Variable(value, trainable=False, name=name)
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -65,7 +67,7 @@ class StatefulTransfoXLLM(keras.Model):
         self._eval_memory = MemoryVariables(self.lm.init_key_value_memory(
             self.batch_size, mem_len=self.config.mem_len), "eval_memory")
         # [L, N, H, K + 1] for segments of tgt_len tokens; recomputed by _start_inference().
-        self._position_keys = _hidden_variable(self._current_position_keys(), "eval_position_keys")
+        self._position_keys = _Hidden(self._current_position_keys(), "eval_position_keys")
 
     def compute_output_shape(self, ids_shape):
         """log_probs [B, T, V] (`call` and `predict`)."""
@@ -121,7 +123,7 @@ class StatefulTransfoXLLM(keras.Model):
         for a new evaluate()/predict() pass, an empty key/value memory."""
         if new_pass:
             self._eval_memory.clear()
-        self._position_keys.assign(self._current_position_keys())
+        self._position_keys.variable.assign(self._current_position_keys())
 
     def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
         batch_size = self._array_batch_size(x, batch_size, "evaluate")
@@ -181,7 +183,7 @@ class StatefulTransfoXLLM(keras.Model):
         the config.tgt_len tokens they were computed for (None: the call computes them)."""
         position_keys = None
         if ids.shape[1] == self.config.tgt_len:
-            position_keys = tf.unstack(self._position_keys.value(), axis=0)
+            position_keys = tf.unstack(self._position_keys.variable.value(), axis=0)
         return self._run(ids, reset, targets, training=False, position_keys=position_keys)
 
     def call(self, x, training=None):
