@@ -25,7 +25,7 @@ back its rows. Batch slot g of the global batch is replica g // b, row g % b, th
 import keras
 import tensorflow as tf
 
-from tfxl.layers.memory import MemoryVariables
+from tfxl.layers.memory import MemoryVariables, from_dict
 
 
 def replica_variable(strategy, initial_value, name):
@@ -77,7 +77,8 @@ class CheckpointedReplicaMemory(ReplicaMemory):
 
     `checkpointed` is the trackable to put in the checkpoint; `save_to_checkpoint()` before a
     save, `restore_from_checkpoint()` after a restore (both cross-replica). Its variables are
-    named by the memory's fields ("states", "valid"), as checkpoints have always named them.
+    named as the memory's dict form names its tensors ("states", "valid"), as checkpoints have
+    always named them.
     """
 
     def __init__(self, strategy, empty, name):
@@ -88,10 +89,10 @@ class CheckpointedReplicaMemory(ReplicaMemory):
             self.checkpointed = tf.train.Checkpoint(**{
                 key: tf.Variable(tf.zeros((self.global_batch,) + tuple(value.shape[1:]),
                                           value.dtype), trainable=False)
-                for key, value in empty._asdict().items()})
+                for key, value in empty.to_dict().items()})
 
     def save_to_checkpoint(self):
-        for key, value in self.gather()._asdict().items():
+        for key, value in self.gather().to_dict().items():
             getattr(self.checkpointed, key).assign(value)
 
     def _restore_from_checkpoint(self):
@@ -104,8 +105,9 @@ class CheckpointedReplicaMemory(ReplicaMemory):
 
         # The global copies live on the host: read them here and hand them to the replicas as
         # arguments (a TPU computation cannot read a host variable itself).
-        self.strategy.run(take_rows, args=(type(self.variables)(*(
-            getattr(self.checkpointed, key).read_value() for key in self.variables._fields)),))
+        self.strategy.run(take_rows, args=(from_dict({
+            key: getattr(self.checkpointed, key).read_value()
+            for key in self.variables.to_dict()}),))
 
 
 class ReplicaPositionKeys:

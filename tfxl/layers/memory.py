@@ -204,7 +204,7 @@ def from_dict(memory):
                      f"{sorted((STATES, VALID))} or {sorted((KEYS, VALUES, VALID))}")
 
 
-def check_memory(memory, where):
+def as_memory(memory, where):
     """`memory` as a memory type; otherwise one TypeError naming what was given.
 
     A list or plain tuple of a type's fields, in order, is taken as that type: Keras' functional

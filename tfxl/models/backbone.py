@@ -11,7 +11,7 @@ from tfxl.config import TransfoXLConfig
 from tfxl.layers.adaptive_embedding import AdaptiveEmbedding
 from tfxl.layers.dropout import HashDropout
 from tfxl.layers.memory import (KeyValueMemory, LayerInputMemory, attention_mask,
-                                check_memory)
+                                as_memory)
 from tfxl.layers.relative_position import RelativePositionEncoding
 from tfxl.layers.transformer_xl_block import TransformerXLBlock, attention_class
 
@@ -121,7 +121,7 @@ class TransfoXLBackbone(keras.layers.Layer):
         Carries a trainer's or a client's memory over to the inference path exactly: the keys and
         values are what every later segment would have projected from those layer inputs.
         """
-        memory = check_memory(memory, "key_value_memory")
+        memory = as_memory(memory, "key_value_memory")
         if isinstance(memory, KeyValueMemory):
             return memory
         pairs = [block.attention.project_memory(memory.layer(i))
@@ -143,7 +143,7 @@ class TransfoXLBackbone(keras.layers.Layer):
             ops.shape(token_ids)[1])
         if memory is None:
             memory = self.init_memory(ops.shape(token_ids)[0])
-        memory = check_memory(memory, self.name).reset(reset).with_invalid_slots_zeroed()
+        memory = as_memory(memory, self.name).reset(reset).with_invalid_slots_zeroed()
         mem_len = memory.mem_len
 
         mask = attention_mask(memory.valid, segment_len, same_length, segment_valid)
@@ -223,7 +223,7 @@ class TransfoXLBackbone(keras.layers.Layer):
             memory = LayerInputMemory(
                 keras.KerasTensor((None, c.n_layer, c.mem_len, c.d_model), self.compute_dtype),
                 keras.KerasTensor((None, c.mem_len), "bool"))
-        memory = check_memory(memory, self.name)
+        memory = as_memory(memory, self.name)
         hidden = keras.KerasTensor((token_ids.shape[0], token_ids.shape[1], c.d_model),
                                    self.compute_dtype)
         if not self.return_memory:
