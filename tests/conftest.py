@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from gcs_emulator import gcs  # noqa: F401  (the fixture, for every test file)
 # The markers `subprocess` and `expensive`, kept true as the suite runs: its hooks and fixture.
+import marker_check
 from marker_check import *  # noqa: F403
 
 # Two logical CPU devices in every test process, so MirroredStrategy tests can run two replicas.
@@ -24,6 +25,21 @@ try:
         [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
 except RuntimeError:  # devices already initialised by an earlier import: keep what exists
     pass
+
+
+def pytest_collection_modifyitems(config, items):
+    """On a backend other than TensorFlow (`KERAS_BACKEND=jax make test`'s second run), only the
+    modules marked `every_backend` run, without their tests marked `tensorflow_only`."""
+    marker_check.pytest_collection_modifyitems(config, items)
+    if keras.backend.backend() == "tensorflow":
+        return
+    keep = [item for item in items if item.get_closest_marker("every_backend")]
+    config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+    items[:] = keep
+    skip = pytest.mark.skip(reason=f"needs TensorFlow; Keras runs on {keras.backend.backend()}")
+    for item in keep:
+        if item.get_closest_marker("tensorflow_only"):
+            item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)

@@ -8,8 +8,9 @@ import tempfile
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import tree
+
+from backends import compiled, to_numpy
 
 
 def _shapes(structure):
@@ -22,7 +23,7 @@ def _assert_all_close(got, want, atol, rtol, what, atol_of_scale=0.0):
     got, want = tree.flatten(got), tree.flatten(want)
     assert len(got) == len(want), f"{what}: {len(got)} outputs, expected {len(want)}"
     for i, (a, b) in enumerate(zip(got, want)):
-        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+        a, b = to_numpy(a).astype(np.float64), to_numpy(b).astype(np.float64)
         assert a.shape == b.shape, f"{what}, output {i}: shape {a.shape} != {b.shape}"
         tolerance = atol + atol_of_scale * (np.abs(b).max() if b.size else 0.0)
         np.testing.assert_allclose(a, b, atol=tolerance, rtol=rtol, err_msg=f"{what}, output {i}")
@@ -38,7 +39,7 @@ def run_layer_test(layer_cls, init_kwargs, input_data=(), call_kwargs=None,
     - a symbolic call on `keras.Input`s (a functional model) gives the eager outputs' structure,
       shapes and dtypes, and the model computes the eager outputs;
     - that model saved to a `.keras` file and loaded back gives identical outputs;
-    - a `jit_compile=True` call equals the eager call;
+    - a compiled call (`backends.compiled`: XLA on TensorFlow and JAX) equals the eager call;
     - the layer under the mixed_bfloat16 policy, with the same weights, keeps float32 variables
       and gives finite outputs within `mixed_precision_tolerance` of float32 (relative to each
       output's largest magnitude).
@@ -51,7 +52,7 @@ def run_layer_test(layer_cls, init_kwargs, input_data=(), call_kwargs=None,
     Returns the float32 layer and its eager outputs.
     """
     call_kwargs = dict(call_kwargs or {})
-    args = tree.map_structure(lambda x: None if x is None else tf.convert_to_tensor(x),
+    args = tree.map_structure(lambda x: None if x is None else keras.ops.convert_to_tensor(x),
                               tuple(input_data))
     name = layer_cls.__name__
 
@@ -79,8 +80,8 @@ def run_layer_test(layer_cls, init_kwargs, input_data=(), call_kwargs=None,
         assert tuple(layer.compute_output_shape(**call_kwargs)) == _shapes(outputs), \
             f"{name}: compute_output_shape disagrees with the call"
 
-    compiled = tf.function(lambda *a: layer(*a, **call_kwargs), jit_compile=True)
-    _assert_all_close(compiled(*args), outputs, 1e-5, 1e-5, f"{name} under XLA")
+    _assert_all_close(compiled(lambda *a: layer(*a, **call_kwargs))(*args), outputs, 1e-5, 1e-5,
+                      f"{name} compiled")
 
     mixed = layer_cls.from_config({**config, "dtype": "mixed_bfloat16"})
     mixed(*args, **call_kwargs)  # builds it
@@ -90,7 +91,8 @@ def run_layer_test(layer_cls, init_kwargs, input_data=(), call_kwargs=None,
     assert all(v.dtype == "float32" for v in mixed.trainable_weights), \
         f"{name}: mixed precision must keep float32 variables"
     for out in tree.flatten(mixed_outputs):
-        assert np.isfinite(np.asarray(out, np.float64)).all(), f"{name}: non-finite in bfloat16"
+        assert np.isfinite(to_numpy(out).astype(np.float64)).all(), \
+            f"{name}: non-finite in bfloat16"
     # bfloat16 keeps 8 significant bits: errors scale with the outputs' magnitude.
     _assert_all_close(mixed_outputs, outputs, 0.0, mixed_precision_tolerance,
                       f"{name} under mixed_bfloat16", atol_of_scale=mixed_precision_tolerance)
@@ -100,7 +102,8 @@ def run_layer_test(layer_cls, init_kwargs, input_data=(), call_kwargs=None,
 def _check_symbolic_call_and_keras_file(layer, args, call_kwargs, outputs):
     name = type(layer).__name__
     leaves = tree.flatten(args)
-    inputs = [None if x is None else keras.Input(batch_shape=tuple(x.shape), dtype=x.dtype.name)
+    inputs = [None if x is None else keras.Input(batch_shape=tuple(x.shape),
+                                                 dtype=keras.backend.standardize_dtype(x.dtype))
               for x in leaves]
     symbolic = layer(*tree.pack_sequence_as(args, inputs), **call_kwargs)
     inputs = [x for x in inputs if x is not None]

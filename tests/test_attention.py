@@ -3,19 +3,22 @@ both layers' Keras contract (run_layer_test)."""
 
 import numpy as np
 import pytest
-import tensorflow as tf
+from keras import ops
 
+from backends import to_numpy
 from layer_test_case import run_layer_test
 from naive_reference import attention_weights, relative_attention, sinusoid
 from tfxl.layers import (RelativeMultiHeadAttention, RelativePositionEncoding, attention_mask,
                          rel_shift)
+
+pytestmark = pytest.mark.every_backend
 
 
 @pytest.mark.parametrize("t_len,m_len", [(4, 0), (4, 2), (4, 4), (3, 7)])
 def test_rel_shift_reads_distance_columns(t_len, m_len):
     k_len = t_len + m_len
     x = np.random.randn(2, 3, t_len, k_len).astype(np.float32)
-    out = rel_shift(tf.constant(x)).numpy()
+    out = to_numpy(rel_shift(ops.convert_to_tensor(x)))
     for i in range(t_len):
         for j in range(m_len + i + 1):  # entries above the causal diagonal are junk by design
             np.testing.assert_array_equal(out[..., i, j], x[..., i, j + t_len - 1 - i])
@@ -24,7 +27,7 @@ def test_rel_shift_reads_distance_columns(t_len, m_len):
 @pytest.mark.parametrize("clamp_len", [-1, 0, 3])
 def test_position_encoding_rows_are_distances(clamp_len):
     d_model, k_len = 8, 6
-    enc = RelativePositionEncoding(d_model, clamp_len)(key_length=k_len).numpy()
+    enc = to_numpy(RelativePositionEncoding(d_model, clamp_len)(key_length=k_len))
     assert enc.shape == (k_len, d_model)
     for m in range(k_len):
         distance = k_len - 1 - m
@@ -35,10 +38,10 @@ def test_position_encoding_rows_are_distances(clamp_len):
 
 def test_attention_mask_same_length_sees_mem_plus_one_keys():
     m_len, t_len = 3, 4
-    valid = tf.ones((1, m_len), bool)
-    mask = attention_mask(valid, t_len, same_length=True).numpy()[0, 0]
+    valid = ops.ones((1, m_len), bool)
+    mask = to_numpy(attention_mask(valid, t_len, same_length=True))[0, 0]
     np.testing.assert_array_equal(mask.sum(-1), [m_len + 1] * t_len)
-    causal = attention_mask(valid, t_len, same_length=False).numpy()[0, 0]
+    causal = to_numpy(attention_mask(valid, t_len, same_length=False))[0, 0]
     np.testing.assert_array_equal(causal.sum(-1), m_len + 1 + np.arange(t_len))
 
 
@@ -71,7 +74,7 @@ def test_attention_matches_naive_per_pair(m_len, same_length, clamp_len, pre_lno
 
     encoding = RelativePositionEncoding(d_model, clamp_len)(key_length=m_len + t_len)
     position_keys = layer.project_positions(encoding)
-    mask = attention_mask(tf.constant(mem_valid), t_len, same_length)
+    mask = attention_mask(ops.convert_to_tensor(mem_valid), t_len, same_length)
     got, (segment_keys, segment_values) = layer(h, mem, position_keys, mask, u, v)
     # The key/value path: the memory rows arrive projected, only the T segment rows are.
     got_kv, (kv_keys, kv_values) = layer(h, layer.project_memory(mem), position_keys, mask, u, v)
@@ -79,13 +82,13 @@ def test_attention_matches_naive_per_pair(m_len, same_length, clamp_len, pre_lno
     want = relative_attention(h.astype(np.float64), mem.astype(np.float64), mem_valid,
                               attention_weights(layer), u, v, clamp_len,
                               m_len if same_length else None, pre_lnorm)
-    np.testing.assert_allclose(got.numpy(), want, atol=2e-5, rtol=1e-5)
-    np.testing.assert_allclose(got_kv.numpy(), want, atol=2e-5, rtol=1e-5)
+    np.testing.assert_allclose(to_numpy(got), want, atol=2e-5, rtol=1e-5)
+    np.testing.assert_allclose(to_numpy(got_kv), want, atol=2e-5, rtol=1e-5)
     # The segment's own keys/values (what a key/value memory appends) are its projected rows.
     want_keys, want_values = layer.project_memory(h)
     for a, b in ((segment_keys, want_keys), (kv_keys, want_keys), (segment_values, want_values),
                  (kv_values, want_values)):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-6)
+        np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=1e-6)
 
 
 B, T, M, D, N, H = 2, 5, 3, 8, 2, 4
@@ -99,11 +102,11 @@ def attention_inputs(memory_kind):
     projector.build((B, T, D))
     memory = rng.normal(size=(B, M, D)).astype(np.float32)
     if memory_kind == "key_value":
-        memory = tuple(x.numpy() for x in projector.project_memory(memory))
+        memory = tuple(to_numpy(x) for x in projector.project_memory(memory))
     position_keys = projector.project_positions(RelativePositionEncoding(D)(key_length=M + T))
-    mask = attention_mask(tf.constant(rng.random((B, M)) > 0.3), T)
-    return (rng.normal(size=(B, T, D)).astype(np.float32), memory, position_keys.numpy(),
-            mask.numpy(), *rng.normal(size=(2, N, H)).astype(np.float32))
+    mask = attention_mask(ops.convert_to_tensor(rng.random((B, M)) > 0.3), T)
+    return (rng.normal(size=(B, T, D)).astype(np.float32), memory, to_numpy(position_keys),
+            to_numpy(mask), *rng.normal(size=(2, N, H)).astype(np.float32))
 
 
 ATTENTION_OUTPUT_SHAPE = ((B, T, D), ((B, N, H, T), (B, N, T, H)))

@@ -8,6 +8,8 @@ from layer_test_case import run_layer_test
 from test_attention import ATTENTION_OUTPUT_SHAPE, B, D, H, N, T, attention_inputs
 from tfxl.layers import PositionwiseFeedForward, TransformerXLBlock
 
+pytestmark = pytest.mark.every_backend
+
 
 @pytest.mark.parametrize("pre_lnorm", [False, True])
 def test_feed_forward_keras_contract(pre_lnorm):

@@ -2,21 +2,25 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf
+from keras import ops
 
+import backends
+from backends import to_numpy
 from layer_test_case import run_layer_test
 from tfxl.layers import HashDropout
+
+pytestmark = pytest.mark.every_backend
 
 
 @pytest.mark.parametrize("rate", [0.1, 0.5])
 def test_keep_rate_scale_and_identity(rate):
     layer = HashDropout(rate, seed=3)
-    x = tf.ones((64, 128, 8))
-    y = layer(x, training=True).numpy()
+    x = ops.ones((64, 128, 8))
+    y = to_numpy(layer(x, training=True))
     kept = y != 0
     assert abs(kept.mean() - (1 - rate)) < 0.01
     np.testing.assert_allclose(y[kept], 1.0 / (1.0 - rate), rtol=1e-6)
-    np.testing.assert_array_equal(layer(x, training=False).numpy(), x.numpy())
+    np.testing.assert_array_equal(to_numpy(layer(x, training=False)), to_numpy(x))
     # Neighbouring elements are independent: no correlation between adjacent mask bits.
     flat = kept.reshape(-1).astype(float)
     assert abs(np.corrcoef(flat[:-1], flat[1:])[0, 1]) < 0.02
@@ -24,14 +28,14 @@ def test_keep_rate_scale_and_identity(rate):
 
 def test_masks_follow_the_seed_state():
     a, b = HashDropout(0.3, seed=7), HashDropout(0.3, seed=7)
-    x = tf.ones((32, 32))
-    first_a, first_b = a(x, training=True).numpy(), b(x, training=True).numpy()
+    x = ops.ones((32, 32))
+    first_a, first_b = to_numpy(a(x, training=True)), to_numpy(b(x, training=True))
     np.testing.assert_array_equal(first_a, first_b)          # same seed, same mask
-    assert (a(x, training=True).numpy() != first_a).any()    # the state advances per call
+    assert (to_numpy(a(x, training=True)) != first_a).any()    # the state advances per call
     restored = HashDropout(0.3, seed=0)
     restored.seed_generator.state.assign(b.seed_generator.state.value)
-    np.testing.assert_array_equal(restored(x, training=True).numpy(),
-                                  b(x, training=True).numpy())
+    np.testing.assert_array_equal(to_numpy(restored(x, training=True)),
+                                  to_numpy(b(x, training=True)))
 
 
 def test_keras_contract():
@@ -64,10 +68,15 @@ def numpy_keep_mask(shape, seed, rate):
 def test_the_mask_is_the_documented_hash_eagerly_and_under_xla(shape, rate, seed):
     # keras.ops only: the same bits on every backend, which this pins (numpy as the oracle).
     layer = HashDropout(rate, seed=seed)
-    state = layer.seed_generator.state.numpy().copy()
-    x = tf.ones(shape)
-    eager = layer(x, training=True).numpy()
-    compiled = tf.function(lambda x: layer(x, training=True), jit_compile=True)(x).numpy()
+    state = to_numpy(layer.seed_generator.state).copy()
+    x = ops.ones(shape)
+    eager = to_numpy(layer(x, training=True))
+    # Compiled as a step is (state in, state out): the second call, as eagerly.
+    call = lambda trainable, non_trainable, x: layer.stateless_call(
+        trainable, non_trainable, x, training=True)
+    compiled = to_numpy(backends.compiled(call)(
+        [v.value for v in layer.trainable_variables],
+        [v.value for v in layer.non_trainable_variables], x)[0])
     for got, call in ((eager, 0), (compiled, 1)):
         seed_of_call = [int(state[0]), int(state[1]) + call]  # next() adds [0, 1] per call
         np.testing.assert_array_equal(got != 0, numpy_keep_mask(shape, seed_of_call, rate))

@@ -6,10 +6,9 @@ Shape glossary: B batch, T segment length, V vocabulary size, D model size, d_i 
 import math
 
 import keras
-import numpy as np
-import tensorflow as tf
 from keras import ops
 
+from tfxl.backend import is_concrete
 from tfxl.layers.adaptive_clusters import cluster_layout
 
 
@@ -25,11 +24,11 @@ class AdaptiveEmbedding(keras.layers.Layer):
 
     `cluster_weight(i)` / `cluster_projection(i)` expose the tensors the adaptive softmax ties to.
 
-    Ids outside [0, V) raise a ValueError in eager calls. Inside a graph (tf.function, XLA,
-    a SavedModel) there is no Python-side check: with div_val == 1 the gather fails with
-    InvalidArgumentError on CPU, while on GPU an out-of-range id gives a zero row and XLA
-    clamps it to the first/last row; a negative id wraps around (numpy's `take`: -1 is id
-    V - 1). With div_val > 1 every out-of-range id embeds to zeros. Check ids before a graph.
+    Ids outside [0, V) raise a ValueError in eager calls, on every backend. Inside a traced
+    function (tf.function, XLA, a SavedModel, jax.jit, torch.compile) nothing reads the values:
+    what an out-of-range id gives there depends on the backend and device (TensorFlow on CPU:
+    InvalidArgumentError with div_val == 1; elsewhere a clamped or wrapped row, zeros or NaN;
+    with div_val > 1 zeros everywhere). Check ids before tracing.
     """
 
     def __init__(self, vocab_size, d_embed, d_model, cutoffs=(), div_val=1, proj_same_dim=True,
@@ -81,7 +80,7 @@ class AdaptiveEmbedding(keras.layers.Layer):
         return self.projections[0 if self.div_val == 1 else i]
 
     def call(self, token_ids):
-        if tf.executing_eagerly():
+        if is_concrete(token_ids):
             self._check_ids(token_ids)
         token_ids = ops.cast(token_ids, "int32")
         if self.div_val == 1:
@@ -100,7 +99,7 @@ class AdaptiveEmbedding(keras.layers.Layer):
         return embedded * ops.cast(self.scale, embedded.dtype)
 
     def _check_ids(self, token_ids):
-        ids = np.asarray(token_ids)
+        ids = ops.convert_to_numpy(token_ids)
         if ids.size == 0:
             return
         low, high = ids.min(), ids.max()

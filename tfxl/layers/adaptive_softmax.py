@@ -10,10 +10,15 @@ head[S + i - 1] + tail_i[t - start_i].
 """
 
 import keras
-import tensorflow as tf
 from keras import ops
 
+from tfxl.backend import is_tensorflow
 from tfxl.layers.adaptive_clusters import cluster_layout
+
+# The static-shape tail path holds a tail cluster's logits for this many (row, id) pairs at a
+# time: [rows, n_i] float32 stays within 64 MiB whatever the vocabulary (wt103's last cluster,
+# 160,000 ids, in chunks of 104 rows).
+TAIL_CHUNK_ELEMENTS = 2 ** 24
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -23,8 +28,10 @@ class AdaptiveSoftmax(keras.layers.Layer):
     Call args:
       hidden: [B, T, D].
       targets: int [B, T] or None. With targets, returns the NLL (float32) of each target and
-        never builds [B, T, V] logits: each tail cluster is evaluated only on the tokens whose
-        target falls into it. Without targets, returns full float32 log-probabilities [B, T, V].
+        never builds [B, T, V] logits: on TensorFlow each tail cluster is evaluated only on the
+        tokens whose target falls into it (a dynamic gather); on JAX and PyTorch on every token,
+        in chunks of bounded memory (static shapes). Without targets, returns full float32
+        log-probabilities [B, T, V].
       tied_weights: list of C + 1 tensors [n_i, d_i] (the input embedding's clusters) when
         `tie_weight`; tied_projections: list of C + 1 tensors [d_i, D] or None, used for clusters
         whose `tie_projs` flag is set (the softmax projects with their transpose).
@@ -136,28 +143,66 @@ class AdaptiveSoftmax(keras.layers.Layer):
         return ops.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
 
     def _nll(self, hidden, targets, head, tied_weights, tied_projections):
-        targets = tf.cast(targets, tf.int32)
+        targets = ops.cast(targets, "int32")
         shortlist = self.shortlist_size
         # Head index of each target: itself in the shortlist, else its cluster's logit.
         head_index = targets
         for i in range(1, len(self.clusters)):
             c = self.clusters[i]
-            in_cluster = (targets >= c.start) & (targets < c.end)
-            head_index = tf.where(in_cluster, shortlist + i - 1, head_index)
-        log_prob = tf.gather(head, head_index, axis=-1, batch_dims=2)  # [B, T]
+            in_cluster = ops.logical_and(targets >= c.start, targets < c.end)
+            head_index = ops.where(in_cluster, shortlist + i - 1, head_index)
+        log_prob = ops.take_along_axis(head, head_index[..., None], axis=-1)[..., 0]  # [B, T]
+        tail_log_prob = (self._sparse_tail_log_prob if is_tensorflow()
+                         else self._static_tail_log_prob)
         for i in range(1, len(self.clusters)):
-            c = self.clusters[i]
-            # Only the tokens of this cluster: a dynamic gather. Under XLA the shape is bounded by
-            # B*T (the dynamic padder), so it still compiles for TPU.
-            where = tf.where((targets >= c.start) & (targets < c.end))  # [n, 2]
-            chosen_hidden = tf.gather_nd(hidden, where)                  # [n, D]
-            tail = tf.nn.log_softmax(
-                self._logits(chosen_hidden, *self._cluster_params(i, tied_weights,
-                                                                  tied_projections)), axis=-1)
-            local = tf.gather_nd(targets, where) - c.start
-            tail_log_prob = tf.gather(tail, local, axis=-1, batch_dims=1)
-            log_prob = tf.tensor_scatter_nd_add(log_prob, where, tail_log_prob)
+            log_prob = log_prob + tail_log_prob(
+                hidden, targets, self.clusters[i],
+                *self._cluster_params(i, tied_weights, tied_projections))
         return -log_prob
+
+    def _sparse_tail_log_prob(self, hidden, targets, cluster, weight, bias, projection):
+        """log p(target | cluster) [B, T], zero where the target is outside `cluster`: the tail
+        evaluated only on the tokens of this cluster (TensorFlow: a dynamic gather, whose shape
+        XLA bounds by B*T with its dynamic padder, so it still compiles for TPU)."""
+        import tensorflow as tf
+        where = tf.where((targets >= cluster.start) & (targets < cluster.end))  # [n, 2]
+        tail = tf.nn.log_softmax(self._logits(tf.gather_nd(hidden, where), weight, bias,
+                                              projection), axis=-1)
+        local = tf.gather_nd(targets, where) - cluster.start
+        chosen = tf.gather(tail, local, axis=-1, batch_dims=1)
+        return tf.scatter_nd(where, chosen, tf.shape(targets, out_type=tf.int64))
+
+    def _static_tail_log_prob(self, hidden, targets, cluster, weight, bias, projection):
+        """`_sparse_tail_log_prob` with static shapes (JAX, PyTorch): exact, every row scored.
+
+        log p(t | cluster) = logit_t - logsumexp(logits). The target's logit is one gathered
+        output row per token; the logsumexp runs over chunks of rows (TAIL_CHUNK_ELEMENTS) and
+        is recomputed in the backward pass (`keras.remat`), so memory stays bounded however large
+        the cluster. Compute is the dense tail's: n_i * d_i per row, for wt103 about 0.75 of the
+        head's, where the sparse path spends it on the cluster's own rows only.
+        """
+        inside = ops.logical_and(targets >= cluster.start, targets < cluster.end)
+        local = ops.clip(targets - cluster.start, 0, cluster.size - 1)
+        rows = ops.reshape(hidden, (-1, hidden.shape[-1]))                          # [R, D]
+        if projection is not None:
+            rows = ops.matmul(rows, projection)                                     # [R, d_i]
+        local = ops.reshape(local, (-1,))
+        weight = ops.cast(weight, rows.dtype)
+        target_logit = (ops.sum(ops.cast(rows, "float32") * ops.cast(
+            ops.take(weight, local, axis=0), "float32"), axis=-1)
+            + ops.cast(ops.take(bias, local), "float32"))  # float32 as `_logits`' are
+
+        # The weights are arguments, not captured: a rematerialised function's gradient reaches
+        # its arguments only (tf.recompute_grad's, where this path is tested).
+        logsumexp = keras.remat(lambda chunk, weight, bias: ops.logsumexp(
+            self._logits(chunk, weight, bias, None), axis=-1))
+        n_rows = rows.shape[0]
+        chunk = max(1, min(n_rows, TAIL_CHUNK_ELEMENTS // cluster.size))
+        padded = ops.pad(rows, [[0, -n_rows % chunk], [0, 0]])
+        normaliser = ops.map(lambda chunk: logsumexp(chunk, weight, bias),
+                             ops.reshape(padded, (-1, chunk, rows.shape[-1])))
+        tail = target_logit - ops.reshape(normaliser, (-1,))[:n_rows]
+        return ops.where(inside, ops.reshape(tail, ops.shape(targets)), 0.0)
 
     def compute_output_shape(self, hidden_shape, targets_shape=None, *args, **kwargs):
         if targets_shape is None:

@@ -1,0 +1,74 @@
+"""tfxl.layers on a Keras backend other than TensorFlow, in a process where TensorFlow cannot be
+imported: the layers import and give TensorFlow's numbers on the same weights.
+
+(The layer tests themselves run on every backend: `make test` runs the modules marked
+`every_backend` again under KERAS_BACKEND=jax.)
+"""
+
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from backends import to_numpy
+from tfxl.layers import AdaptiveSoftmax, TransformerXLBlock, attention_mask
+
+pytestmark = pytest.mark.subprocess
+
+# Run first in the child: any import of TensorFlow (or of what needs it) fails there.
+WITHOUT_TENSORFLOW = """
+import sys
+class NoTensorFlow:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("tensorflow", "tensorflow_text", "tf_keras"):
+            raise ImportError(f"{name}: TensorFlow is not installed here")
+sys.meta_path.insert(0, NoTensorFlow())
+"""
+
+ON_JAX = WITHOUT_TENSORFLOW + """
+import keras, numpy as np
+import tfxl.layers  # registers the layers for the .keras file
+assert keras.backend.backend() == "jax"
+model = keras.saving.load_model(sys.argv[1])
+inputs = np.load(sys.argv[2])
+outputs = model([inputs[f"input_{i}"] for i in range(len(inputs.files))])
+np.savez(sys.argv[3], *[keras.ops.convert_to_numpy(x) for x in outputs])
+assert not [m for m in sys.modules if m.startswith("tensorflow")], "TensorFlow was imported"
+"""
+
+B, T, M, D, N, H, V = 2, 5, 3, 16, 2, 8, 40
+
+
+def test_layers_run_on_jax_without_tensorflow_and_agree_with_it(tmp_path):
+    """A functional model of a Transformer-XL block on a memory (layer inputs) and the adaptive
+    softmax's NLL (tail clusters: TensorFlow's sparse path here, the static one on JAX), saved
+    as a .keras file, loaded and run under JAX with TensorFlow unimportable: the outputs agree
+    to 1e-5."""
+    rng = np.random.default_rng(0)
+    block = TransformerXLBlock(D, N, H, 24, init_std=0.3)
+    softmax = AdaptiveSoftmax(V, D, D, cutoffs=(10, 25), div_val=2, init_std=0.3)
+    arrays = [rng.normal(size=(B, T, D)).astype(np.float32),
+              rng.normal(size=(B, M, D)).astype(np.float32),
+              rng.normal(size=(N, H, M + T + 1)).astype(np.float32),
+              to_numpy(attention_mask(rng.random((B, M)) > 0.3, T)),
+              *(rng.normal(size=(2, N, H)).astype(np.float32) * 0.3),
+              rng.integers(0, V, (B, T)).astype(np.int32)]
+    inputs = [keras.Input(batch_shape=x.shape, dtype=keras.backend.standardize_dtype(x.dtype))
+              for x in arrays]
+    hidden, _ = block(*inputs[:6])
+    model = keras.Model(inputs, [hidden, softmax(hidden, inputs[6])])
+    want = [to_numpy(x) for x in model(arrays)]
+    model.save(tmp_path / "model.keras")
+    np.savez(tmp_path / "inputs.npz", **{f"input_{i}": x for i, x in enumerate(arrays)})
+
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", ON_JAX, str(tmp_path / "model.keras"),
+                           str(tmp_path / "inputs.npz"), str(tmp_path / "outputs.npz")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = np.load(tmp_path / "outputs.npz")
+    for i, expected in enumerate(want):
+        np.testing.assert_allclose(got[f"arr_{i}"], expected, atol=1e-5, rtol=1e-5)
