@@ -150,3 +150,32 @@ class NaiveTransfoXL:
             h = feed_forward(h, ff, c.pre_lnorm)
         self.memory = new_memory
         return h
+
+
+# -- the counter-hash random stream (tfxl.layers.counter_hash), written independently ----------
+
+def _mix32(h):
+    """lowbias32 in numpy uint32 arrays (products wrap modulo 2^32)."""
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x7FEB352D)
+    h = h ^ (h >> np.uint32(15))
+    h = h * np.uint32(0x846CA68B)
+    return h ^ (h >> np.uint32(16))
+
+
+def hash_bits(shape, seed):
+    """The documented hash: element i (row-major) is mix(mix(i ^ key1) + key2), keys from the
+    two seed integers modulo 2^32."""
+    s0, s1 = (np.array([v % 2**32], np.uint32) for v in seed)
+    key1 = _mix32(s0 * np.uint32(0x9E3779B9) + s1)
+    key2 = _mix32(key1 + s1 * np.uint32(0x85EBCA6B) + np.uint32(1))
+    index = np.arange(int(np.prod(shape)), dtype=np.uint32)
+    return _mix32(_mix32(index ^ key1) + key2).reshape(shape)
+
+
+def gumbel_max_draw(logits, seed):
+    """One index per row of float64 `logits` [B, V] (-inf: never drawn): the argmax of
+    logits + Gumbel noise, the noise -log(-log(u)) with u the top 24 hash bits centred in their
+    bin."""
+    u = ((hash_bits(logits.shape, seed) >> np.uint32(8)).astype(np.float64) + 0.5) / 2**24
+    return np.argmax(logits - np.log(-np.log(u)), axis=-1)

@@ -124,3 +124,26 @@ def test_attention_keras_contract(memory_kind, pre_lnorm):
                    dict(d_model=D, n_head=N, d_head=H, dropout=0.1, dropatt=0.2,
                         pre_lnorm=pre_lnorm, init_std=0.3),
                    attention_inputs(memory_kind), expected_output_shape=ATTENTION_OUTPUT_SHAPE)
+
+
+def test_one_key_attends_with_probability_one_and_no_warning():
+    """M = 0, T = 1 (a one-token step without memory): the output is that of a softmax over the
+    single key, without Keras' warning about a softmax over an axis of size 1."""
+    import warnings
+    layer = RelativeMultiHeadAttention(D, N, H, init_std=0.3)
+    layer.build((B, 1, D))
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=(B, 1, D)).astype(np.float32)
+    u, v = rng.normal(size=(2, N, H)).astype(np.float32)
+    position_keys = layer.project_positions(RelativePositionEncoding(D)(key_length=1))
+    mask = attention_mask(ops.zeros((B, 0), "bool"), 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got, _ = layer(h, np.zeros((B, 0, D), np.float32), position_keys, mask, u, v)
+    assert not [w for w in caught if "softmax" in str(w.message)], [str(w.message) for w in caught]
+    # One key: the context is that key's value; output = LayerNorm(h + value W_o).
+    _, values = layer.project_memory(h)
+    want = layer.layer_norm(h + ops.matmul(ops.reshape(ops.transpose(values, (0, 2, 1, 3)),
+                                                       (B, 1, N * H)),
+                                           ops.reshape(layer.output_kernel, (N * H, D))))
+    np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)

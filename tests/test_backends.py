@@ -1,5 +1,6 @@
-"""tfxl.layers on a Keras backend other than TensorFlow, in a process where TensorFlow cannot be
-imported: the layers import and give TensorFlow's numbers on the same weights.
+"""tfxl.layers and the language model on a Keras backend other than TensorFlow, in a process
+where TensorFlow cannot be imported: they import, and give TensorFlow's numbers on the same
+weights.
 
 (The layer tests themselves run on every backend: `make test` runs the modules marked
 `every_backend` again under KERAS_BACKEND=jax.)
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 from backends import to_numpy
+from factories import tiny_lm
 from tfxl.layers import AdaptiveSoftmax, TransformerXLBlock, attention_mask
 
 pytestmark = pytest.mark.subprocess
@@ -39,7 +41,36 @@ np.savez(sys.argv[3], *[keras.ops.convert_to_numpy(x) for x in outputs])
 assert not [m for m in sys.modules if m.startswith("tensorflow")], "TensorFlow was imported"
 """
 
+LANGUAGE_MODEL_ON_JAX = WITHOUT_TENSORFLOW + """
+import keras, numpy as np
+import tfxl.models
+assert keras.backend.backend() == "jax"
+model = keras.saving.load_model(sys.argv[1])
+segments = np.load(sys.argv[2])["segments"]
+outputs = {}
+for kind, memory in (("layer_input", model.init_memory(segments.shape[1])),
+                     ("key_value", model.init_key_value_memory(segments.shape[1]))):
+    for i, segment in enumerate(segments):
+        nll, memory = model(segment[:, :-1], memory, targets=segment[:, 1:])
+        outputs[f"{kind}_{i}"] = keras.ops.convert_to_numpy(nll)
+np.savez(sys.argv[3], **outputs)
+assert not [m for m in sys.modules if m.startswith("tensorflow")], "TensorFlow was imported"
+try:
+    tfxl.models.StatefulTransfoXLLM
+except ImportError as error:
+    assert "tfxl.models.StatefulTransfoXLLM needs TensorFlow" in str(error), error
+else:
+    raise AssertionError("StatefulTransfoXLLM without TensorFlow")
+"""
+
 B, T, M, D, N, H, V = 2, 5, 3, 16, 2, 8, 40
+
+
+def run_on_jax(script, *paths):
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", script, *map(str, paths)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_layers_run_on_jax_without_tensorflow_and_agree_with_it(tmp_path):
@@ -64,11 +95,33 @@ def test_layers_run_on_jax_without_tensorflow_and_agree_with_it(tmp_path):
     model.save(tmp_path / "model.keras")
     np.savez(tmp_path / "inputs.npz", **{f"input_{i}": x for i, x in enumerate(arrays)})
 
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", ON_JAX, str(tmp_path / "model.keras"),
-                           str(tmp_path / "inputs.npz"), str(tmp_path / "outputs.npz")],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_on_jax(ON_JAX, tmp_path / "model.keras", tmp_path / "inputs.npz",
+               tmp_path / "outputs.npz")
     got = np.load(tmp_path / "outputs.npz")
     for i, expected in enumerate(want):
         np.testing.assert_allclose(got[f"arr_{i}"], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_the_language_model_runs_on_jax_without_tensorflow_segment_by_segment(tmp_path):
+    """A language model with tail clusters and tied weights saved under TensorFlow, loaded under
+    JAX with TensorFlow unimportable: three segments on each memory (layer inputs, keys and
+    values; M = 6 > T = 4) give TensorFlow's NLL to 1e-5; the stateful model, TensorFlow code,
+    says it needs TensorFlow."""
+    model = tiny_lm(vocab_size=V, d_model=D, d_head=H, n_head=N, d_embed=D, cutoffs=(10, 25),
+                    div_val=2, tie_weight=True, tgt_len=4, mem_len=6, eval_mem_len=6,
+                    init_std=0.3)
+    segments = np.random.default_rng(1).integers(0, V, (3, B, 5)).astype(np.int32)
+    want = {}
+    for kind, memory in (("layer_input", model.init_memory(B)),
+                         ("key_value", model.init_key_value_memory(B))):
+        for i, segment in enumerate(segments):
+            nll, memory = model(segment[:, :-1], memory, targets=segment[:, 1:])
+            want[f"{kind}_{i}"] = to_numpy(nll)
+    model.save(tmp_path / "lm.keras")
+    np.savez(tmp_path / "segments.npz", segments=segments)
+    run_on_jax(LANGUAGE_MODEL_ON_JAX, tmp_path / "lm.keras", tmp_path / "segments.npz",
+               tmp_path / "nll.npz")
+    got = np.load(tmp_path / "nll.npz")
+    assert sorted(got.files) == sorted(want)
+    for name, expected in want.items():
+        np.testing.assert_allclose(got[name], expected, atol=1e-5, rtol=1e-5, err_msg=name)

@@ -7,6 +7,7 @@ from keras import ops
 import backends
 from backends import to_numpy
 from layer_test_case import run_layer_test
+from naive_reference import hash_bits
 from tfxl.layers import HashDropout
 
 pytestmark = pytest.mark.every_backend
@@ -43,24 +44,9 @@ def test_keras_contract():
                    expected_output_shape=(2, 5, 8))
 
 
-def _mix32(h):
-    """lowbias32 in numpy uint32 arrays (products wrap modulo 2^32)."""
-    h = h ^ (h >> np.uint32(16))
-    h = h * np.uint32(0x7FEB352D)
-    h = h ^ (h >> np.uint32(15))
-    h = h * np.uint32(0x846CA68B)
-    return h ^ (h >> np.uint32(16))
-
-
 def numpy_keep_mask(shape, seed, rate):
-    """The documented hash, written independently: element i is kept iff
-    mix(mix(i ^ key1) + key2) >= rate * 2^32, keys from the seed modulo 2^32."""
-    s0, s1 = (np.array([v % 2**32], np.uint32) for v in seed)
-    key1 = _mix32(s0 * np.uint32(0x9E3779B9) + s1)
-    key2 = _mix32(key1 + s1 * np.uint32(0x85EBCA6B) + np.uint32(1))
-    index = np.arange(int(np.prod(shape)), dtype=np.uint32)
-    bits = _mix32(_mix32(index ^ key1) + key2)
-    return (bits >= np.uint32(min(round(rate * 2**32), 2**32 - 1))).reshape(shape)
+    """Element i is kept iff its hash bits are >= rate * 2^32 (the oracle's hash)."""
+    return hash_bits(shape, seed) >= np.uint32(min(round(rate * 2**32), 2**32 - 1))
 
 
 @pytest.mark.parametrize("shape, rate, seed", [((3, 5, 7), 0.1, 0), ((2, 64), 0.5, 12345),

@@ -517,21 +517,6 @@ def test_greedy_cached_generation_equals_full_recompute(model):
     assert int(memory.valid.numpy().sum()) == 4 + 10 - 1
 
 
-def test_sampling_filters_and_seeds():
-    log_probs = tf.math.log(tf.constant([[0.5, 0.3, 0.15, 0.05]] * 256))
-    greedy = sample_next(log_probs, 0.0, 0, 1.0, tf.constant([1, 2]))
-    assert set(greedy.numpy()) == {0}
-    assert set(sample_next(log_probs, 1.0, 1, 1.0, tf.constant([1, 2])).numpy()) == {0}
-    top2 = sample_next(log_probs, 1.0, 2, 1.0, tf.constant([1, 2])).numpy()
-    assert set(top2) == {0, 1}
-    nucleus = sample_next(log_probs, 1.0, 0, 0.7, tf.constant([1, 2])).numpy()
-    assert set(nucleus) == {0, 1}  # 0.5 < 0.7 needs the second token, not the third
-    everything = sample_next(log_probs, 1.0, 0, 1.0, tf.constant([3, 4])).numpy()
-    assert set(everything) == {0, 1, 2, 3}
-    again = sample_next(log_probs, 1.0, 0, 1.0, tf.constant([3, 4])).numpy()
-    np.testing.assert_array_equal(everything, again)
-
-
 def test_export_and_generate_command_lines(model, tmp_path):
     from tfxl.data.prepare import PrepareConfig, prepare
     text = tmp_path / "corpus.txt"

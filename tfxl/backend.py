@@ -4,10 +4,34 @@ The layers and models are `keras.ops` and run on TensorFlow, JAX and PyTorch. Tw
 no `keras.ops` answer: which backend runs (`is_tensorflow`, for the few paths that keep a
 TensorFlow-only op because it is faster there), and whether a tensor holds values now or is a
 placeholder being traced (`is_concrete`, for checks that read values in Python). Each backend's
-own module is imported only when that backend is the one running.
+own module is imported only when that backend is the one running. The model features that are
+TensorFlow code import it through `tensorflow(feature)`, which names the feature where
+TensorFlow is missing.
 """
 
+import importlib.util
+
 import keras
+
+
+def tensorflow(feature):
+    """TensorFlow, imported for `feature` (something tfxl has only in TensorFlow); where it is
+    not installed, an ImportError that names the feature."""
+    try:
+        import tensorflow as tf
+    except ImportError as error:
+        raise ImportError(f"{feature} needs TensorFlow, which is not installed (pip install "
+                          "tensorflow); tfxl's layers and the models' forward pass do not "
+                          "(README, \"Backends\")") from error
+    return tf
+
+
+def has_tensorflow():
+    """Whether TensorFlow can be imported here (without importing it)."""
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except ImportError:  # a finder that refuses it (as tests/test_backends.py's does)
+        return False
 
 
 def is_tensorflow():

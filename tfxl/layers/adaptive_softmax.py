@@ -151,9 +151,13 @@ class AdaptiveSoftmax(keras.layers.Layer):
             c = self.clusters[i]
             in_cluster = ops.logical_and(targets >= c.start, targets < c.end)
             head_index = ops.where(in_cluster, shortlist + i - 1, head_index)
-        log_prob = ops.take_along_axis(head, head_index[..., None], axis=-1)[..., 0]  # [B, T]
-        tail_log_prob = (self._sparse_tail_log_prob if is_tensorflow()
-                         else self._static_tail_log_prob)
+        if is_tensorflow():  # the batched gather the NLL has always used there
+            import tensorflow as tf
+            log_prob = tf.gather(head, head_index, axis=-1, batch_dims=2)  # [B, T]
+            tail_log_prob = self._sparse_tail_log_prob
+        else:
+            log_prob = ops.take_along_axis(head, head_index[..., None], axis=-1)[..., 0]
+            tail_log_prob = self._static_tail_log_prob
         for i in range(1, len(self.clusters)):
             log_prob = log_prob + tail_log_prob(
                 hidden, targets, self.clusters[i],
@@ -173,7 +177,8 @@ class AdaptiveSoftmax(keras.layers.Layer):
         return tf.scatter_nd(where, chosen, tf.shape(targets, out_type=tf.int64))
 
     def _static_tail_log_prob(self, hidden, targets, cluster, weight, bias, projection):
-        """`_sparse_tail_log_prob` with static shapes (JAX, PyTorch): exact, every row scored.
+        """`_sparse_tail_log_prob` with static shapes (the other backends): exact, every row
+        scored.
 
         log p(t | cluster) = logit_t - logsumexp(logits). The target's logit is one gathered
         output row per token; the logsumexp runs over chunks of rows (TAIL_CHUNK_ELEMENTS) and

@@ -8,36 +8,15 @@ integer hash of the element index (lowbias32 rounds, ~10 vectorisable uint32 ops
 import keras
 from keras import ops
 
-_GOLDEN = 0x9E3779B9
-
-
-def _uint32(value):
-    return ops.convert_to_tensor(value, dtype="uint32")
-
-
-def _mix32(h):
-    """A 32-bit integer finaliser (lowbias32): xor-shift / multiply rounds, all uint32 ops (the
-    products wrap modulo 2^32 on every backend)."""
-    h = ops.bitwise_xor(h, ops.right_shift(h, _uint32(16)))
-    h = h * _uint32(0x7FEB352D)
-    h = ops.bitwise_xor(h, ops.right_shift(h, _uint32(15)))
-    h = h * _uint32(0x846CA68B)
-    return ops.bitwise_xor(h, ops.right_shift(h, _uint32(16)))
+from tfxl.layers.counter_hash import hash_bits
 
 
 def keep_mask(shape, seed, rate):
     """The elements HashDropout keeps: bool `shape`, from `seed` (2 integers, taken modulo 2^32)
-    and `rate`. Element i is kept when mix(mix(i ^ key1) + key2) >= rate * 2^32."""
-    seed = ops.cast(seed, "uint32")  # two's complement: the seed modulo 2^32
-    key1 = _mix32(seed[0] * _uint32(_GOLDEN) + seed[1])
-    key2 = _mix32(key1 + seed[1] * _uint32(0x85EBCA6B) + _uint32(1))
-    size = 1
-    for dim in shape:
-        size = size * dim
-    index = ops.reshape(ops.cast(ops.arange(size, dtype="int32"), "uint32"), shape)
-    bits = _mix32(_mix32(ops.bitwise_xor(index, key1)) + key2)
+    and `rate`. Element i is kept when its hash bits (`counter_hash.hash_bits`) are
+    >= rate * 2^32."""
     threshold = min(int(round(rate * 2.0 ** 32)), 2**32 - 1)
-    return bits >= _uint32(threshold)
+    return hash_bits(shape, seed) >= ops.convert_to_tensor(threshold, dtype="uint32")
 
 
 @keras.saving.register_keras_serializable(package="tfxl")

@@ -204,7 +204,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # and bf16/fp16 logits lose too much precision in exp/normalise.
         score = ops.cast(content_score + position_score, "float32") * self.scale
         score = ops.where(mask, score, -1e30)
-        probs = ops.cast(ops.softmax(score, axis=-1), query.dtype)
+        if score.shape[-1] == 1:  # one key (M = 0, T = 1): probability 1, and no Keras warning
+            probs = ops.ones_like(score, dtype=query.dtype)  # about a softmax over one element
+        else:
+            probs = ops.cast(ops.softmax(score, axis=-1), query.dtype)
         probs = self.attention_dropout(probs, training=training)
 
         contexts, start = [], 0

@@ -6,12 +6,11 @@ size.
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from tfxl.backend import tensorflow
 from tfxl.config import TransfoXLConfig
 from tfxl.layers.adaptive_softmax import AdaptiveSoftmax
 from tfxl.layers.transformer_xl_block import attention_class
-from tfxl.models import generation
 from tfxl.models.sampling import check_sampling
 from tfxl.models.backbone import (TransfoXLBackbone, as_config, default_name,
                                   init_key_value_memory, init_memory)
@@ -91,6 +90,8 @@ class TransfoXLLM(keras.Model):
         settings. Runs as one compiled loop per memory length (traced on first use). Returns the
         new tokens as a numpy int32 array [B, max_new_tokens] (or [max_new_tokens]).
         """
+        tf = tensorflow("TransfoXLLM.generate")
+        from tfxl.models import generation  # TensorFlow code (README, "Backends")
         ids = np.asarray(prompt_ids, np.int32)
         if ids.ndim not in (1, 2) or ids.shape[-1] == 0:
             raise ValueError(f"prompt_ids must be [P] or [B, P] with P >= 1, got shape {ids.shape}")

@@ -1,9 +1,16 @@
-"""Next-token sampling: temperature, top-k and nucleus (top-p), stateless and in-graph.
+"""Next-token sampling: temperature, top-k and nucleus (top-p), stateless, on every backend.
 
 Shape glossary: B batch, V vocabulary size.
 """
 
-import tensorflow as tf
+from keras import ops
+
+from tfxl.layers.counter_hash import uniform
+
+# A filtered-out logit: the most negative float32, which a Gumbel draw (|g| < 17 for the
+# stream's uniforms) cannot lift over a kept one.
+_FLOOR = float.fromhex("-0x1.fffffep+127")
+_CEILING = -_FLOOR
 
 
 def sampling_rules(max_new_tokens, temperature, top_k, top_p):
@@ -27,31 +34,32 @@ def check_sampling(max_new_tokens, temperature, top_k, top_p):
 
 
 def sample_next(log_probs, temperature, top_k, top_p, seed):
-    """One token per row from log-probabilities [B, V].
+    """One token per row from log-probabilities [B, V], on every backend.
 
     temperature <= 0 picks the most likely token (greedy); top_k <= 0 and top_p >= 1 disable those
     filters; top_p <= 0 keeps only the most likely token (front ends refuse it: `sampling_rules`).
-    `seed` is a [2] int32 tensor: the same seed gives the same tokens (stateless RNG).
-    Returns int32 [B].
+    `seed` is 2 integers: the same seed gives the same tokens, on every backend. The draw is a
+    Gumbel-max over the kept logits, its uniforms the counter-hash stream of [B, V]
+    (`tfxl.layers.counter_hash`). Returns int32 [B].
     """
-    log_probs = tf.cast(log_probs, tf.float32)
-    temperature = tf.cast(temperature, tf.float32)
-    vocab = tf.shape(log_probs)[-1]
-    logits = log_probs / tf.maximum(temperature, 1e-6)
+    log_probs = ops.cast(log_probs, "float32")
+    temperature = ops.cast(temperature, "float32")
+    vocab = ops.shape(log_probs)[-1]
+    logits = log_probs / ops.maximum(temperature, 1e-6)
+    descending = ops.flip(ops.sort(logits, axis=-1), axis=-1)
     # top-k: keep logits >= the k-th largest (k clamped to [1, V]; k <= 0 keeps all).
-    k = tf.where(top_k > 0, tf.minimum(tf.cast(top_k, tf.int32), vocab), vocab)
-    kth = tf.math.top_k(logits, k=k).values[:, -1:]
-    logits = tf.where(logits < kth, tf.float32.min, logits)
+    k = ops.where(top_k > 0, ops.minimum(ops.cast(top_k, "int32"), vocab), vocab)
+    kth = ops.take(descending, k - 1, axis=-1)[:, None]
+    descending = ops.where(descending < kth, _FLOOR, descending)
     # top-p: keep the smallest set of most likely tokens whose probability reaches p.
-    sorted_logits = tf.sort(logits, direction="DESCENDING", axis=-1)
-    sorted_probs = tf.nn.softmax(sorted_logits, axis=-1)
-    mass_before = tf.cumsum(sorted_probs, axis=-1, exclusive=True)
-    top_p = tf.cast(top_p, tf.float32)
-    most_likely = tf.range(vocab) == 0  # always kept, whatever p (p <= 0 means greedy)
-    kept = (mass_before < top_p) | (top_p >= 1.0) | most_likely[None, :]
-    threshold = tf.reduce_min(tf.where(kept, sorted_logits, tf.float32.max), axis=-1,
-                              keepdims=True)
-    logits = tf.where(logits < threshold, tf.float32.min, logits)
-    sampled = tf.random.stateless_categorical(logits, 1, seed=seed, dtype=tf.int32)[:, 0]
-    greedy = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-    return tf.where(temperature > 0, sampled, greedy)
+    probs = ops.softmax(descending, axis=-1)
+    mass_before = ops.cumsum(probs, axis=-1) - probs
+    top_p = ops.cast(top_p, "float32")
+    most_likely = ops.arange(vocab) == 0  # always kept, whatever p (p <= 0 means greedy)
+    kept = ops.logical_or(ops.logical_or(mass_before < top_p, top_p >= 1.0), most_likely[None, :])
+    threshold = ops.min(ops.where(kept, descending, _CEILING), axis=-1, keepdims=True)
+    logits = ops.where(ops.logical_or(logits < threshold, logits < kth), _FLOOR, logits)
+    gumbel = -ops.log(-ops.log(uniform(ops.shape(logits), seed)))
+    sampled = ops.cast(ops.argmax(logits + gumbel, axis=-1), "int32")
+    greedy = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
+    return ops.where(temperature > 0, sampled, greedy)

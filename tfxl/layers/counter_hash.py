@@ -1,0 +1,45 @@
+"""A counter-based random stream: uniform bits as a keyed integer hash of each element's index.
+
+Why a hash rather than a backend's generator: the same (seed, shape) gives the same bits on
+TensorFlow, JAX and PyTorch (uint32 xor-shift / multiply rounds, whose products wrap modulo 2^32
+on every backend), and XLA vectorises it (TensorFlow's stateless Philox lowers to scalar CPU
+code, ~20-300 ns per element, against ~0.5 ns here; BENCHMARKS.md). `HashDropout`'s masks and
+the sampler's draws (`tfxl.models.sampling`) are this stream.
+"""
+
+from keras import ops
+
+_GOLDEN = 0x9E3779B9
+
+
+def _uint32(value):
+    return ops.convert_to_tensor(value, dtype="uint32")
+
+
+def _mix32(h):
+    """A 32-bit integer finaliser (lowbias32): xor-shift / multiply rounds, all uint32 ops."""
+    h = ops.bitwise_xor(h, ops.right_shift(h, _uint32(16)))
+    h = h * _uint32(0x7FEB352D)
+    h = ops.bitwise_xor(h, ops.right_shift(h, _uint32(15)))
+    h = h * _uint32(0x846CA68B)
+    return ops.bitwise_xor(h, ops.right_shift(h, _uint32(16)))
+
+
+def hash_bits(shape, seed):
+    """uint32 `shape`: element i (row-major index) is mix(mix(i ^ key1) + key2), the keys from
+    `seed` (2 integers, taken modulo 2^32)."""
+    seed = ops.cast(seed, "uint32")  # two's complement: the seed modulo 2^32
+    key1 = _mix32(seed[0] * _uint32(_GOLDEN) + seed[1])
+    key2 = _mix32(key1 + seed[1] * _uint32(0x85EBCA6B) + _uint32(1))
+    size = 1
+    for dim in shape:
+        size = size * dim
+    index = ops.reshape(ops.cast(ops.arange(size, dtype="int32"), "uint32"), shape)
+    return _mix32(_mix32(ops.bitwise_xor(index, key1)) + key2)
+
+
+def uniform(shape, seed):
+    """float32 `shape` in (0, 1): the top 24 of each element's `hash_bits`, centred in its bin
+    (never 0 or 1, so that log(-log(u)) is finite)."""
+    top = ops.cast(ops.right_shift(hash_bits(shape, seed), _uint32(8)), "float32")
+    return (top + 0.5) * (1.0 / 2**24)
