@@ -5,6 +5,7 @@ Shape glossary: B batch, V vocabulary size.
 
 from keras import ops
 
+from tfxl.backend import is_tensorflow
 from tfxl.layers.counter_hash import uniform
 
 # A filtered-out logit: the most negative float32, which a Gumbel draw (|g| < 17 for the
@@ -46,20 +47,31 @@ def sample_next(log_probs, temperature, top_k, top_p, seed):
     temperature = ops.cast(temperature, "float32")
     vocab = ops.shape(log_probs)[-1]
     logits = log_probs / ops.maximum(temperature, 1e-6)
-    descending = ops.flip(ops.sort(logits, axis=-1), axis=-1)
     # top-k: keep logits >= the k-th largest (k clamped to [1, V]; k <= 0 keeps all).
     k = ops.where(top_k > 0, ops.minimum(ops.cast(top_k, "int32"), vocab), vocab)
-    kth = ops.take(descending, k - 1, axis=-1)[:, None]
-    descending = ops.where(descending < kth, _FLOOR, descending)
-    # top-p: keep the smallest set of most likely tokens whose probability reaches p.
+    kth = _kth_largest(logits, k)
+    logits = ops.where(logits < kth, _FLOOR, logits)
+    # top-p: keep the smallest set of most likely tokens whose probability reaches p. (Sorting
+    # after the top-k filter: most values equal, which TensorFlow sorts 3.5x faster at V = 267k.)
+    descending = ops.flip(ops.sort(logits, axis=-1), axis=-1)
     probs = ops.softmax(descending, axis=-1)
     mass_before = ops.cumsum(probs, axis=-1) - probs
     top_p = ops.cast(top_p, "float32")
     most_likely = ops.arange(vocab) == 0  # always kept, whatever p (p <= 0 means greedy)
     kept = ops.logical_or(ops.logical_or(mass_before < top_p, top_p >= 1.0), most_likely[None, :])
     threshold = ops.min(ops.where(kept, descending, _CEILING), axis=-1, keepdims=True)
-    logits = ops.where(ops.logical_or(logits < threshold, logits < kth), _FLOOR, logits)
+    logits = ops.where(logits < threshold, _FLOOR, logits)
     gumbel = -ops.log(-ops.log(uniform(ops.shape(logits), seed)))
     sampled = ops.cast(ops.argmax(logits + gumbel, axis=-1), "int32")
     greedy = ops.cast(ops.argmax(log_probs, axis=-1), "int32")
     return ops.where(temperature > 0, sampled, greedy)
+
+
+def _kth_largest(logits, k):
+    """[B, 1]: each row's k-th largest logit, k a scalar (a tensor or traced: the signatures'
+    top_k). TensorFlow's top_k takes such a k without sorting the row (1.7 ms against 29 ms for
+    a sort at V = 267k); other backends' top_k needs a static k, so they read it from a sort."""
+    if is_tensorflow():
+        import tensorflow as tf
+        return tf.math.top_k(logits, k=k).values[:, -1:]
+    return ops.take(ops.flip(ops.sort(logits, axis=-1), axis=-1), k - 1, axis=-1)[:, None]
