@@ -93,7 +93,8 @@ def nll_and_gradients(softmax, hidden, targets, path, monkeypatch):
 def test_the_tail_paths_give_the_full_softmaxs_nll_and_gradients(paths, monkeypatch):
     """Both tail paths of the NLL against the full log-probabilities: the same loss and the same
     gradients for every weight and the hidden states. The static path in chunks of 5 rows of the
-    largest cluster (the last one padded) and of 10 rows of the other."""
+    larger cluster (15 ids) and 8 of the other (9 ids), each with a padded last chunk of the 21
+    rows."""
     if "sparse" in paths and BACKEND != "tensorflow":
         pytest.skip("the sparse tail path is TensorFlow's")
     monkeypatch.setattr(adaptive_softmax, "TAIL_CHUNK_ELEMENTS", 75)
