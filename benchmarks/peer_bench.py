@@ -46,6 +46,19 @@ def require():
 
 
 # -- in the child process ----------------------------------------------------------------------
+def patch_type_as(torch):
+    """transformers 4.46's TransfoXLModel.forward calls `arange(...).type_as(dtype=...)`, which no
+    torch accepts (huggingface/transformers#29650); run it as the `.to(dtype)` it means."""
+    if getattr(torch.Tensor.type_as, "_tfxl_shim", False):
+        return
+    type_as = torch.Tensor.type_as
+
+    def shim(t, other=None, dtype=None):
+        return t.to(dtype) if dtype is not None else type_as(t, other)
+    shim._tfxl_shim = True
+    torch.Tensor.type_as = shim
+
+
 def build_peer(mem_len):
     """torch with TensorFlow's thread count, and the HF model with the bench config's shape."""
     os.environ["USE_TF"] = "0"  # else transformers imports TensorFlow, installed beside it
@@ -53,12 +66,7 @@ def build_peer(mem_len):
     import transformers
     from transformers import TransfoXLConfig, TransfoXLLMHeadModel
 
-    # transformers 4.46's TransfoXLModel.forward calls `arange(...).type_as(dtype=...)`, which no
-    # torch accepts (huggingface/transformers#29650); run it as the `.to(dtype)` it means.
-    type_as = torch.Tensor.type_as
-    torch.Tensor.type_as = lambda t, other=None, dtype=None: (
-        t.to(dtype) if dtype is not None else type_as(t, other))
-
+    patch_type_as(torch)
     torch.set_num_threads(common._THREADS["intra_op"] or os.cpu_count())
     if common._THREADS["inter_op"]:
         torch.set_num_interop_threads(common._THREADS["inter_op"])

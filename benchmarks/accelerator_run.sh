@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# benchmarks/accelerator_bench.py on the GPU machine that the `device` tool lends (JAX and PyTorch
+# with CUDA, Python 3.12, no TensorFlow, no network): BENCHMARKS.md, "Accelerator".
+#
+#   1. here, where PyPI is reached, in the checkout the device tool sends (the session's own):
+#        bash benchmarks/accelerator_run.sh fetch
+#      downloads the wheels the machine lacks into .whl/ (git-ignored through .git/info/exclude):
+#      Keras and its two missing needs, and the PyTorch peer's transformers 4.46 with the
+#      tokenizers and huggingface-hub versions it accepts (the image has transformers 5, which
+#      has no Transformer-XL, and newer tokenizers and huggingface-hub than 4.46 allows).
+#   2. one device call, carry [".whl"], timeout_s 600:
+#        bash benchmarks/accelerator_run.sh run
+#      installs them into /tmp/site, prints the devices, and runs the harness on every preset,
+#      dtype and phase, tfxl on JAX and the peer on PyTorch, writing $OUT/accelerator.json (after
+#      every process, so a run cut short keeps what it measured) and $OUT/accelerator.log (with
+#      the Markdown table). Extra arguments go to the harness (e.g. --presets enwik8_base).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The local .venv's Keras (setup.cfg pins 3.15), transformers 4.46.x as the `bench` extra, and
+# the versions of their needs that those accept; nothing else is missing there (KINDS.md).
+WHEELS=(keras==3.15.1 namex==0.1.0 optree==0.20.0 transformers==4.46.3 tokenizers==0.20.3
+        huggingface-hub==0.36.2)
+
+case "${1:-}" in
+fetch)
+    exclude="$(git rev-parse --git-common-dir)/info/exclude"
+    mkdir -p "$(dirname "$exclude")"
+    grep -qxF '/.whl/' "$exclude" 2>/dev/null || echo '/.whl/' >> "$exclude"
+    mkdir -p .whl
+    "${PYTHON:-python3}" -m pip download --quiet --no-deps --only-binary=:all: \
+        --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+        --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "${WHEELS[@]}"
+    ls -l .whl
+    du -sh .whl
+    ;;
+run)
+    shift
+    out="${OUT:-/tmp/accelerator-out}"
+    mkdir -p "$out"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl
+    export PYTHONPATH="/tmp/site:$PWD" KERAS_BACKEND=jax PYTHONUNBUFFERED=1
+    nvidia-smi -L || true
+    python3 -c "import jax, keras, torch, transformers; print('jax', jax.__version__, \
+jax.devices(), '| keras', keras.__version__, '| torch', torch.__version__, \
+torch.cuda.is_available(), '| transformers', transformers.__version__)"
+    # --budget_s: no process starts after 480 s, and the last is stopped then, so that the
+    # results are written well inside the 600 s command limit.
+    python3 -m benchmarks.accelerator_bench --peer on --budget_s 480 \
+        --out "$out/accelerator.json" "$@" 2>&1 | tee "$out/accelerator.log"
+    ;;
+*)
+    echo "usage: bash benchmarks/accelerator_run.sh fetch | run [accelerator_bench args]" >&2
+    exit 2
+    ;;
+esac
