@@ -30,7 +30,8 @@ each precision (fp32 and bf16 mixed), in one run on one device:
     each framework (the table uses the better of the two).
 
 fp32 means float32 weights and activations with TF32 matmuls on GPUs that have them (JAX's
-default there; torch is set to allow TF32), as NVIDIA's published Transformer-XL figures;
+`jax_default_matmul_precision` "tensorfloat32", torch's allow_tf32), as NVIDIA's published
+Transformer-XL figures;
 `--fp32_matmul highest` asks both for full float32 instead. bf16 means Keras' "mixed_bfloat16"
 policy (float32 weights, bfloat16 compute) and `torch.autocast(dtype=torch.bfloat16)`.
 
@@ -380,11 +381,11 @@ def run_tfxl(args):
     import keras
     if keras.backend.backend() != "jax":
         raise SystemExit(f"the tfxl part runs on JAX; KERAS_BACKEND is {keras.backend.backend()}")
-    if args.fp32_matmul == "highest":
-        jax.config.update("jax_default_matmul_precision", "highest")
-
     warnings.filterwarnings("ignore", message=".*donated buffers were not usable.*")
     device = jax.devices()[0]
+    if device.platform == "gpu":  # said, not left to the default
+        jax.config.update("jax_default_matmul_precision",
+                          "highest" if args.fp32_matmul == "highest" else "tensorfloat32")
     info = {"framework": "tfxl", "backend": f"Keras {keras.__version__} on JAX {jax.__version__}",
             "device": f"{device.platform}: {getattr(device, 'device_kind', device)}"}
     n = args.matmul_n or (8192 if device.platform == "gpu" else 512 if args.smoke else 2048)
@@ -812,8 +813,7 @@ def parse_args(argv=None):
                         help="tfxl generation: TransfoXLLM.generate where it runs on this "
                              "backend (auto), or the harness's decode_step loop")
     parser.add_argument("--fp32_matmul", choices=("tf32", "highest"), default="tf32",
-                        help="fp32 matmuls on GPUs: TF32 (JAX's default; torch set to allow it) "
-                             "or full float32 on both")
+                        help="fp32 matmuls on GPUs: TF32 on both frameworks, or full float32")
     parser.add_argument("--matmul_n", type=int, default=0,
                         help="size of the peak's square matmuls (0: 8192 on a GPU, else 2048)")
     parser.add_argument("--budget_s", type=float, default=3600,
