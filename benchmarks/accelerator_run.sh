@@ -4,7 +4,7 @@
 #
 #   1. here, where PyPI is reached, in the checkout the device tool sends (the session's own):
 #        bash benchmarks/accelerator_run.sh fetch
-#      downloads the wheels the machine lacks into .whl/ (git-ignored through .git/info/exclude):
+#      downloads the wheels the machine lacks into .whl/ (in .gitignore, so carried explicitly):
 #      Keras and its two missing needs, and the PyTorch peer's transformers 4.46 with the
 #      tokenizers and huggingface-hub versions it accepts (the image has transformers 5, which
 #      has no Transformer-XL, and newer tokenizers and huggingface-hub than 4.46 allows).
@@ -24,9 +24,6 @@ WHEELS=(keras==3.15.1 namex==0.1.0 optree==0.20.0 transformers==4.46.3 tokenizer
 
 case "${1:-}" in
 fetch)
-    exclude="$(git rev-parse --git-common-dir)/info/exclude"
-    mkdir -p "$(dirname "$exclude")"
-    grep -qxF '/.whl/' "$exclude" 2>/dev/null || echo '/.whl/' >> "$exclude"
     mkdir -p .whl
     "${PYTHON:-python3}" -m pip download --quiet --no-deps --only-binary=:all: \
         --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
