@@ -113,17 +113,34 @@ def cached_vs_vanilla(lengths, seg_len=128, batch=1, jit=True, reps=3):
     return results
 
 
+PATHS = {  # name in the results -> what it is
+    "layer_input": "layer-input memory",
+    "key_value": "key/value memory (appended, last M kept)",
+    "ring": "key/value ring (tensors through the step)",
+    "ring_in_place": "key/value ring (variables, written in the step)",
+}
+
+
 def memory_paths(settings, batch=16, segments=8, jit=True, reps=3):
-    """Evaluation tokens/s of the same model on both memories, segment after segment.
+    """Evaluation tokens/s of the same model on each memory, segment after segment.
 
     The bench model (float32, random weights) scores `segments` consecutive [batch, T] segments
-    with memory M, carried from one segment to the next: on the layer-input memory (every segment
-    re-projects the M memory rows and the K position encodings in every layer; the path before
-    the key/value memory) and on the key/value memory with the position keys computed once per
-    pass. One compiled segment step per path (jit_compile as given), the same data, interleaved
-    repetitions; the best pass counts.
+    with memory M, carried from one segment to the next, on each of `PATHS`:
+      * the layer-input memory: every segment re-projects the M memory rows and the K position
+        encodings in every layer (the path before the key/value memory);
+      * the key/value memory: T new rows projected, appended, the last M kept (a copy of every
+        layer's keys and values per segment);
+      * the key/value ring: the T new rows written over the oldest (`KeyValueRing`), the memory
+        passed in and out of the compiled step as tensors (how `tfxl-eval`'s Evaluator and
+        `score_document` carry it; XLA copies a buffer it was handed before writing into it);
+      * the same ring held in variables that the compiled step reads and writes itself, so XLA
+        may update them in place (how a TPU step, compiled whole, carries it).
+    Position keys computed once per pass except on the layer-input path. One compiled segment
+    step per path (jit_compile as given), the same data, interleaved repetitions; the best pass
+    counts.
     """
     tf = common.setup()
+    from tfxl.layers.memory import MemoryVariables
 
     model = _bench_model()
     config = model.config
@@ -138,42 +155,59 @@ def memory_paths(settings, batch=16, segments=8, jit=True, reps=3):
     for tgt_len, mem_len in settings:
         data = tf.random.Generator.from_seed(tgt_len + mem_len).uniform(
             (segments, batch, tgt_len + 1), 0, config.vocab_size, tf.int32)
+        position_keys = model.position_keys(mem_len + tgt_len)
 
-        def layer_input_pass():
-            memory, total = model.init_memory(batch, mem_len=mem_len), 0.0
-            for ids in data:
-                nll, memory = step(ids, memory, None)
-                total += nll
-            return float(total)
+        def tensor_pass(empty, keys):
+            def run():
+                memory, total = empty(), 0.0
+                for ids in data:
+                    nll, memory = step(ids, memory, keys)
+                    total += nll
+                return float(total)
+            return run
 
-        def key_value_pass():
-            memory = model.init_key_value_memory(batch, mem_len=mem_len)
-            position_keys, total = model.position_keys(mem_len + tgt_len), 0.0
-            for ids in data:
-                nll, memory = step(ids, memory, position_keys)
-                total += nll
-            return float(total)
+        held = MemoryVariables(model.init_key_value_ring(batch, tgt_len, mem_len), "ring")
 
-        passes = {"layer_input": layer_input_pass, "key_value": key_value_pass}
+        @tf.function(jit_compile=jit, reduce_retracing=False, autograph=False)
+        def in_place_step(ids, keys):
+            nll, new_memory = model(ids[:, :-1], held.read(), targets=ids[:, 1:],
+                                    training=False, position_keys=keys)
+            held.write(new_memory)
+            return tf.reduce_sum(nll)
+
+        def in_place_pass():
+            held.clear()
+            return float(sum(in_place_step(ids, position_keys) for ids in data))
+
+        passes = {
+            "layer_input": tensor_pass(lambda: model.init_memory(batch, mem_len=mem_len), None),
+            "key_value": tensor_pass(
+                lambda: model.init_key_value_memory(batch, mem_len=mem_len), position_keys),
+            "ring": tensor_pass(lambda: model.init_key_value_ring(batch, tgt_len, mem_len),
+                                position_keys),
+            "ring_in_place": in_place_pass,
+        }
         sums = {name: fn() for name, fn in passes.items()}  # trace + compile
         best = {name: float("inf") for name in passes}
-        for _ in range(reps):  # interleaved: both paths see the same machine load
+        for _ in range(reps):  # interleaved: every path sees the same machine load
             for name, fn in passes.items():
                 start = time.perf_counter()
                 fn()
                 best[name] = min(best[name], time.perf_counter() - start)
         tokens = segments * batch * tgt_len
         row = {"tgt_len": tgt_len, "mem_len": mem_len, "batch": batch, "jit": jit,
-               "layer_input_tokens_per_s": tokens / best["layer_input"],
-               "key_value_tokens_per_s": tokens / best["key_value"],
-               "same_nll": abs(sums["layer_input"] - sums["key_value"]) <= 1e-4 * abs(
-                   sums["layer_input"])}
-        row["speedup"] = row["key_value_tokens_per_s"] / row["layer_input_tokens_per_s"]
+               "same_nll": all(abs(v - sums["layer_input"]) <= 1e-4 * abs(sums["layer_input"])
+                               for v in sums.values())}
+        for name in passes:
+            row[f"{name}_tokens_per_s"] = tokens / best[name]
+        fastest = max(("key_value", "ring", "ring_in_place"),
+                      key=lambda name: row[f"{name}_tokens_per_s"])
+        row["speedup"] = row[f"{fastest}_tokens_per_s"] / row["layer_input_tokens_per_s"]
+        row["fastest"] = fastest
         results.append(row)
-        print(f"eval T={tgt_len} M={mem_len} jit={jit}: layer-input "
-              f"{row['layer_input_tokens_per_s']:,.0f} tokens/s, key/value "
-              f"{row['key_value_tokens_per_s']:,.0f} tokens/s ({row['speedup']:.2f}x)",
-              flush=True)
+        print(f"eval T={tgt_len} M={mem_len} jit={jit}: " + ", ".join(
+            f"{name} {row[f'{name}_tokens_per_s']:,.0f} tokens/s" for name in passes)
+            + f" (best/layer-input {row['speedup']:.2f}x)", flush=True)
     return results
 
 
@@ -231,17 +265,19 @@ PATH_TARGETS = {(80, 512): 2.0, (80, 2100): 3.0}
 
 
 def table_paths(results):
-    rows = ["| eval segment T | memory M | XLA | layer-input memory (tokens/s) | key/value memory "
-            "(tokens/s) | speed-up | target | same NLL |",
-            "| ---: | ---: | --- | ---: | ---: | ---: | --- | --- |"]
+    rows = ["| eval segment T | memory M | XLA | " + " | ".join(
+        f"{label} (tokens/s)" for label in PATHS.values())
+        + " | fastest / layer-input | target | same NLL |",
+        "| ---: | ---: | --- |" + " ---: |" * len(PATHS) + " ---: | --- | --- |"]
     for r in results:
         target = PATH_TARGETS.get((r["tgt_len"], r["mem_len"]))
         verdict = "—" if target is None else (
             f"≥ {target:g}×: " + ("met" if r["speedup"] >= target else
                                   f"missed by {100 * (1 - r['speedup'] / target):.0f}%"))
         rows.append(f"| {r['tgt_len']} | {r['mem_len']} | {'on' if r['jit'] else 'off'} | "
-                    f"{r['layer_input_tokens_per_s']:,.0f} | {r['key_value_tokens_per_s']:,.0f} | "
-                    f"{r['speedup']:.2f}× | {verdict} | {'yes' if r['same_nll'] else 'NO'} |")
+                    + " | ".join(f"{r[f'{name}_tokens_per_s']:,.0f}" for name in PATHS)
+                    + f" | {r['speedup']:.2f}× ({r['fastest']}) | {verdict} | "
+                    f"{'yes' if r['same_nll'] else 'NO'} |")
     return "\n".join(rows)
 
 

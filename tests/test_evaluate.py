@@ -11,7 +11,7 @@ import factories
 from tfxl.data import pipeline
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.data.rechunk import rechunk
-from tfxl.layers.memory import KeyValueMemory
+from tfxl.layers.memory import KeyValueRing
 from tfxl.train.evaluator import EvalProgress
 from tfxl.train.loop import make_evaluator
 
@@ -105,11 +105,13 @@ def test_evaluate_equals_the_layer_input_path_by_hand(data_dir, tmp_path, mirror
         want = evaluate_by_hand()
         assert got["loss"] == pytest.approx(want, abs=1e-5), weights_scale
     assert got["tokens"] == BATCHES * STREAMS * kwargs["tgt_len"]
-    # The memory matters here (so the comparison above tests it), and it is a key/value memory.
+    # The memory matters here (so the comparison above tests it), and it is a key/value ring.
     assert abs(no_memory["loss"] - got["loss"]) > 1e-2
-    memory = evaluator.memories[(STREAMS, kwargs["mem_len"])]
-    assert isinstance(memory.variables, KeyValueMemory)
-    assert memory.gather().to_dict()["keys"].shape == (STREAMS, 2, 2, 16, kwargs["mem_len"])
+    ring = evaluator.memories[(STREAMS, kwargs["tgt_len"], kwargs["mem_len"])].variables
+    assert isinstance(ring, KeyValueRing)
+    assert ring.valid.shape[1] == kwargs["mem_len"]
+    assert ring.keys[0].shape[1:] == (2, 16, KeyValueRing.ring_size(kwargs["mem_len"],
+                                                                  kwargs["tgt_len"]))
 
 
 def test_evaluation_builds_no_optimizer_and_no_training_memory(data_dir, tmp_path):

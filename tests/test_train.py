@@ -380,11 +380,11 @@ def test_train_and_eval_steps_compile_as_one_xla_computation(copy_data, tmp_path
     np.testing.assert_allclose(xla.trainer.memory.gather().states.numpy(),
                                plain.trainer.memory.gather().states.numpy(), rtol=1e-4,
                                atol=1e-6)
-    # The eval step: key/value memory and position keys read and written in one computation.
+    # The eval step: key/value ring and position keys read and written in one computation.
     evaluator = xla.evaluator
     settings = evaluator.settings()
     evaluator.eval_begin(settings)
-    memory = evaluator.memories[(STREAMS, T)]
+    memory = evaluator.memories[(STREAMS, T, T)]
     keys = evaluator.position_keys[(2 * T, -1)]
     eval_features = next(iter(xla.data.dataset("valid", STREAMS, False)))
     eval_step = tf.function(lambda f: evaluator.eval_step(f, memory, keys, False),
@@ -393,7 +393,7 @@ def test_train_and_eval_steps_compile_as_one_xla_computation(copy_data, tmp_path
         stage="hlo").count("HloModule") == 1
     nll_sum, tokens = eval_step(eval_features)
     assert float(tokens) == STREAMS * T and np.isfinite(float(nll_sum))
-    assert memory.gather().valid.numpy().any()
+    assert memory.read().valid.numpy().any() and int(memory.read().next_slot) == T
 
 
 # -- TensorBoard ------------------------------------------------------------------------------

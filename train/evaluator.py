@@ -81,7 +81,7 @@ class Evaluator:
         self.progress = progress or EvalProgress(visible=False)
         self._forward = (tf.function(self._forward_fn, jit_compile=True) if jit_compile
                          else self._forward_fn)
-        self.memories = {}  # (B, M) -> key/value ReplicaMemory
+        self.memories = {}  # (B, T, M) -> key/value ring ReplicaMemory
         self.position_keys = {}  # (K, clamp_len) -> ReplicaPositionKeys
         self._loops = {}
 
@@ -129,7 +129,7 @@ class Evaluator:
     def eval_begin(self, s):
         """An empty key/value memory and the position keys of the current weights; returns the
         host loop for these settings (traced once per settings)."""
-        memory_key = (s["batch_size"], s["mem_len"])
+        memory_key = (s["batch_size"], s["tgt_len"], s["mem_len"])
         if memory_key not in self.memories:
             self.memories[memory_key] = self.empty_memory(*memory_key)
         memory = self.memories[memory_key]
@@ -165,14 +165,17 @@ class Evaluator:
                 "clamp_len": s["clamp_len"], "same_length": s["same_length"]}
 
     # Evaluation reads a key/value memory: with fixed weights it is exactly what the training
-    # memory would be projected to, and each step projects only its T new rows. The position keys
-    # (W_k,R R for K = M + T) are computed once per pass, not per step (see ReplicaPositionKeys).
-    def empty_memory(self, global_batch, mem_len):
-        """An empty key/value memory of `mem_len` slots for `global_batch` rows (cross-replica)."""
+    # memory would be projected to, and each step projects only its T new rows, written into a
+    # ring in place of the oldest (`KeyValueRing`: no copy of the memory to append them). The
+    # position keys (W_k,R R for K = M + T) are computed once per pass, not per step (see
+    # ReplicaPositionKeys).
+    def empty_memory(self, global_batch, tgt_len, mem_len):
+        """An empty key/value ring of `mem_len` slots for segments of `tgt_len` tokens and
+        `global_batch` rows (cross-replica)."""
         per_replica = global_batch // self.strategy.num_replicas_in_sync
         return ReplicaMemory(
-            self.strategy, self.model.init_key_value_memory(per_replica, mem_len),
-            f"eval_memory_{global_batch}_{mem_len}")
+            self.strategy, self.model.init_key_value_ring(per_replica, tgt_len, mem_len),
+            f"eval_memory_{global_batch}_{tgt_len}_{mem_len}")
 
     # -- replica ------------------------------------------------------------------------------
     def _forward_fn(self, features, memory, position_keys, same_length):
@@ -186,7 +189,7 @@ class Evaluator:
                   same_length):
         """Scores this replica's rows; returns the global (sum of NLL, number of target tokens).
 
-        memory: a key/value memory (`empty_memory`); position_keys: for M + T, refreshed for this
+        memory: a key/value ring (`empty_memory`); position_keys: for M + T, refreshed for this
         pass (they carry the clamp_len).
         """
         context = tf.distribute.get_replica_context()

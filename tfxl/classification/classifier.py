@@ -177,16 +177,18 @@ class DocumentClassifier(keras.Model):
         pooling uses them).
 
         key_value_memory: read on the key/value memory (inference: each segment projects only
-        its own T keys and values, not the M remembered rows again; no gradient flows through
-        it). With the same weights it holds what the layer-input memory would be projected to,
-        so the logits are the same (tested to 1e-5); the serving signatures read this way.
+        its own T keys and values, not the M remembered rows again, and writes them into a
+        `KeyValueRing` in place of the oldest; no gradient flows through it). With the same
+        weights it holds what the layer-input memory would be projected to, so the logits are
+        the same (tested to 1e-5); the serving signatures read this way.
         """
         K = self.grad_segments
         segments, valid = align_to_last_segment(token_ids, lengths, self.segment_len, K)
         num_segments = _dim(segments, 1)
         run = {}
         if key_value_memory:
-            memory = self.backbone.init_key_value_memory(_dim(segments, 0), self.mem_len)
+            memory = self.backbone.init_key_value_ring(_dim(segments, 0), self.segment_len,
+                                                       self.mem_len)
             run["position_keys"] = self.backbone.position_keys(self.mem_len + self.segment_len)
         else:
             memory = self.backbone.init_memory(_dim(segments, 0), self.mem_len)

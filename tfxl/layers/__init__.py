@@ -5,7 +5,7 @@ from tfxl.layers.adaptive_embedding import AdaptiveEmbedding
 from tfxl.layers.adaptive_softmax import AdaptiveSoftmax
 from tfxl.layers.dropout import HashDropout
 from tfxl.layers.feed_forward import PositionwiseFeedForward
-from tfxl.layers.memory import (KeyValueMemory, LayerInputMemory, MemoryVariables,
+from tfxl.layers.memory import (KeyValueMemory, KeyValueRing, LayerInputMemory, MemoryVariables,
                                 attention_mask)
 from tfxl.layers.relative_attention import RelativeMultiHeadAttention, rel_shift
 from tfxl.layers.relative_position import RelativePositionEncoding
@@ -13,7 +13,7 @@ from tfxl.layers.transformer_xl_block import TransformerXLBlock
 
 __all__ = [
     "AdaptiveEmbedding", "AdaptiveSoftmax", "Cluster", "HashDropout", "KeyValueMemory",
-    "LayerInputMemory", "MemoryVariables", "PositionwiseFeedForward",
+    "KeyValueRing", "LayerInputMemory", "MemoryVariables", "PositionwiseFeedForward",
     "RelativeMultiHeadAttention", "RelativePositionEncoding", "TransformerXLBlock",
     "attention_mask", "cluster_layout", "rel_shift",
 ]

@@ -3,9 +3,9 @@
 Shape glossary: B batch (streams), L layers, M memory length, T segment length, K = M + T keys,
 D model size, N heads, H head size.
 
-A memory is one of two types, both `typing.NamedTuple`s of tensors, so that `keras.tree`,
+A memory is one of three types, all `typing.NamedTuple`s of tensors, so that `keras.tree`,
 `tf.nest`, `tf.function` signatures and loops take them as they are on every backend. The model
-accepts either and returns the type it was given. Dicts of tensors appear only where a memory
+accepts any and returns the type it was given. Dicts of tensors appear only where a memory
 crosses a boundary that has no Python types (SavedModel signatures: `to_dict`, `from_dict`).
 
 `LayerInputMemory` (training; the paper's): 4·L·M·D bytes per row in float32.
@@ -26,6 +26,10 @@ crosses a boundary that has no Python types (SavedModel signatures: `to_dict`, `
   step's attention. With fixed weights it holds exactly what the layer-input memory would be
   projected to, so a segment step projects only its T new rows
   (`TransfoXLBackbone.key_value_memory` converts).
+
+`KeyValueRing` (loops of equal segments: evaluation, whole-document scoring): the key/value
+  memory kept in fixed buffers of S >= M + T slots that each segment's rows are written into in
+  place of the oldest, rather than appended and sliced (see the class).
 
 Shapes are static (M is fixed) so steps compile once under XLA/TPU; the mask keeps the semantics
 exact: a fresh or reset memory has no valid slot and is never attended to (the original TF code
@@ -189,7 +193,128 @@ class KeyValueMemory(NamedTuple):
                 VALID: self.valid}
 
 
-MEMORY_TYPES = (LayerInputMemory, KeyValueMemory)
+class KeyValueRing(NamedTuple):
+    """The key/value memory as fixed buffers that segments are written into in place: a ring.
+
+    For loops that read segments of one length T (evaluation, whole-document scoring): each layer
+    keeps S slots of keys and values; a segment's T new rows are written over the T oldest slots
+    (`ops.slice_update`: in place where the buffer is an XLA loop variable, a resource variable
+    updated inside the compiled step, or a donated JAX buffer) and the segment attends to all S
+    slots, each at its own distance. The `KeyValueMemory` instead appends the T rows and keeps the
+    last M (a concatenation and a slice: two copies of every layer's memory per segment, which at
+    M in the thousands cost as much as the segment's attention).
+
+    keys:      L × [B, N, H, S]  (as KeyValueMemory's, in ring order)
+    values:    L × [B, N, S, H]
+    valid:     [B, M] bool       the last M positions, oldest first (as KeyValueMemory's: small,
+                                 so it is kept in order and gives M statically)
+    next_slot: int32 scalar      p, where the next segment's first row goes (a multiple of T)
+
+    With the segment written at slots [p, p + T), slot j at offset o = (j - p) mod S holds segment
+    row o (o < T) or the memory position M - S + o (o >= T; one of the last M when that is >= 0,
+    else one of the S - M - T older slots, which are never attended to). S is a multiple of T >=
+    M + T (`ring_size`) so that no write wraps around. Only `from_memory` and the model write a
+    ring, and `from_memory` zeroes the invalid slots' values: a ring is not cleaned again per call
+    (which would copy it), as a `KeyValueMemory` is (`with_invalid_slots_zeroed`).
+    """
+
+    keys: Tuple[Any, ...]
+    values: Tuple[Any, ...]
+    valid: Any
+    next_slot: Any
+
+    @staticmethod
+    def ring_size(mem_len, segment_len):
+        """S: the smallest multiple of T that holds M + T slots."""
+        return -(-(mem_len + segment_len) // segment_len) * segment_len
+
+    @classmethod
+    def empty(cls, batch_size, n_layer, mem_len, segment_len, n_head, d_head, dtype="float32"):
+        """No valid slot, for segments of `segment_len` rows."""
+        size = cls.ring_size(mem_len, segment_len)
+        keys = ops.zeros((batch_size, n_head, d_head, size), dtype=dtype)
+        values = ops.zeros((batch_size, n_head, size, d_head), dtype=dtype)
+        return cls((keys,) * n_layer, (values,) * n_layer,
+                   ops.zeros((batch_size, mem_len), dtype="bool"), ops.zeros((), "int32"))
+
+    @classmethod
+    def from_memory(cls, memory, segment_len):
+        """The ring holding a `KeyValueMemory` (invalid slots' values zeroed), for segments of
+        `segment_len` rows: the M slots go last, the first segment is written at slot 0."""
+        memory = memory.with_invalid_slots_zeroed()
+        pad = cls.ring_size(memory.mem_len, segment_len) - memory.mem_len
+
+        def padded(tensor, axis):
+            zeros = ops.zeros_like(tensor[(slice(None),) * axis + (slice(0, 1),)])
+            return ops.concatenate([ops.repeat(zeros, pad, axis=axis), tensor], axis=axis)
+        return cls(tuple(padded(k, 3) for k in memory.keys),
+                   tuple(padded(v, 2) for v in memory.values), memory.valid,
+                   ops.zeros((), "int32"))
+
+    @property
+    def mem_len(self):
+        return self.valid.shape[1]
+
+    @property
+    def size(self):
+        return self.values[0].shape[2]
+
+    def check_segment_len(self, segment_len):
+        """Raises ValueError unless segments of `segment_len` rows fit this ring."""
+        if self.size % segment_len or self.size < self.mem_len + segment_len:
+            raise ValueError(
+                f"a KeyValueRing of {self.size} slots and M = {self.mem_len} takes segments of "
+                f"{self.size - self.mem_len} tokens or a divisor of {self.size} that leaves M + T "
+                f"<= {self.size}; got T = {segment_len}")
+
+    def layer(self, index):
+        return self.keys[index], self.values[index]
+
+    def reset(self, reset):
+        return self._replace(valid=_reset(self.valid, reset))
+
+    def with_invalid_slots_zeroed(self):
+        """The ring itself (see the class docstring: `from_memory` cleaned it)."""
+        return self
+
+    def attention_mask(self, segment_len, same_length=False, segment_valid=None):
+        """[B, 1, T, S] bool: `attention_mask`'s rule, in ring order.
+
+        Built oldest first, as `attention_mask` builds it for a memory of S - T slots whose
+        first S - M - T are never valid, and rolled to ring order as the position scores are
+        (slot j holds oldest-first slot (j - p - T) mod S). A roll fuses into the softmax's
+        input as index arithmetic; a gather of each slot's validity did not (XLA recomputed it
+        for every score: +30% of the attention's CPU time at M 2100).
+        """
+        mem_len, size = self.mem_len, self.size
+        spare = ops.zeros((ops.shape(self.valid)[0], size - mem_len - segment_len), "bool")
+        mask = attention_mask(ops.concatenate([spare, ops.cast(self.valid, "bool")], axis=1),
+                              segment_len, False, segment_valid)
+        if same_length:  # every query sees M + 1 positions: key j >= i + S - T - M
+            query = ops.arange(segment_len)[:, None]
+            mask = ops.logical_and(mask, ops.arange(size)[None, :] >= query + size - segment_len
+                                   - mem_len)
+        return ops.roll(mask, (self.next_slot + segment_len) % size, axis=-1)
+
+    def updated(self, keys, values, segment_len, segment_valid=None):
+        """After a segment of T = `segment_len` rows: the layers' rings `keys` and `values` with
+        its rows written (by the attention), stop-gradient; the mask moved on; the next slot."""
+        if segment_valid is None:
+            segment_valid = ops.ones((ops.shape(self.valid)[0], segment_len), dtype="bool")
+        return KeyValueRing(tuple(ops.stop_gradient(k) for k in keys),
+                            tuple(ops.stop_gradient(v) for v in values),
+                            _last_slots(self.valid, ops.cast(segment_valid, "bool"), axis=1),
+                            (self.next_slot + segment_len) % self.size)
+
+    def to_memory(self):
+        """The `KeyValueMemory` of the last M positions, oldest first (one gather per tensor)."""
+        slots = (self.next_slot - self.mem_len + ops.arange(self.mem_len, dtype="int32")) % (
+            self.size)
+        return KeyValueMemory(tuple(ops.take(k, slots, axis=3) for k in self.keys),
+                              tuple(ops.take(v, slots, axis=2) for v in self.values), self.valid)
+
+
+MEMORY_TYPES = (LayerInputMemory, KeyValueMemory, KeyValueRing)
 
 
 def from_dict(memory):
@@ -221,7 +346,8 @@ def as_memory(memory, where):
     hint = (" (a dict: convert it with tfxl.layers.memory.from_dict)"
             if isinstance(memory, dict) else "")
     raise TypeError(f"{where}: memory must be a LayerInputMemory or a KeyValueMemory (from "
-                    f"init_memory / init_key_value_memory), got {type(memory).__name__}{hint}")
+                    f"init_memory / init_key_value_memory) or a KeyValueRing, got "
+                    f"{type(memory).__name__}{hint}")
 
 
 class MemoryVariables:

@@ -169,15 +169,48 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         key_len = position_keys.shape[2] - 1
         return ops.take(score, key_len - ops.clip(key_distance, 0, key_len - 1), axis=-1)
 
+    def _ring_position_score(self, query, position_keys, write_slot, size):
+        """BD in ring order [B, N, T, S], from `position_score` over S keys stored oldest first.
+
+        Oldest first, the S slots would be those of a memory of S - T and the segment; with the
+        segment written at slots [p, p + T), slot j holds what oldest-first slot (j - p - T) mod
+        S holds, so the scores are rolled by p + T (one pass, where a gather of every score by
+        its distance costs twice as much under XLA on CPU). The position keys of K = M + T get
+        S - K zero columns in front: distances >= K, which only the S - M - T spare slots have
+        and the mask hides.
+        """
+        key_len = position_keys.shape[-1] - 1
+        segment_len = _dims(query)[2]
+        position_keys = ops.pad(position_keys, [[0, 0]] * (len(position_keys.shape) - 1)
+                                + [[size - key_len, 0]])
+        return ops.roll(self.position_score(query, position_keys),
+                        (write_slot + segment_len) % size, axis=-1)
+
     # -- attention ----------------------------------------------------------------------------
     def call(self, hidden, memory, position_keys, mask, content_bias, position_bias,
-             training=None, key_distance=None):
+             training=None, key_distance=None, write_slot=None):
         """See the class docstring; `memory` may also be a list of (keys, values) parts whose
-        keys, with the segment's, are listed in `key_distance` order (see `position_score`)."""
+        keys, with the segment's, are listed in `key_distance` order (see `position_score`).
+
+        write_slot: with a (keys [B, N, H, S], values [B, N, S, H]) ring (a `KeyValueRing`
+          layer), the slot where the segment's rows are written, in place of the T oldest; the
+          segment then attends to the S slots (`mask` [B, 1, T, S] in ring order), and the
+          rings with its rows are returned in place of the rows.
+        """
         segment = self.layer_norm(hidden) if self.pre_lnorm else hidden
         query = ops.transpose(_project(segment, self.query_kernel), (0, 2, 1, 3))  # [B, N, T, H]
         query_u = query + ops.cast(content_bias, query.dtype)[:, None, :]  # u: [N, 1, H]
-        if isinstance(memory, (tuple, list)):  # key/value memory: project the T new rows only
+        if write_slot is not None:  # key/value ring: write the T new rows, attend to the S slots
+            segment_keys, segment_values = self._key_value(segment)
+            ring_keys, ring_values = memory
+            segment_keys = ops.slice_update(  # [B, N, H, S]
+                ops.cast(ring_keys, query.dtype), (0, 0, 0, write_slot),
+                ops.transpose(segment_keys, (0, 1, 3, 2)))
+            segment_values = ops.slice_update(  # [B, N, S, H]
+                ops.cast(ring_values, query.dtype), (0, 0, write_slot, 0), segment_values)
+            value_parts = [segment_values]
+            content_score = ops.einsum("bnth,bnhk->bntk", query_u, segment_keys)          # AC
+        elif isinstance(memory, (tuple, list)):  # key/value memory: project the T new rows only
             segment_keys, segment_values = self._key_value(segment)
             segment_keys = ops.transpose(segment_keys, (0, 1, 3, 2))  # [B, N, H, T]
             # Memory parts and segment stay separate tensors (scores concatenated instead):
@@ -198,8 +231,12 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
             content_score = ops.einsum("bnth,bnkh->bntk", query_u, keys)                  # AC
         position_bias = ops.cast(position_bias, query.dtype)[:, None, :]
 
-        position_score = self.position_score(query + position_bias, position_keys,    # BD
-                                             key_distance)
+        if write_slot is None:
+            position_score = self.position_score(query + position_bias, position_keys,  # BD
+                                                 key_distance)
+        else:
+            position_score = self._ring_position_score(query + position_bias, position_keys,
+                                                       write_slot, value_parts[0].shape[2])
         # Softmax in float32 whatever the compute dtype: the mask value below is representable,
         # and bf16/fp16 logits lose too much precision in exp/normalise.
         score = ops.cast(content_score + position_score, "float32") * self.scale
@@ -223,8 +260,10 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         output = hidden + output if self.pre_lnorm else self.layer_norm(hidden + output)
         return output, (segment_keys, segment_values)
 
-    def compute_output_spec(self, hidden, *args, **kwargs):
+    def compute_output_spec(self, hidden, memory=None, *args, write_slot=None, **kwargs):
         batch, seg_len, dtype = hidden.shape[0], hidden.shape[1], self.compute_dtype
+        if write_slot is not None:  # the rings
+            seg_len = memory[1].shape[2]
         keys = keras.KerasTensor((batch, self.n_head, self.d_head, seg_len), dtype)
         values = keras.KerasTensor((batch, self.n_head, seg_len, self.d_head), dtype)
         return keras.KerasTensor(hidden.shape, dtype), (keys, values)

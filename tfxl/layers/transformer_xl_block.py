@@ -59,14 +59,15 @@ class TransformerXLBlock(keras.layers.Layer):
         self.feed_forward.build(hidden_shape)
 
     def call(self, hidden, memory, position_keys, mask, content_bias, position_bias,
-             training=None, key_distance=None):
+             training=None, key_distance=None, write_slot=None):
         hidden, segment_key_value = self.attention(hidden, memory, position_keys, mask,
                                                    content_bias, position_bias, training=training,
-                                                   key_distance=key_distance)
+                                                   key_distance=key_distance,
+                                                   write_slot=write_slot)
         return self.feed_forward(hidden, training=training), segment_key_value
 
     def compute_output_spec(self, hidden, *args, **kwargs):
-        return self.attention.compute_output_spec(hidden)
+        return self.attention.compute_output_spec(hidden, *args, **kwargs)
 
     def get_config(self):
         return {

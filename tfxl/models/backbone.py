@@ -10,8 +10,8 @@ from keras import ops
 from tfxl.config import TransfoXLConfig
 from tfxl.layers.adaptive_embedding import AdaptiveEmbedding
 from tfxl.layers.dropout import HashDropout
-from tfxl.layers.memory import (KeyValueMemory, LayerInputMemory, attention_mask,
-                                as_memory)
+from tfxl.layers.memory import (KeyValueMemory, KeyValueRing, LayerInputMemory,
+                                attention_mask, as_memory)
 from tfxl.layers.relative_position import RelativePositionEncoding
 from tfxl.layers.transformer_xl_block import TransformerXLBlock, attention_class
 
@@ -41,6 +41,14 @@ def init_key_value_memory(config, batch_size, mem_len=None, dtype="float32"):
                                 config.d_head, dtype)
 
 
+def init_key_value_ring(config, batch_size, tgt_len=None, mem_len=None, dtype="float32"):
+    """An empty `KeyValueRing` for segments of `tgt_len` tokens (defaults:
+    config.eval_settings())."""
+    s = config.eval_settings(tgt_len=tgt_len, mem_len=mem_len)
+    return KeyValueRing.empty(batch_size, config.n_layer, s["mem_len"], s["tgt_len"],
+                              config.n_head, config.d_head, dtype)
+
+
 @keras.saving.register_keras_serializable(package="tfxl")
 class TransfoXLBackbone(keras.layers.Layer):
     """Stateless Transformer-XL: memory goes in and comes out as tensors.
@@ -48,7 +56,8 @@ class TransfoXLBackbone(keras.layers.Layer):
     Call args:
       token_ids: int [B, T].
       memory: a `LayerInputMemory` (training), a `KeyValueMemory` (inference: only the T new
-        rows are projected), see `tfxl.layers.memory`; or None for an empty layer-input memory
+        rows are projected), a `KeyValueRing` (the same, written in place, for loops of
+        equal segments), see `tfxl.layers.memory`; or None for an empty layer-input memory
         of `config.mem_len` slots. M is taken from the memory given, so evaluation may use a
         longer memory than training. The new memory is of the same type.
       reset: optional bool [B]: rows whose memory is cleared before this segment (a new document).
@@ -115,6 +124,12 @@ class TransfoXLBackbone(keras.layers.Layer):
         """An empty key/value memory (default mem_len: the config's eval_mem_len), for inference."""
         return init_key_value_memory(self.config, batch_size, mem_len, dtype or self.compute_dtype)
 
+    def init_key_value_ring(self, batch_size, tgt_len=None, mem_len=None, dtype=None):
+        """An empty key/value ring for segments of `tgt_len` tokens (defaults: the config's
+        eval settings), for loops of equal segments."""
+        return init_key_value_ring(self.config, batch_size, tgt_len, mem_len,
+                                   dtype or self.compute_dtype)
+
     def key_value_memory(self, memory):
         """The key/value memory a layer-input memory stands for under the current weights.
 
@@ -146,7 +161,14 @@ class TransfoXLBackbone(keras.layers.Layer):
         memory = as_memory(memory, self.name).reset(reset).with_invalid_slots_zeroed()
         mem_len = memory.mem_len
 
-        mask = attention_mask(memory.valid, segment_len, same_length, segment_valid)
+        ring = isinstance(memory, KeyValueRing)
+        if ring:
+            memory.check_segment_len(segment_len)
+            mask = memory.attention_mask(segment_len, same_length, segment_valid)
+            key_distance, write_slot = None, memory.next_slot
+        else:
+            mask = attention_mask(memory.valid, segment_len, same_length, segment_valid)
+            key_distance = write_slot = None
         if position_keys is not None and position_keys[0].shape[-1] not in (
                 None, mem_len + segment_len + 1):
             raise ValueError(f"position_keys were computed for {position_keys[0].shape[-1] - 1} "
@@ -159,10 +181,13 @@ class TransfoXLBackbone(keras.layers.Layer):
         hidden = self.embedding_dropout(self.embedding(token_ids), training=training)
         layer_memories = [memory.layer(i) for i in range(c.n_layer)]
         hidden, layer_inputs, segment_keys, segment_values = self.run_blocks(
-            hidden, layer_memories, position_keys, mask, training)
+            hidden, layer_memories, position_keys, mask, training, key_distance, write_slot)
         hidden = self.output_dropout(hidden, training=training)
         if not self.return_memory:
             return hidden
+        if ring:  # the blocks returned the whole rings, this segment's rows written
+            return hidden, memory.updated(segment_keys, segment_values, segment_len,
+                                          segment_valid)
         if isinstance(memory, KeyValueMemory):
             return hidden, memory.updated(segment_keys, segment_values, segment_valid)
         return hidden, memory.updated(layer_inputs, segment_valid,
@@ -184,10 +209,12 @@ class TransfoXLBackbone(keras.layers.Layer):
                                                position_keys, mask, False, key_distance)
         return hidden, keys, values
 
-    def run_blocks(self, hidden, layer_memories, position_keys, mask, training, key_distance=None):
+    def run_blocks(self, hidden, layer_memories, position_keys, mask, training, key_distance=None,
+                   write_slot=None):
         """Every block in turn on embedded `hidden` [B, T, D] with the caller's attention `mask`;
-        returns (hidden, each layer's input, keys and values). `call` and `decode_step` build
-        the mask from the memory; tfxl.hub's prefill passes its own per-row mask."""
+        returns (hidden, each layer's input, keys and values: the segment's rows, or with
+        `write_slot` the layers' whole rings). `call` and `decode_step` build the mask from the
+        memory; tfxl.hub's prefill passes its own per-row mask."""
         c = self.config
         layer_inputs, segment_keys, segment_values = [], [], []
         for i, block in enumerate(self.blocks):
@@ -195,7 +222,8 @@ class TransfoXLBackbone(keras.layers.Layer):
             u = self.content_bias[i] if c.untie_r else self.content_bias
             v = self.position_bias[i] if c.untie_r else self.position_bias
             hidden, (keys, values) = block(hidden, layer_memories[i], position_keys[i], mask, u, v,
-                                           training=training, key_distance=key_distance)
+                                           training=training, key_distance=key_distance,
+                                           write_slot=write_slot)
             segment_keys.append(keys)
             segment_values.append(values)
         return hidden, layer_inputs, segment_keys, segment_values

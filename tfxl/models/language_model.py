@@ -13,7 +13,8 @@ from tfxl.layers.adaptive_softmax import AdaptiveSoftmax
 from tfxl.layers.transformer_xl_block import attention_class
 from tfxl.models.sampling import check_sampling
 from tfxl.models.backbone import (TransfoXLBackbone, as_config, default_name,
-                                  init_key_value_memory, init_memory)
+                                  init_key_value_memory, init_key_value_ring,
+                                  init_memory)
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -71,6 +72,11 @@ class TransfoXLLM(keras.Model):
     def init_key_value_memory(self, batch_size, mem_len=None, dtype=None):
         """An empty key/value memory (default mem_len: the config's eval_mem_len), for inference."""
         return init_key_value_memory(self.config, batch_size, mem_len, dtype or self.compute_dtype)
+
+    def init_key_value_ring(self, batch_size, tgt_len=None, mem_len=None, dtype=None):
+        """See `TransfoXLBackbone.init_key_value_ring`."""
+        return init_key_value_ring(self.config, batch_size, tgt_len, mem_len,
+                                   dtype or self.compute_dtype)
 
     def key_value_memory(self, memory):
         """See `TransfoXLBackbone.key_value_memory`."""
