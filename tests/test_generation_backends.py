@@ -8,6 +8,7 @@ memory length, the one-token-per-call stream; tests/test_backends.py checks that
 the same tokens on TensorFlow and on JAX, on the same weights.)
 """
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -28,6 +29,7 @@ SAMPLED = (1.0, 10, 0.9, 7)  # temperature, top_k, top_p, seed
 
 @pytest.fixture(scope="module")
 def lm():
+    keras.utils.set_random_seed(0)  # the same weights whichever test builds it
     return tiny_lm(vocab_size=41, d_head=8, d_inner=32, eval_mem_len=MEM, eval_clamp_len=4,
                    eval_same_length=True, pre_lnorm=True, untie_r=True, cutoffs=(20,), div_val=2,
                    init_std=0.3)
@@ -65,14 +67,22 @@ def reference(lm, prompt):
 @pytest.fixture(scope="module")
 def compiled_generate(lm):
     """generate(prompt, memory) of NEW sampled tokens through the 3-slot window, compiled (XLA
-    on TensorFlow, jax.jit): one trace that the tests share."""
-    loop = compiled(lambda prompt, memory: generate(lm, prompt, memory, NEW, *SAMPLED, **RUN)[0])
+    on TensorFlow, jax.jit): one trace that the tests share. Returns numpy (ids, memory)."""
+    loop = compiled(lambda prompt, memory: generate(lm, prompt, memory, NEW, *SAMPLED, **RUN))
 
     def run(prompt, memory):
         with pytest.MonkeyPatch.context() as patch:  # read when the loop is traced
             patch.setattr(generation, "RECENT_WINDOW", WINDOW)
-            return to_numpy(loop(prompt, memory))
+            ids, memory = loop(prompt, memory)
+        return to_numpy(ids), memory
     return run
+
+
+def assert_same_memory(got, want):
+    for name in ("keys", "values"):
+        np.testing.assert_allclose(to_numpy(got.to_dict()[name]), to_numpy(want.to_dict()[name]),
+                                   atol=1e-5)
+    np.testing.assert_array_equal(to_numpy(got.valid), to_numpy(want.valid))
 
 
 @pytest.mark.parametrize("sampling", [(0.0, 0, 1.0, 0), SAMPLED], ids=["greedy", "sampled"])
@@ -82,17 +92,15 @@ def test_generation_gives_the_tokens_and_memory_of_the_step_by_step_loop(lm, pro
     want, want_memory = reference(*sampling)
     got, memory = generate(lm, prompt, lm.init_key_value_memory(2), NEW, *sampling, **RUN)
     np.testing.assert_array_equal(to_numpy(got), want)
-    # The memory returned is the loop's before it read the last token.
-    for name in ("keys", "values"):
-        np.testing.assert_allclose(to_numpy(memory.to_dict()[name]),
-                                   to_numpy(want_memory.to_dict()[name]), atol=1e-5)
-    np.testing.assert_array_equal(to_numpy(memory.valid), to_numpy(want_memory.valid))
+    assert_same_memory(memory, want_memory)  # the loop's before it read the last token
 
 
 def test_compiled_generation_and_the_generate_method_give_the_same_tokens(lm, prompt, reference,
                                                                           compiled_generate):
-    want, _ = reference(*SAMPLED)
-    np.testing.assert_array_equal(compiled_generate(prompt, lm.init_key_value_memory(2)), want)
+    want, want_memory = reference(*SAMPLED)
+    got, memory = compiled_generate(prompt, lm.init_key_value_memory(2))
+    np.testing.assert_array_equal(got, want)
+    assert_same_memory(memory, want_memory)
     # The Keras-style method (each backend's compiled loop) on the config's evaluation settings.
     np.testing.assert_array_equal(lm.generate(prompt, NEW, *SAMPLED), want)
 
@@ -115,7 +123,7 @@ def test_non_finite_log_probs_are_refused_eagerly_and_marked_when_compiled(lm, p
     with pytest.raises(error, match="generate: the next-token log-probabilities are not finite"):
         generate(lm, prompt, memory, NEW, *SAMPLED, **RUN)
     if BACKEND != "torch":  # compiled means eager there: it raised above
-        ids = compiled_generate(prompt, memory)
+        ids, _ = compiled_generate(prompt, memory)
         assert (ids[0] == generation.NO_TOKEN).all() and (ids[1] >= 0).all(), ids
     monkeypatch.setattr(generation, "compiled_generate", lambda *args: lambda ids, n, *_: (
         np.full((len(ids), n), generation.NO_TOKEN, np.int32)))
