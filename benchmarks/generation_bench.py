@@ -66,6 +66,7 @@ def weight_bytes(model):
 def measure(mem_lens, n_layer=18, tokens=64, reps=3):
     tf = common.setup()
     import keras
+    from tfxl.layers.memory import LayerInputMemory
     from tfxl.models import TransfoXLLM
     from tfxl.models.generation import generate
 
@@ -81,8 +82,8 @@ def measure(mem_lens, n_layer=18, tokens=64, reps=3):
     results = []
     for mem_len in mem_lens:
         rng = tf.random.Generator.from_seed(mem_len)
-        states = {"states": rng.normal((1, config.n_layer, mem_len, config.d_model)),
-                  "valid": tf.ones((1, mem_len), tf.bool)}
+        states = LayerInputMemory(rng.normal((1, config.n_layer, mem_len, config.d_model)),
+                                  tf.ones((1, mem_len), tf.bool))
         key_value = model.key_value_memory(states)
         paths = {
             "layer_input": tf.function(lambda n: layer_input_generate(

@@ -17,6 +17,7 @@ import pytest
 from backends import to_numpy
 from factories import tiny_lm
 from tfxl.layers import AdaptiveSoftmax, TransformerXLBlock, attention_mask
+from tfxl.models.scoring import score_document
 
 pytestmark = pytest.mark.subprocess
 
@@ -44,15 +45,19 @@ assert not [m for m in sys.modules if m.startswith("tensorflow")], "TensorFlow w
 LANGUAGE_MODEL_ON_JAX = WITHOUT_TENSORFLOW + """
 import keras, numpy as np
 import tfxl.models
+from tfxl.models.scoring import score_document
 assert keras.backend.backend() == "jax"
 model = keras.saving.load_model(sys.argv[1])
-segments = np.load(sys.argv[2])["segments"]
+inputs = np.load(sys.argv[2])
+segments = inputs["segments"]
 outputs = {}
 for kind, memory in (("layer_input", model.init_memory(segments.shape[1])),
                      ("key_value", model.init_key_value_memory(segments.shape[1]))):
     for i, segment in enumerate(segments):
         nll, memory = model(segment[:, :-1], memory, targets=segment[:, 1:])
         outputs[f"{kind}_{i}"] = keras.ops.convert_to_numpy(nll)
+outputs["document"] = keras.ops.convert_to_numpy(score_document(model, inputs["document"])[0])
+outputs["generated"] = model.generate(inputs["prompt"], GENERATE["n"], **GENERATE["sampling"])
 np.savez(sys.argv[3], **outputs)
 assert not [m for m in sys.modules if m.startswith("tensorflow")], "TensorFlow was imported"
 try:
@@ -64,6 +69,9 @@ else:
 """
 
 B, T, M, D, N, H, V = 2, 5, 3, 16, 2, 8, 40
+# 40 sampled tokens: the recent window (32 slots) merges once.
+GENERATE = dict(n=40, sampling=dict(temperature=1.0, top_k=20, top_p=0.95, seed=-12345))
+LANGUAGE_MODEL_ON_JAX = LANGUAGE_MODEL_ON_JAX.replace("GENERATE", repr(GENERATE))
 
 
 def run_on_jax(script, *paths):
@@ -105,8 +113,9 @@ def test_layers_run_on_jax_without_tensorflow_and_agree_with_it(tmp_path):
 def test_the_language_model_runs_on_jax_without_tensorflow_segment_by_segment(tmp_path):
     """A language model with tail clusters and tied weights saved under TensorFlow, loaded under
     JAX with TensorFlow unimportable: three segments on each memory (layer inputs, keys and
-    values; M = 6 > T = 4) give TensorFlow's NLL to 1e-5; the stateful model, TensorFlow code,
-    says it needs TensorFlow."""
+    values; M = 6 > T = 4) and a whole document (`score_document`) give TensorFlow's NLL to
+    1e-5, and `generate` with a seed samples TensorFlow's tokens (one random stream on every
+    backend); the stateful model, TensorFlow code, says it needs TensorFlow."""
     model = tiny_lm(vocab_size=V, d_model=D, d_head=H, n_head=N, d_embed=D, cutoffs=(10, 25),
                     div_val=2, tie_weight=True, tgt_len=4, mem_len=6, eval_mem_len=6,
                     init_std=0.3)
@@ -117,11 +126,16 @@ def test_the_language_model_runs_on_jax_without_tensorflow_segment_by_segment(tm
         for i, segment in enumerate(segments):
             nll, memory = model(segment[:, :-1], memory, targets=segment[:, 1:])
             want[f"{kind}_{i}"] = to_numpy(nll)
+    rng = np.random.default_rng(2)
+    document, prompt = rng.integers(0, V, (B, 12)), rng.integers(0, V, (B, 3))
+    want["document"] = to_numpy(score_document(model, document)[0])
+    want["generated"] = model.generate(prompt, GENERATE["n"], **GENERATE["sampling"])
     model.save(tmp_path / "lm.keras")
-    np.savez(tmp_path / "segments.npz", segments=segments)
+    np.savez(tmp_path / "segments.npz", segments=segments, document=document, prompt=prompt)
     run_on_jax(LANGUAGE_MODEL_ON_JAX, tmp_path / "lm.keras", tmp_path / "segments.npz",
                tmp_path / "nll.npz")
     got = np.load(tmp_path / "nll.npz")
     assert sorted(got.files) == sorted(want)
+    np.testing.assert_array_equal(got["generated"], want.pop("generated"))
     for name, expected in want.items():
         np.testing.assert_allclose(got[name], expected, atol=1e-5, rtol=1e-5, err_msg=name)

@@ -4,38 +4,64 @@ Why a hash rather than a backend's generator: the same (seed, shape) gives the s
 TensorFlow, JAX and PyTorch (uint32 xor-shift / multiply rounds, whose products wrap modulo 2^32
 on every backend), and XLA vectorises it (TensorFlow's stateless Philox lowers to scalar CPU
 code, ~20-300 ns per element, against ~0.5 ns here; BENCHMARKS.md). `HashDropout`'s masks and
-the sampler's draws (`tfxl.models.sampling`) are this stream.
+the sampler's draws (`tfxl.models.sampling`) and generation's per-token seeds
+(`tfxl.models.generation.token_seed`) are this stream and its uint32 arithmetic.
+
+PyTorch has no uint32: Keras stores its "uint32" as int64 there, so sums and products keep bits
+above the 32nd, and a negative int32 cast to it stays negative. `wrapped` clears those bits (a
+no-op where uint32 is 32 bits: TensorFlow, JAX), which makes every result the same modulo 2^32
+on every backend: the low 32 bits of an int64 product are those of the uint32 product.
 """
 
+import keras
 from keras import ops
 
 _GOLDEN = 0x9E3779B9
+_LOW_32_BITS = 0xFFFFFFFF
 
 
 def _uint32(value):
     return ops.convert_to_tensor(value, dtype="uint32")
 
 
+def wrapped(h):
+    """`h` (Keras "uint32") modulo 2^32: the bits a 32-bit uint32 would hold."""
+    if keras.backend.backend() == "torch":  # int64 in uint32's place (module docstring)
+        return ops.bitwise_and(h, _uint32(_LOW_32_BITS))
+    return h
+
+
+def as_uint32(x):
+    """Integers `x` (e.g. int32 seeds) as uint32, modulo 2^32 (two's complement for negatives)."""
+    return wrapped(ops.cast(x, "uint32"))
+
+
+def as_int32(h):
+    """uint32 `h` as the int32 of the same 32 bits (values >= 2^31 negative): a cast, which wraps
+    on every backend (Keras' cast is a C-style conversion, XLA's convert, PyTorch's `to`)."""
+    return ops.cast(h, "int32")
+
+
 def _mix32(h):
     """A 32-bit integer finaliser (lowbias32): xor-shift / multiply rounds, all uint32 ops."""
     h = ops.bitwise_xor(h, ops.right_shift(h, _uint32(16)))
-    h = h * _uint32(0x7FEB352D)
+    h = wrapped(h * _uint32(0x7FEB352D))
     h = ops.bitwise_xor(h, ops.right_shift(h, _uint32(15)))
-    h = h * _uint32(0x846CA68B)
+    h = wrapped(h * _uint32(0x846CA68B))
     return ops.bitwise_xor(h, ops.right_shift(h, _uint32(16)))
 
 
 def hash_bits(shape, seed):
     """uint32 `shape`: element i (row-major index) is mix(mix(i ^ key1) + key2), the keys from
     `seed` (2 integers, taken modulo 2^32)."""
-    seed = ops.cast(seed, "uint32")  # two's complement: the seed modulo 2^32
-    key1 = _mix32(seed[0] * _uint32(_GOLDEN) + seed[1])
-    key2 = _mix32(key1 + seed[1] * _uint32(0x85EBCA6B) + _uint32(1))
+    seed = as_uint32(seed)
+    key1 = _mix32(wrapped(seed[0] * _uint32(_GOLDEN) + seed[1]))
+    key2 = _mix32(wrapped(key1 + seed[1] * _uint32(0x85EBCA6B) + _uint32(1)))
     size = 1
     for dim in shape:
         size = size * dim
     index = ops.reshape(ops.cast(ops.arange(size, dtype="int32"), "uint32"), shape)
-    return _mix32(_mix32(ops.bitwise_xor(index, key1)) + key2)
+    return _mix32(wrapped(_mix32(ops.bitwise_xor(index, key1)) + key2))
 
 
 def uniform(shape, seed):

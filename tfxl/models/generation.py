@@ -4,17 +4,26 @@ Shape glossary: B batch, P prompt length, N new tokens, L layers, M memory lengt
 D model size, H head size.
 
 Why a window: appending one token to a [B, N, M, H] memory and dropping the oldest is a copy of
-the whole memory in every layer (TensorFlow tensors are immutable), and at M in the thousands
-that copy costs more than the token's attention. So the decode loop keeps the memory fixed and
-writes new tokens' keys and values into a small window of W slots beside it; the step attends to
-both (the oldest memory slots hidden as the window fills, so it always sees the last M
-positions), and every W tokens the window is merged into the memory (one copy per W tokens).
+the whole memory in every layer (tensors are immutable outside XLA's in-place updates), and at M
+in the thousands that copy costs more than the token's attention. So the decode loop keeps the
+memory fixed and writes new tokens' keys and values into a small window of W slots beside it;
+the step attends to both (the oldest memory slots hidden as the window fills, so it always sees
+the last M positions), and every W tokens the window is merged into the memory (one copy per W
+tokens). `_RecentWindow` is the only code that knows this layout.
+
+`keras.ops` only, so it runs on every backend: the loop is `ops.while_loop` (TensorFlow's
+tf.while_loop, in-graph with a tensor N, as the SavedModel signatures call it; JAX's
+lax.while_loop; a Python loop on PyTorch), and the tokens go into a preallocated [B, N] buffer
+(`ops.slice_update`), so N must be a Python int on JAX (it is a shape there).
 """
 
 from typing import Any, NamedTuple
 
-import tensorflow as tf
+import keras
+from keras import ops
 
+from tfxl.backend import is_concrete, is_tensorflow
+from tfxl.layers.counter_hash import as_int32, as_uint32, wrapped
 from tfxl.layers.memory import KeyValueMemory
 from tfxl.models.sampling import sample_next
 
@@ -23,6 +32,11 @@ RECENT_WINDOW = 32
 # s - s' = (j - i) * SEED_STRIDE (mod 2^32), never for small seeds and lengths. A prime.
 SEED_STRIDE = 1_000_003
 INT32_SEEDS = (-2**31, 2**31 - 1)  # the seeds every front end accepts (signatures: int32)
+# The id of a token that could not be drawn (non-finite log-probabilities) where nothing can
+# raise: inside a compiled loop other than TensorFlow's (`_finite`).
+NO_TOKEN = -1
+NOT_FINITE = ("generate: the next-token log-probabilities are not finite (NaN or infinite values "
+              "in, or an overflow of, the memory or the weights): no token can be drawn")
 
 
 def token_seed(seed, step):
@@ -32,25 +46,37 @@ def token_seed(seed, step):
     a call seeded token_seed(s, i), so a client streaming one token per call (tfxl-generate,
     through a model or an export's `generate`) draws the tokens of `TransfoXLLM.generate`.
 
-    Python ints give a Python int (what a client sends as `seed`); tensors an int32 tensor.
+    Python ints give a Python int (what a client sends as `seed`); tensors an int32 tensor, the
+    same on every backend.
     """
     if isinstance(seed, int) and isinstance(step, int):
         return (seed + step * SEED_STRIDE - INT32_SEEDS[0]) % 2**32 + INT32_SEEDS[0]
-    unsigned = (tf.bitcast(tf.cast(seed, tf.int32), tf.uint32)
-                + tf.cast(step, tf.uint32) * tf.constant(SEED_STRIDE, tf.uint32))
-    return tf.bitcast(unsigned, tf.int32)  # uint32 arithmetic wraps, int32's is undefined
+    # In uint32, whose arithmetic wraps modulo 2^32 (int32's overflow is undefined).
+    unsigned = wrapped(as_uint32(seed) + wrapped(as_uint32(step) * as_uint32(SEED_STRIDE)))
+    return as_int32(unsigned)
 
 
 def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
              seed=0, prompt_valid=None, clamp_len=None, same_length=None):
-    """Samples `max_new_tokens` (>= 1) tokens after `prompt_ids` [B, P], in-graph.
+    """Samples `max_new_tokens` (>= 1) tokens after `prompt_ids` [B, P], in one loop.
 
     `memory` is a key/value memory (a layer-input memory is converted first, exactly). The prompt
-    is read in one segment step on top of it; then every new token is one step (a tf.while_loop)
+    is read in one segment step on top of it; then every new token is one step (`ops.while_loop`)
     that projects only that token's keys and values, with the position keys computed once before
     the loop. `prompt_valid` [B, P] marks left padding (False) for prompts of different lengths.
-    Token i is drawn with the stateless seed (token_seed(seed, i), 0). `same_length` changes
-    nothing after the prompt: a single query sees the M + 1 positions either way.
+    Token i is drawn with the stateless seed (token_seed(seed, i), 0): the same tokens on every
+    backend. `same_length` changes nothing after the prompt: a single query sees the M + 1
+    positions either way.
+
+    Lengths: on TensorFlow `max_new_tokens` and the prompt's shape may be tensors (one trace
+    serves every length); on JAX they are static (`max_new_tokens` a Python int: under
+    `jax.jit`, a static argument), as every shape is there.
+
+    Non-finite log-probabilities (no token can be drawn; see `_finite`): TensorFlow raises
+    InvalidArgumentError (eagerly and in a tf.function; under XLA, which drops the assertion,
+    as below). Elsewhere the row's ids are NO_TOKEN (-1) from that token on, and a call whose
+    values are concrete (eager JAX, PyTorch) raises ValueError; under `jax.jit` the -1 ids are
+    the signal (`TransfoXLLM.generate` raises that ValueError on them).
 
     Returns (generated ids int32 [B, N], key/value memory). The memory holds the prompt and every
     generated token but the last, which has not been read yet: to continue, pass
@@ -62,46 +88,120 @@ def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0
                               same_length=same_length)
     window = _RecentWindow(memory, RECENT_WINDOW)
     position_keys = model.position_keys(window.max_distance + 1, clamp_len)  # once
-    batch = tf.shape(prompt_ids)[0]
-    max_new_tokens = tf.cast(max_new_tokens, tf.int32)
-    tf.debugging.assert_positive(max_new_tokens, message="max_new_tokens must be >= 1")
-    seed = tf.cast(seed, tf.int32)
+    batch = ops.shape(prompt_ids)[0]
+    max_new_tokens = _positive_length(max_new_tokens)
+    seed = ops.cast(seed, "int32")
 
-    def draw(step, last):
-        return sample_next(_finite(last), temperature, top_k, top_p,
-                           tf.stack([token_seed(seed, step), 0]))
+    def draw(step, last, failed):
+        """(token [B], failed [B]): failed rows, once, stay so and draw NO_TOKEN."""
+        last, ok = _finite(last)
+        token = sample_next(last, temperature, top_k, top_p,
+                            ops.stack([token_seed(seed, step), ops.zeros_like(seed)]))
+        failed = ops.logical_or(failed, ops.logical_not(ok))
+        return ops.where(failed, NO_TOKEN, token), failed
 
-    def body(step, last, state, out):
-        token = draw(step, last)
+    def written(out, step, token):
+        return ops.slice_update(out, (0, step), ops.expand_dims(token, 1))
+
+    def body(step, last, state, failed, out):
+        token, failed = draw(step, last, failed)
         state = window.merged_if_full(state)
         parts, valid, distance = window.attended(state)
-        next_log_probs, keys, values = model.decode_step(token[:, None], parts, valid, distance,
-                                                         position_keys)
-        return step + 1, next_log_probs[:, 0], window.appended(state, keys, values), out.write(
-            step, token)
+        # A row that failed reads id 0 from then on (its ids are NO_TOKEN whatever it reads).
+        next_log_probs, keys, values = model.decode_step(
+            ops.expand_dims(ops.maximum(token, 0), 1), parts, valid, distance, position_keys)
+        return (step + 1, next_log_probs[:, 0], window.appended(state, keys, values), failed,
+                written(out, step, token))
 
-    out = tf.TensorArray(tf.int32, size=max_new_tokens, element_shape=[None])
-    step, last, state, out = tf.while_loop(
+    step, last, state, failed, out = ops.while_loop(
         lambda step, *_: step < max_new_tokens - 1, body,
-        (tf.constant(0), log_probs[:, -1], window.start(), out))
-    out = out.write(step, draw(step, last))
-    generated = tf.transpose(out.stack())  # [N, B] -> [B, N]
-    return tf.reshape(generated, [batch, max_new_tokens]), window.memory(state)
+        (ops.convert_to_tensor(0, "int32"), log_probs[:, -1], window.start(),
+         ops.zeros((batch,), "bool"), ops.zeros((batch, max_new_tokens), "int32")))
+    token, failed = draw(step, last, failed)
+    if not is_tensorflow() and is_concrete(failed) and ops.convert_to_numpy(ops.any(failed)):
+        raise ValueError(NOT_FINITE)
+    return written(out, step, token), window.memory(state)
+
+
+def _positive_length(max_new_tokens):
+    """max_new_tokens, checked >= 1 where that can be known: a Python int (ValueError), a
+    TensorFlow tensor (an in-graph assertion, InvalidArgumentError), a concrete array."""
+    message = "max_new_tokens must be >= 1"
+    if isinstance(max_new_tokens, int):
+        if max_new_tokens < 1:
+            raise ValueError(f"{message}, got {max_new_tokens}")
+        return max_new_tokens
+    if is_tensorflow():
+        import tensorflow as tf
+        max_new_tokens = tf.cast(max_new_tokens, tf.int32)
+        tf.debugging.assert_positive(max_new_tokens, message=message)
+        return max_new_tokens
+    return _positive_length(int(max_new_tokens))  # a shape on JAX: concrete by then
 
 
 def _finite(log_probs):
-    """log_probs [B, V], once checked to hold no NaN and a finite maximum per row.
+    """(log_probs [B, V], ok [B]): ok where the row has no NaN and a finite maximum.
 
-    Otherwise the sampler has nothing to draw from and returns V, outside the vocabulary: a
-    non-finite memory gives that, and so can a finite one whose attention overflows. Raises
-    InvalidArgumentError rather than return a token that means nothing.
+    Otherwise the sampler has nothing to draw from and would return an id that means nothing: a
+    non-finite memory gives that, and so can a finite one whose attention overflows. TensorFlow
+    checks it in the graph (InvalidArgumentError, as the SavedModel signatures always have);
+    other backends raise ValueError where the values are concrete (PyTorch, eagerly), and
+    inside a compiled loop (JAX's lax.while_loop, eager calls included) leave it to `generate`,
+    which marks the row's ids NO_TOKEN and raises once the values are concrete.
     """
-    ok = tf.logical_and(tf.reduce_all(tf.math.is_finite(tf.reduce_max(log_probs, axis=-1))),
-                        tf.logical_not(tf.reduce_any(tf.math.is_nan(log_probs))))
-    with tf.control_dependencies([tf.debugging.Assert(ok, [
-            "generate: the next-token log-probabilities are not finite (NaN or infinite "
-            "values in, or an overflow of, the memory or the weights): no token can be drawn"])]):
-        return tf.identity(log_probs)
+    ok = ops.logical_and(ops.isfinite(ops.max(log_probs, axis=-1)),
+                         ops.logical_not(ops.any(ops.isnan(log_probs), axis=-1)))
+    if is_tensorflow():
+        import tensorflow as tf
+        with tf.control_dependencies([tf.debugging.Assert(tf.reduce_all(ok), [NOT_FINITE])]):
+            return tf.identity(log_probs), ok
+    if is_concrete(ok) and not ops.convert_to_numpy(ops.all(ok)):
+        raise ValueError(NOT_FINITE)
+    return log_probs, ok
+
+
+def compiled_generate(model, mem_len, clamp_len=None, same_length=None):
+    """`generate` from an empty memory of `mem_len` slots as each backend runs a loop best, for
+    `TransfoXLLM.generate`: fn(ids int32 [B, P], max_new_tokens int, temperature, top_k, top_p,
+    seed) -> ids [B, max_new_tokens] (a backend tensor).
+
+    TensorFlow: one tf.function of any batch, prompt length and N (one trace per memory length).
+    JAX: `jax.jit` with N static (one compile per batch, prompt length and N) and the model's
+    variables as arguments, so that it always reads the current weights. PyTorch: eager, without
+    autograd's bookkeeping.
+    """
+    run = dict(clamp_len=clamp_len, same_length=same_length)
+
+    def loop(ids, n, temperature, top_k, top_p, seed):
+        memory = model.init_key_value_memory(ops.shape(ids)[0], mem_len)
+        return generate(model, ids, memory, n, temperature, top_k, top_p, seed, **run)[0]
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+        # An input_signature of any batch and prompt length: one trace per memory length, not
+        # one per prompt shape (each trace costs seconds).
+        scalars = [tf.TensorSpec([], dtype) for dtype in (tf.int32, tf.float32, tf.int32,
+                                                          tf.float32, tf.int32)]
+        return tf.function(loop, input_signature=[tf.TensorSpec([None, None], tf.int32),
+                                                  *scalars])
+    if backend == "jax":
+        import jax
+
+        def stateless(values, ids, n, *sampling):
+            with keras.StatelessScope(state_mapping=list(zip(model.variables, values))):
+                return loop(ids, n, *sampling)
+        jitted = jax.jit(stateless, static_argnums=2)
+        return lambda ids, n, *sampling: jitted([v.value for v in model.variables], ids, n,
+                                                *sampling)
+    if backend == "torch":
+        import torch
+
+        def without_autograd(*args):
+            with torch.no_grad():
+                return loop(*args)
+        return without_autograd
+    return loop
 
 
 class _DecodeState(NamedTuple):
@@ -113,10 +213,10 @@ class _DecodeState(NamedTuple):
 class _RecentWindow:
     """The decode state: the memory (fixed between merges) plus a window of the newest tokens.
 
-    State (a `_DecodeState`, a tf.while_loop variable): the `memory` (a KeyValueMemory), a
-    `recent` KeyValueMemory of W slots, and "filled", the number r of window slots in use. The
-    newest M positions are memory slots r..M-1 and window slots 0..r-1: memory slot f is at
-    distance M - f + r from the token being read, window slot i at r - i.
+    State (a `_DecodeState`, a loop variable): the `memory` (a KeyValueMemory), a `recent`
+    KeyValueMemory of W slots, and "filled", the number r of window slots in use. The newest M
+    positions are memory slots r..M-1 and window slots 0..r-1: memory slot f is at distance
+    M - f + r from the token being read, window slot i at r - i.
     """
 
     def __init__(self, memory, size):
@@ -127,19 +227,21 @@ class _RecentWindow:
 
     def start(self):
         values = self.initial.values[0]  # [B, N, M, H]
-        recent = KeyValueMemory.empty(tf.shape(values)[0], len(self.initial.values), self.size,
+        recent = KeyValueMemory.empty(ops.shape(values)[0], len(self.initial.values), self.size,
                                       values.shape[1], values.shape[3], values.dtype)
-        return _DecodeState(self.initial, recent, tf.constant(0))
+        return _DecodeState(self.initial, recent, ops.convert_to_tensor(0, "int32"))
 
     def _joined(self, state, first):
         """Memory and window slots [first, first + M) of [memory; window], per layer."""
         def last_m(memory, recent, axis):
-            joined = tf.concat([memory, recent], axis=axis)
-            begin = [0] * len(joined.shape)
-            begin[axis] = first
-            size = [-1] * len(joined.shape)
-            size[axis] = self.mem_len
-            return tf.ensure_shape(tf.slice(joined, begin, size), memory.shape)
+            joined = ops.concatenate([memory, recent], axis=axis)
+            start = [0] * len(memory.shape)
+            start[axis] = first
+            # The memory's own shape: static but for a batch unknown while TensorFlow traces, so
+            # the loop variable keeps its shape (tf.while_loop requires it).
+            return ops.slice(joined, start, list(ops.shape(memory)))
+        if not self.mem_len:
+            return state.memory
         memory, recent = state.memory, state.recent
         return KeyValueMemory(tuple(last_m(m, r, 3) for m, r in zip(memory.keys, recent.keys)),
                               tuple(last_m(m, r, 2) for m, r in zip(memory.values, recent.values)),
@@ -148,19 +250,22 @@ class _RecentWindow:
     def merged_if_full(self, state):
         """Every W tokens: the window moves into the memory (the one copy of the memory)."""
         def merge():
-            recent = state.recent._replace(valid=tf.zeros_like(state.recent.valid))
-            return _DecodeState(self._joined(state, self.size), recent, tf.constant(0))
-        return tf.cond(state.filled >= self.size, merge, lambda: state)
+            recent = state.recent._replace(valid=ops.zeros_like(state.recent.valid))
+            return _DecodeState(self._joined(state, self.size), recent,
+                                ops.zeros_like(state.filled))
+        return ops.cond(state.filled >= self.size, merge, lambda: state)
 
     def attended(self, state):
         """(per-layer parts, valid [B, M + W], distances [M + W + 1]) for the next token."""
         filled = state.filled
-        distance = tf.concat([self.mem_len - tf.range(self.mem_len) + filled,
-                              filled - tf.range(self.size), [0]], axis=0)
+        distance = ops.concatenate([self.mem_len - ops.arange(self.mem_len, dtype="int32") + filled,
+                                    filled - ops.arange(self.size, dtype="int32"),
+                                    ops.zeros((1,), "int32")], axis=0)
         # A slot is seen when it holds a token within the last M positions.
-        in_window = (distance[:-1] >= 1) & (distance[:-1] <= self.mem_len)
+        in_window = ops.logical_and(distance[:-1] >= 1, distance[:-1] <= self.mem_len)
         memory, recent = state.memory, state.recent
-        valid = tf.concat([memory.valid, recent.valid], axis=1) & in_window[None, :]
+        valid = ops.logical_and(ops.concatenate([memory.valid, recent.valid], axis=1),
+                                in_window[None, :])
         parts = [[(k, v), (rk, rv)] for k, v, rk, rv in zip(
             memory.keys, memory.values, recent.keys, recent.values)]
         return parts, valid, distance
@@ -168,12 +273,12 @@ class _RecentWindow:
     def appended(self, state, keys, values):
         """The token's keys [B, N, H, 1] and values [B, N, 1, H] per layer written into window
         slot r (a select over the W slots: small, and no scatter in a loop)."""
-        slot = tf.range(self.size) == state.filled  # [W]
+        slot = ops.arange(self.size, dtype="int32") == state.filled  # [W]
         recent = state.recent
         recent = KeyValueMemory(
-            tuple(tf.where(slot, k, old) for k, old in zip(keys, recent.keys)),
-            tuple(tf.where(slot[:, None], v, old) for v, old in zip(values, recent.values)),
-            recent.valid | slot[None, :])
+            tuple(ops.where(slot, k, old) for k, old in zip(keys, recent.keys)),
+            tuple(ops.where(slot[:, None], v, old) for v, old in zip(values, recent.values)),
+            ops.logical_or(recent.valid, slot[None, :]))
         return _DecodeState(state.memory, recent, state.filled + 1)
 
     def memory(self, state):

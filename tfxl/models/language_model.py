@@ -7,10 +7,10 @@ size.
 import keras
 import numpy as np
 
-from tfxl.backend import tensorflow
 from tfxl.config import TransfoXLConfig
 from tfxl.layers.adaptive_softmax import AdaptiveSoftmax
 from tfxl.layers.transformer_xl_block import attention_class
+from tfxl.models import generation
 from tfxl.models.sampling import check_sampling
 from tfxl.models.backbone import (TransfoXLBackbone, as_config, default_name,
                                   init_key_value_memory, init_key_value_ring,
@@ -93,11 +93,13 @@ class TransfoXLLM(keras.Model):
         prompt_ids: int [B, P] (or [P] for one prompt). temperature 0 is greedy; top_k 0 and
         top_p 1 switch those filters off; the same seed gives the same tokens. The memory length
         (default the config's eval_mem_len), clamp_len and same_length are the config's evaluation
-        settings. Runs as one compiled loop per memory length (traced on first use). Returns the
-        new tokens as a numpy int32 array [B, max_new_tokens] (or [max_new_tokens]).
+        settings. Runs as one compiled loop per memory length, traced on first use
+        (`generation.compiled_generate`: on TensorFlow one trace for every prompt shape and
+        length, on JAX one compile per shape and max_new_tokens, on PyTorch eager). Returns the
+        new tokens as a numpy int32 array [B, max_new_tokens] (or [max_new_tokens]). Raises
+        ValueError (InvalidArgumentError on TensorFlow) where the log-probabilities are not
+        finite, so that no token can be drawn.
         """
-        tf = tensorflow("TransfoXLLM.generate")
-        from tfxl.models import generation  # TensorFlow code (README, "Backends")
         ids = np.asarray(prompt_ids, np.int32)
         if ids.ndim not in (1, 2) or ids.shape[-1] == 0:
             raise ValueError(f"prompt_ids must be [P] or [B, P] with P >= 1, got shape {ids.shape}")
@@ -118,21 +120,16 @@ class TransfoXLLM(keras.Model):
             # would make every later SavedModel export of this model fail.
             object.__setattr__(self, "_generate_loops", {})
         if mem_len not in self._generate_loops:
-            run = dict(clamp_len=settings["clamp_len"], same_length=settings["same_length"])
-            # An input_signature of any batch and prompt length: one trace per memory length,
-            # not one per prompt shape (each trace costs seconds).
-            scalar = [tf.TensorSpec([], dtype) for dtype in (tf.int32, tf.float32, tf.int32,
-                                                             tf.float32, tf.int32)]
-            self._generate_loops[mem_len] = tf.function(
-                lambda ids, n, t, k, p, seed: generation.generate(
-                    self, ids, self.init_key_value_memory(tf.shape(ids)[0], mem_len), n, t, k, p,
-                    seed, **run)[0],
-                input_signature=[tf.TensorSpec([None, None], tf.int32), *scalar])
-        out = self._generate_loops[mem_len](
-            tf.constant(ids.reshape(-1, ids.shape[-1])), tf.constant(int(max_new_tokens)),
-            tf.constant(float(temperature)), tf.constant(int(top_k)),
-            tf.constant(float(top_p)), tf.constant(int(seed), tf.int32))
-        return out.numpy()[0] if ids.ndim == 1 else out.numpy()
+            self._generate_loops[mem_len] = generation.compiled_generate(
+                self, mem_len, settings["clamp_len"], settings["same_length"])
+        # numpy scalars of the loop's dtypes: TensorFlow's signature and JAX's jit take them as
+        # they are (a Python float would be a weakly typed JAX value).
+        out = keras.ops.convert_to_numpy(self._generate_loops[mem_len](
+            ids.reshape(-1, ids.shape[-1]), int(max_new_tokens), np.float32(temperature),
+            np.int32(top_k), np.float32(top_p), np.int32(seed)))
+        if (out == generation.NO_TOKEN).any():  # only where nothing could raise (generate)
+            raise ValueError(generation.NOT_FINITE)
+        return out[0] if ids.ndim == 1 else out
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
                **kwargs):

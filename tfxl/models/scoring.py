@@ -1,10 +1,13 @@
-"""Scoring whole documents: every token's NLL given all the tokens before it, in one graph.
+"""Scoring whole documents: every token's NLL given all the tokens before it, in one loop.
 
 Shape glossary: B batch, S document length (tokens, S >= 2), T segment length, M memory length.
+
+`keras.ops` only, so it runs on every backend: the segments are read by `ops.while_loop`
+(TensorFlow's tf.while_loop, in-graph with a tensor S, as the SavedModel signatures call it;
+JAX's lax.while_loop; a Python loop on PyTorch) into a preallocated NLL buffer.
 """
 
-import tensorflow as tf
-
+from keras import ops
 
 
 def score_document(model, token_ids, target_mask=None, tgt_len=None, mem_len=None,
@@ -12,10 +15,11 @@ def score_document(model, token_ids, target_mask=None, tgt_len=None, mem_len=Non
     """Per-token NLL of documents `token_ids` int [B, S]: nll[:, t] = -log p(token t+1 | <= t).
 
     Reads each document as Transformer-XL evaluation does: segments of T tokens, each attending
-    to the key/value memory of the last M positions, carried by one tf.while_loop (in-graph, so a
-    SavedModel serves a whole document per request; eagerly it runs as a Python loop). The
-    position keys of K = M + T are computed once, before the loop. The last segment is
-    right-padded to T; its padded targets are dropped.
+    to the key/value memory of the last M positions, carried by one loop (`ops.while_loop`:
+    in-graph on TensorFlow, so a SavedModel serves a whole document per request, and S may be
+    unknown until it runs; on JAX S is static, as every shape is there, and the loop is
+    lax.while_loop, eagerly too). The position keys of K = M + T are computed once, before the
+    loop. The last segment is right-padded to T; its padded targets are dropped.
 
     target_mask: optional [B, S - 1], bool or float (0 = not counted), e.g. False at the right
       padding of rows of different lengths. It only selects targets: every input is still read,
@@ -29,30 +33,31 @@ def score_document(model, token_ids, target_mask=None, tgt_len=None, mem_len=Non
                                           same_length=same_length)
     tgt_len, mem_len = settings["tgt_len"], settings["mem_len"]
     clamp_len, same_length = settings["clamp_len"], settings["same_length"]
-    token_ids = tf.cast(token_ids, tf.int32)
-    if token_ids.shape.rank != 2 or (token_ids.shape[1] is not None and token_ids.shape[1] < 2):
+    token_ids = ops.cast(token_ids, "int32")
+    if len(token_ids.shape) != 2 or (token_ids.shape[1] is not None and token_ids.shape[1] < 2):
         raise ValueError(f"token_ids must be [B, S] with S >= 2 (S - 1 targets), got shape "
-                         f"{token_ids.shape}")
-    batch, num_targets = tf.shape(token_ids)[0], tf.shape(token_ids)[1] - 1
-    mask = (tf.ones([batch, num_targets], tf.bool) if target_mask is None
-            else tf.not_equal(tf.cast(target_mask, tf.float32), 0.0))
+                         f"{tuple(token_ids.shape)}")
+    batch, num_targets = ops.shape(token_ids)[0], ops.shape(token_ids)[1] - 1
+    mask = (ops.ones((batch, num_targets), "bool") if target_mask is None
+            else ops.not_equal(ops.cast(target_mask, "float32"), 0.0))
     num_segments = (num_targets + tgt_len - 1) // tgt_len
 
-    def segments(x):  # [B, S - 1] -> [segments, B, T], the last one right-padded with id 0
-        x = tf.pad(x, [[0, 0], [0, num_segments * tgt_len - num_targets]])
-        return tf.transpose(tf.reshape(x, [batch, num_segments, tgt_len]), [1, 0, 2])
+    def segments(x):  # [B, S - 1] -> [B, segments, T], the last one right-padded with id 0
+        x = ops.pad(x, [[0, 0], [0, num_segments * tgt_len - num_targets]])
+        return ops.reshape(x, (batch, num_segments, tgt_len))
 
     inputs, targets = segments(token_ids[:, :-1]), segments(token_ids[:, 1:])
     run = dict(clamp_len=clamp_len, same_length=same_length,
                position_keys=model.position_keys(mem_len + tgt_len, clamp_len))
 
     def body(step, memory, nll):
-        step_nll, memory = model(inputs[step], memory, targets=targets[step], **run)
-        return step + 1, memory, nll.write(step, tf.cast(step_nll, tf.float32))
+        step_nll, memory = model(inputs[:, step], memory, targets=targets[:, step], **run)
+        step_nll = ops.expand_dims(ops.cast(step_nll, "float32"), 1)
+        return step + 1, memory, ops.slice_update(nll, (0, step, 0), step_nll)
 
-    memory = model.init_key_value_memory(batch, mem_len)
-    nll = tf.TensorArray(tf.float32, size=num_segments, element_shape=[None, tgt_len])
-    _, _, nll = tf.while_loop(lambda step, *_: step < num_segments, body,
-                              (tf.constant(0), memory, nll))
-    nll = tf.reshape(tf.transpose(nll.stack(), [1, 0, 2]), [batch, -1])[:, :num_targets]
-    return tf.where(mask, nll, 0.0), mask
+    _, _, nll = ops.while_loop(
+        lambda step, *_: step < num_segments, body,
+        (ops.convert_to_tensor(0, "int32"), model.init_key_value_memory(batch, mem_len),
+         ops.zeros((batch, num_segments, tgt_len), "float32")))
+    nll = ops.reshape(nll, (batch, num_segments * tgt_len))[:, :num_targets]
+    return ops.where(mask, nll, 0.0), mask
