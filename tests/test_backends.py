@@ -53,14 +53,21 @@ for kind, memory in (("layer_input", model.init_memory(segments.shape[1])),
     for i, segment in enumerate(segments):
         nll, memory = model(segment[:, :-1], memory, targets=segment[:, 1:])
         outputs[f"{kind}_{i}"] = keras.ops.convert_to_numpy(nll)
+# The stateful model's fit on the same weights (learning rate 0): the first segment's NLL.
+stateful = tfxl.models.StatefulTransfoXLLM(model.config, batch_size=segments.shape[1])
+stateful.lm.set_weights(model.get_weights())
+stateful.compile(keras.optimizers.SGD(0.0))
+outputs["stateful_fit"] = np.array(stateful.fit(segments[0, :, :-1], segments[0, :, 1:],
+                                                verbose=0).history["loss"])
+import tfxl.hub  # its models need no TensorFlow; its tokenizer says it does
+try:
+    tfxl.hub.TransfoXLTokenizer({"type": "bytes"})
+except ImportError as error:
+    assert "tfxl.hub.TransfoXLTokenizer needs TensorFlow" in str(error), error
+else:
+    raise AssertionError("TransfoXLTokenizer without TensorFlow")
 np.savez(sys.argv[3], **outputs)
 assert not [m for m in sys.modules if m.startswith("tensorflow")], "TensorFlow was imported"
-try:
-    tfxl.models.StatefulTransfoXLLM
-except ImportError as error:
-    assert "tfxl.models.StatefulTransfoXLLM needs TensorFlow" in str(error), error
-else:
-    raise AssertionError("StatefulTransfoXLLM without TensorFlow")
 """
 
 B, T, M, D, N, H, V = 2, 5, 3, 16, 2, 8, 40
@@ -105,8 +112,8 @@ def test_layers_run_on_jax_without_tensorflow_and_agree_with_it(tmp_path):
 def test_the_language_model_runs_on_jax_without_tensorflow_segment_by_segment(tmp_path):
     """A language model with tail clusters and tied weights saved under TensorFlow, loaded under
     JAX with TensorFlow unimportable: three segments on each memory (layer inputs, keys and
-    values; M = 6 > T = 4) give TensorFlow's NLL to 1e-5; the stateful model, TensorFlow code,
-    says it needs TensorFlow."""
+    values; M = 6 > T = 4) give TensorFlow's NLL to 1e-5, and so does the stateful model's fit;
+    tfxl.hub imports, and its tokenizer says it needs TensorFlow."""
     model = tiny_lm(vocab_size=V, d_model=D, d_head=H, n_head=N, d_embed=D, cutoffs=(10, 25),
                     div_val=2, tie_weight=True, tgt_len=4, mem_len=6, eval_mem_len=6,
                     init_std=0.3)
@@ -117,6 +124,7 @@ def test_the_language_model_runs_on_jax_without_tensorflow_segment_by_segment(tm
         for i, segment in enumerate(segments):
             nll, memory = model(segment[:, :-1], memory, targets=segment[:, 1:])
             want[f"{kind}_{i}"] = to_numpy(nll)
+    want["stateful_fit"] = np.array([want["layer_input_0"].mean()])
     model.save(tmp_path / "lm.keras")
     np.savez(tmp_path / "segments.npz", segments=segments)
     run_on_jax(LANGUAGE_MODEL_ON_JAX, tmp_path / "lm.keras", tmp_path / "segments.npz",
