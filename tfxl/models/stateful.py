@@ -22,6 +22,7 @@ import contextlib
 import keras
 from keras import ops
 
+from tfxl.backend import is_tensorflow
 from tfxl.layers.memory import MemoryVariables
 from tfxl.models.backbone import as_config, default_name
 from tfxl.models.language_model import TransfoXLLM
@@ -121,6 +122,7 @@ class StatefulTransfoXLLM(keras.Model):
             self._array_batch_size(validation_data[0], kwargs.get("validation_batch_size"),
                                    "fit (validation_data)")
         batch_size = self._array_batch_size(x, batch_size, "fit")
+        x, validation_data = self._checked_dataset(x), self._checked_dataset(validation_data)
         with self._steps(LOSS):
             return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,
                                callbacks=callbacks, validation_split=validation_split,
@@ -140,6 +142,29 @@ class StatefulTransfoXLLM(keras.Model):
             yield
         finally:
             self._step_kind = outer
+
+    def _checked_dataset(self, data):
+        """A tf.data.Dataset (TensorFlow backend) with each batch's row count asserted in its
+        pipeline. In the step the assertions of `_checked_rows` can come too late: Grappler
+        infers a traced training step's unknown row count from the memory's (B) and folds the
+        shape ops, so a short batch fails first in a gradient's reshape, naming neither."""
+        if not is_tensorflow():
+            return data  # elsewhere every batch's shape is known when its step is traced
+        import tensorflow as tf
+        if not isinstance(data, tf.data.Dataset):
+            return data
+        message = (f"StatefulTransfoXLLM was built for batch_size={self.batch_size} streams, "
+                   "got a batch of another number of rows; batch the data with exactly that "
+                   "many rows (drop_remainder=True)")
+
+        def check(*element):
+            element = element[0] if len(element) == 1 else element
+            checks = [tf.debugging.assert_equal(tf.shape(t)[0], self.batch_size, message=message)
+                      for t in keras.tree.flatten(element)]
+            with tf.control_dependencies(checks):
+                return keras.tree.map_structure(tf.identity, element)
+
+        return data.map(check)
 
     def _array_batch_size(self, x, batch_size, method):
         """The batch_size Keras should cut array input `x` into: the model's. Datasets and
@@ -168,13 +193,13 @@ class StatefulTransfoXLLM(keras.Model):
         batch_size = self._array_batch_size(x, batch_size, "evaluate")
         self._start_inference(new_pass=True)
         with self._steps(LOSS):
-            return super().evaluate(x, y, batch_size=batch_size, **kwargs)
+            return super().evaluate(self._checked_dataset(x), y, batch_size=batch_size, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         batch_size = self._array_batch_size(x, batch_size, "predict")
         self._start_inference(new_pass=True)
         with self._steps(PREDICT):
-            return super().predict(x, batch_size=batch_size, **kwargs)
+            return super().predict(self._checked_dataset(x), batch_size=batch_size, **kwargs)
 
     def test_on_batch(self, *args, **kwargs):
         self._start_inference(new_pass=False)
@@ -191,7 +216,9 @@ class StatefulTransfoXLLM(keras.Model):
         """`tensors` (None allowed), refused unless each has batch_size rows: at once where the
         shape is known (always on JAX and PyTorch), else (a TensorFlow graph of unknown batch) by
         assertions that every later op depends on: without that dependency a traced step fails
-        first in a concat with the memory or in the gradient, naming neither."""
+        first in a concat with the memory, naming neither. (In a training step Grappler may
+        still infer the row count from the memory's and fold these assertions away: tf.data
+        input is checked in its pipeline, `_checked_dataset`.)"""
         tensors = [None if t is None else ops.convert_to_tensor(t) for t in tensors]
         message = (f"StatefulTransfoXLLM was built for batch_size={self.batch_size} streams, "
                    "got a batch of {} rows; batch the data with exactly that many rows "
@@ -205,8 +232,7 @@ class StatefulTransfoXLLM(keras.Model):
                 unknown.append(tensor)
         if not unknown:
             return tensors
-        from tfxl.backend import tensorflow  # only TensorFlow traces unknown batch sizes
-        tf = tensorflow("StatefulTransfoXLLM")
+        import tensorflow as tf  # only TensorFlow traces unknown batch sizes
         checks = [tf.debugging.assert_equal(tf.shape(t)[0], self.batch_size,
                                             message=message.format("another number of"))
                   for t in unknown]
