@@ -49,8 +49,11 @@ class StatefulTransfoXLLM(keras.Model):
     The loss is the token-weighted NLL from the adaptive softmax (no [B, T, V] logits); `predict`
     returns log-probs.
     Compiled metrics get (y, the per-token NLL [B, T], sample_weight): `tfxl.metrics`.
-    The memory is a non-trainable state variable of B rows and M = config.mem_len slots, excluded
-    from `trainable_weights`, from `weights` and from `.keras` files; `reset_memory()` clears it.
+    The memory is a non-trainable state variable of B rows and M = config.mem_len slots, in
+    `variables` and `non_trainable_variables` (what the trainers carry from step to step) but
+    not in `weights` or `.keras` files; `reset_memory()` clears it. Runs on TensorFlow, JAX and
+    PyTorch (Keras' own train/test/predict steps), one device: under a tf.distribute strategy
+    each replica would get B / replicas rows, which the memory's B rows do not fit.
     `evaluate`/`predict` (and fit's validation) carry their own key/value memory, cleared at their
     start; `test_on_batch`/`predict_on_batch` continue it. Segments of config.tgt_len tokens reuse
     position keys computed when those start; other lengths compute theirs in each step.
