@@ -58,14 +58,21 @@ for kind, memory in (("layer_input", model.init_memory(segments.shape[1])),
         outputs[f"{kind}_{i}"] = keras.ops.convert_to_numpy(nll)
 outputs["document"] = keras.ops.convert_to_numpy(score_document(model, inputs["document"])[0])
 outputs["generated"] = model.generate(inputs["prompt"], GENERATE["n"], **GENERATE["sampling"])
+# The stateful model's fit on the same weights (learning rate 0): the first segment's NLL.
+stateful = tfxl.models.StatefulTransfoXLLM(model.config, batch_size=segments.shape[1])
+stateful.lm.set_weights(model.get_weights())
+stateful.compile(keras.optimizers.SGD(0.0))
+outputs["stateful_fit"] = np.array(stateful.fit(segments[0, :, :-1], segments[0, :, 1:],
+                                                verbose=0).history["loss"])
+import tfxl.hub  # its models need no TensorFlow; its tokenizer says it does
+try:
+    tfxl.hub.TransfoXLTokenizer({"type": "bytes"})
+except ImportError as error:
+    assert "tfxl.hub.TransfoXLTokenizer needs TensorFlow" in str(error), error
+else:
+    raise AssertionError("TransfoXLTokenizer without TensorFlow")
 np.savez(sys.argv[3], **outputs)
 assert not [m for m in sys.modules if m.startswith("tensorflow")], "TensorFlow was imported"
-try:
-    tfxl.models.StatefulTransfoXLLM
-except ImportError as error:
-    assert "tfxl.models.StatefulTransfoXLLM needs TensorFlow" in str(error), error
-else:
-    raise AssertionError("StatefulTransfoXLLM without TensorFlow")
 """
 
 B, T, M, D, N, H, V = 2, 5, 3, 16, 2, 8, 40
@@ -114,8 +121,9 @@ def test_the_language_model_runs_on_jax_without_tensorflow_segment_by_segment(tm
     """A language model with tail clusters and tied weights saved under TensorFlow, loaded under
     JAX with TensorFlow unimportable: three segments on each memory (layer inputs, keys and
     values; M = 6 > T = 4) and a whole document (`score_document`) give TensorFlow's NLL to
-    1e-5, and `generate` with a seed samples TensorFlow's tokens (one random stream on every
-    backend); the stateful model, TensorFlow code, says it needs TensorFlow."""
+    1e-5, `generate` with a seed samples TensorFlow's tokens (one random stream on every
+    backend), and the stateful model's fit gives TensorFlow's NLL; tfxl.hub imports, and its
+    tokenizer says it needs TensorFlow."""
     model = tiny_lm(vocab_size=V, d_model=D, d_head=H, n_head=N, d_embed=D, cutoffs=(10, 25),
                     div_val=2, tie_weight=True, tgt_len=4, mem_len=6, eval_mem_len=6,
                     init_std=0.3)
@@ -130,6 +138,7 @@ def test_the_language_model_runs_on_jax_without_tensorflow_segment_by_segment(tm
     document, prompt = rng.integers(0, V, (B, 12)), rng.integers(0, V, (B, 3))
     want["document"] = to_numpy(score_document(model, document)[0])
     want["generated"] = model.generate(prompt, GENERATE["n"], **GENERATE["sampling"])
+    want["stateful_fit"] = np.array([want["layer_input_0"].mean()])
     model.save(tmp_path / "lm.keras")
     np.savez(tmp_path / "segments.npz", segments=segments, document=document, prompt=prompt)
     run_on_jax(LANGUAGE_MODEL_ON_JAX, tmp_path / "lm.keras", tmp_path / "segments.npz",

@@ -1,4 +1,6 @@
-"""tfxl.hub: Transformer-XL as a keras-hub CausalLM, checked against tfxl's own generation."""
+"""tfxl.hub: Transformer-XL as a keras-hub CausalLM, checked against tfxl's own model and
+generation. The models run on every backend; the tokenizer, the preprocessors, bucket presets and
+the references that use `TransfoXLLM.generate` (TensorFlow code today) are `tensorflow_only`."""
 
 import collections
 import itertools
@@ -15,11 +17,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from backends import compiled, to_numpy
 from factories import tiny_lm
 from tfxl.data.errors import DataError
 from tfxl.data.tokenizers import BytesTokenizer, WordsTokenizer
-from tfxl.hub import (TransfoXLCausalLM, TransfoXLTokenizer, causal_lm_from_model,
-                      causal_lm_from_model_dir)
+from tfxl.hub import (TransfoXLCausalLM, TransfoXLTextClassifier, TransfoXLTokenizer,
+                      causal_lm_from_model, causal_lm_from_model_dir)
+
+pytestmark = pytest.mark.every_backend
 
 MEM = 5  # shorter than the longest prompt and than prompt + new tokens
 LENGTH = 20  # keras-hub's max_length: prompt + generated
@@ -46,6 +51,7 @@ def random_prompts(vocab_size, lengths=PROMPT_LENGTHS, seed=0):
     return [rng.integers(0, vocab_size, n).astype(np.int32) for n in lengths]
 
 
+@pytest.mark.tensorflow_only
 @pytest.mark.parametrize("settings,mem_len", [
     (dict(), None),  # every prompt token sees the whole prompt before it
     # The prompt read M + 1 positions deep; mem_len= overrides eval_mem_len.
@@ -76,6 +82,7 @@ def test_greedy_generate_is_tfxls_greedy_generation_token_for_token(settings, me
                                       got["token_ids"][row, :kept])
 
 
+@pytest.mark.tensorflow_only
 def test_generate_compiled_with_xla_gives_the_same_tokens():
     lm = language_model(eval_same_length=True)
     causal_lm = causal_lm_from_model(lm)
@@ -112,6 +119,7 @@ def test_contrastive_sampler_is_refused_with_tfxls_message(sampler):
     assert isinstance(causal_lm.sampler, keras_hub.samplers.GreedySampler)  # kept
 
 
+@pytest.mark.tensorflow_only
 def test_switching_samplers_does_not_warn_of_retracing():
     """Each compile traces its own generate function once: no "triggered tf.function retracing"
     warning (it came at the fifth sampler), and each sampler still draws valid ids."""
@@ -142,14 +150,42 @@ def tfxl_step_log_probs(lm, prompts, continuations):
     settings = lm.config.eval_settings()
     run = dict(clamp_len=settings["clamp_len"], same_length=settings["same_length"])
     log_probs, memory = lm(prompts, lm.init_key_value_memory(len(prompts)), **run)
-    if lm not in _STEPS:  # one tf.function per model: one trace for every row and step
-        _STEPS[lm] = tf.function(lambda ids, memory: lm(ids, memory, **run))
+    if lm not in _STEPS:  # one compiled step per model: one trace for every row and step
+        _STEPS[lm] = compiled(lambda ids, memory: lm(ids, memory, **run))
     step = _STEPS[lm]
-    steps = [log_probs[:, -1]]
+    steps = [to_numpy(log_probs)[:, -1]]
     for i in range(continuations.shape[1]):
         log_probs, memory = step(continuations[:, i:i + 1], memory)
-        steps.append(log_probs[:, 0])
+        steps.append(to_numpy(log_probs)[:, 0])
     return np.stack(steps, axis=1)
+
+
+def test_the_hub_models_give_the_tfxl_models_outputs_and_greedy_generation_its_argmax():
+    """On every backend: the backbone's hidden states and the CausalLM's log-probabilities are
+    the tfxl model's on the same padded segment; greedy `generate` picks, at every step, the
+    argmax of tfxl's log-probabilities on the tokens before it (teacher-forced: no reference
+    generation needed); the text classifier reads the same backbone."""
+    lm = language_model()
+    causal_lm = causal_lm_from_model(lm)
+    prompts = random_prompts(41)
+    x = padded(prompts)
+    hidden, _ = lm.backbone(x["token_ids"], segment_valid=x["padding_mask"])
+    np.testing.assert_allclose(to_numpy(causal_lm.backbone(x)), to_numpy(hidden), atol=1e-5)
+    log_probs, _ = lm(x["token_ids"], segment_valid=x["padding_mask"])
+    np.testing.assert_allclose(to_numpy(causal_lm(x)), to_numpy(log_probs), atol=1e-5)
+
+    causal_lm.compile(sampler="greedy")
+    got = to_numpy(causal_lm.generate(x, stop_token_ids=None)["token_ids"])
+    for row, prompt in enumerate(prompts):
+        n = len(prompt)
+        np.testing.assert_array_equal(got[row, :n], prompt)
+        steps = tfxl_step_log_probs(lm, got[row:row + 1, :n], got[row:row + 1, n:LENGTH - 1])[0]
+        np.testing.assert_array_equal(got[row, n:], steps.argmax(axis=-1))
+        top2 = np.sort(steps, axis=-1)[:, -2:]
+        assert (top2[:, 1] - top2[:, 0] > 1e-4).all()  # no near-tie decides a token
+
+    classifier = TransfoXLTextClassifier(causal_lm.backbone, num_classes=3)
+    assert to_numpy(classifier(x)).shape == (len(prompts), 3)
 
 
 @pytest.mark.parametrize("settings", [dict(), dict(eval_same_length=True, eval_clamp_len=3)])
@@ -167,7 +203,7 @@ def test_cache_steps_give_tfxls_log_probabilities(settings):
     got = {}
     for t in range(min(PROMPT_LENGTHS) - 1, LENGTH - 1):
         log_probs, _, cache = causal_lm.call_with_cache(ids[:, t:t + 1], cache, t)
-        got[t] = np.asarray(log_probs[:, 0])
+        got[t] = to_numpy(log_probs)[:, 0]
     for row, prompt in enumerate(prompts):
         length = len(prompt)
         want = tfxl_step_log_probs(lm, ids[row:row + 1, :length],
@@ -195,6 +231,7 @@ def test_beam_search_finds_the_most_likely_continuation():
         np.testing.assert_array_equal(generated, every[np.argmax(scores)])
 
 
+@pytest.mark.tensorflow_only
 def test_preset_round_trip_of_a_trained_model_gives_identical_outputs(tmp_path):
     text = "the cat sat on the mat\nand the dog sat on the log\n"
     tokenizer = WordsTokenizer.build(collections.Counter(text.split()))
@@ -227,6 +264,7 @@ def test_preset_round_trip_of_a_trained_model_gives_identical_outputs(tmp_path):
         TransfoXLCausalLM.from_preset(preset)
 
 
+@pytest.mark.tensorflow_only
 def test_text_generation_is_tfxl_generation_of_eod_and_the_encoded_prompt():
     tokenizer = BytesTokenizer()
     lm = language_model(vocab_size=tokenizer.vocab_size, cutoffs=(64,))
@@ -243,6 +281,7 @@ def test_text_generation_is_tfxl_generation_of_eod_and_the_encoded_prompt():
         assert text == tokenizer.decode(np.concatenate([ids, generated]))
 
 
+@pytest.mark.tensorflow_only
 def test_tokenizer_gives_the_same_ids_eagerly_and_in_a_graph():
     text = "the cat sat\non the mat"
     words = WordsTokenizer.build(collections.Counter(text.split()))
@@ -256,6 +295,7 @@ def test_tokenizer_gives_the_same_ids_eagerly_and_in_a_graph():
     assert tokenizer.vocabulary_size() == words.vocab_size
 
 
+@pytest.mark.tensorflow_only
 def test_converter_reads_a_keras_file_or_a_model_dir_with_its_data_dir(tmp_path):
     from tfxl.data.prepare import PrepareConfig, prepare
     lm = language_model(vocab_size=258, cutoffs=(64,))
@@ -288,6 +328,7 @@ def test_converter_reads_a_keras_file_or_a_model_dir_with_its_data_dir(tmp_path)
         causal_lm_from_model_dir(other, data_dir)
 
 
+@pytest.mark.tensorflow_only
 @pytest.mark.subprocess
 def test_tfxl_imports_without_keras_hub():
     blocked = ("import sys; sys.modules['keras_hub'] = None\n"
@@ -300,6 +341,7 @@ def test_tfxl_imports_without_keras_hub():
     assert "tfxl.hub needs keras-hub" in out.stdout
 
 
+@pytest.mark.tensorflow_only
 def test_presets_in_a_bucket_are_saved_whole_and_load(tmp_path, monkeypatch):
     """ram:// (TensorFlow's in-memory file system) stands for a bucket: save_to_preset writes
     the whole preset there, config.json last, and no local folder named like it (keras-hub
@@ -333,6 +375,7 @@ def test_presets_in_a_bucket_are_saved_whole_and_load(tmp_path, monkeypatch):
     assert loaded.preprocessor.tokenizer.spec == BytesTokenizer().spec()
 
 
+@pytest.mark.tensorflow_only
 def test_a_preset_saved_over_another_in_a_bucket_is_never_a_mix(tmp_path, monkeypatch):
     """Over an existing preset (replaced, as keras-hub replaces a local one), the old config.json
     goes first and the new one comes last: in between, from_preset refuses the preset. (A local

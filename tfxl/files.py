@@ -21,23 +21,14 @@ completes, in one go.
 
 import json
 import os
-import re
 import secrets
 import shutil
 import tempfile
 
 import tensorflow as tf
 
-# TensorFlow's own URI rule (tsl::io::ParseURI): a scheme is a letter, then letters, digits and
-# dots, followed by "://".
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9.]*)://")
+from tfxl.paths import is_local  # also tfxl.files.is_local, for the tools
 
-
-def is_local(path):
-    """Whether `path` lies on the local file system: no scheme, or file://. Any other scheme is
-    an object store to tfxl (no atomic directory rename)."""
-    match = _SCHEME.match(os.fspath(path))
-    return match is None or match.group(1).lower() == "file"
 
 
 def read_json(path, what):

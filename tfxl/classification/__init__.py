@@ -8,10 +8,20 @@ command-line tool `evaluate_main` (tfxl-classify-eval) reads.
 
 from tfxl.classification.classifier import (LENGTHS, TOKEN_IDS, DocumentClassifier,
                                             align_to_last_segment)
-from tfxl.classification.evaluation import (ClassificationMetrics, ClassifierEvaluator,
-                                            evaluate_classifier, metrics_from_confusion)
 from tfxl.classification.pooling import POOLINGS, SegmentAttentionPooling
+
+# The evaluation is TensorFlow code (tf.function, tf.data): imported on first use, so that the
+# model (keras.ops: tfxl.hub's text classifier on every backend) imports without TensorFlow.
+_EVALUATION = ("ClassificationMetrics", "ClassifierEvaluator", "evaluate_classifier",
+               "metrics_from_confusion")
 
 __all__ = ["ClassificationMetrics", "ClassifierEvaluator", "DocumentClassifier", "LENGTHS",
            "POOLINGS", "SegmentAttentionPooling", "TOKEN_IDS", "align_to_last_segment",
            "evaluate_classifier", "metrics_from_confusion"]
+
+
+def __getattr__(name):
+    if name in _EVALUATION:
+        from tfxl.classification import evaluation
+        return getattr(evaluation, name)
+    raise AttributeError(f"module 'tfxl.classification' has no attribute {name!r}")

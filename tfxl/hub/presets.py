@@ -18,10 +18,10 @@ TensorFlow's file system knows (gs://, ...) file by file into its cache ($KERAS_
 import os
 import tempfile
 
-import tensorflow as tf
 from keras_hub.src.utils.preset_utils import CONFIG_FILE
 
-from tfxl.files import copy_tree, is_local
+from tfxl.backend import tensorflow
+from tfxl.paths import is_local
 
 
 def save_preset(save, preset_dir, **kwargs):
@@ -30,6 +30,9 @@ def save_preset(save, preset_dir, **kwargs):
     preset_dir = os.fspath(preset_dir)
     if is_local(preset_dir):
         return save(preset_dir, **kwargs)
+    # A bucket is TensorFlow's file system (tf.io.gfile): imported only for one.
+    tf = tensorflow(f"saving a keras-hub preset to {preset_dir}")
+    from tfxl.files import copy_tree
     with tempfile.TemporaryDirectory(prefix="tfxl-preset-") as local:
         save(local, **kwargs)
         config = os.path.join(preset_dir, CONFIG_FILE)

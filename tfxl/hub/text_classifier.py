@@ -15,11 +15,11 @@ given); `keras_hub.models.TextClassifier.from_preset` finds this class from the 
 """
 
 import keras
-import tensorflow as tf
 from keras import ops
 from keras_hub.models import TextClassifier, TextClassifierPreprocessor
 from keras_hub.src.utils.tensor_utils import preprocessing_function
 
+from tfxl.backend import tensorflow
 from tfxl.classification.classifier import LENGTHS, TOKEN_IDS, DocumentClassifier
 from tfxl.classification.pooling import LAST
 from tfxl.hub.backbone import TransfoXLHubBackbone
@@ -57,6 +57,7 @@ class TransfoXLTextClassifierPreprocessor(TextClassifierPreprocessor):
                 raise ValueError(f"TransfoXLTextClassifierPreprocessor takes one text per "
                                  f"example, got {len(x)} segments")
             x = x[0]
+        tf = tensorflow("TransfoXLTextClassifierPreprocessor")  # tf.data, ragged tensors
         x = tf.convert_to_tensor(x)
         unbatched = x.shape.rank == 0
         ids = self.tokenizer(x[None] if unbatched else x)

@@ -10,7 +10,6 @@ import os
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras_hub.tokenizers import Tokenizer
 from keras_hub.src.utils.preset_utils import ASSET_DIR, get_file
 from keras_hub.src.utils.tensor_utils import (canonicalize_python_string_inputs,
@@ -18,8 +17,16 @@ from keras_hub.src.utils.tensor_utils import (canonicalize_python_string_inputs,
                                               convert_to_ragged_batch, preprocessing_function,
                                               restore_outer_shape)
 
-from tfxl.data.tokenizers import spec_files, tokenizer_from_spec
+from tfxl.backend import tensorflow
 from tfxl.hub.presets import save_preset
+
+
+def _tfxl_tokenizers():
+    """`tfxl.data.tokenizers` (TensorFlow code: tf.data, tf.lookup), imported when a tokenizer is
+    made, so that tfxl.hub's models import without TensorFlow."""
+    tensorflow("tfxl.hub.TransfoXLTokenizer")
+    from tfxl.data import tokenizers
+    return tokenizers
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -37,12 +44,12 @@ class TransfoXLTokenizer(Tokenizer):
         kwargs.setdefault("dtype", "int32")
         super().__init__(**kwargs)
         self.spec = dict(spec)
-        self.file_assets = spec_files(self.spec)
+        self.file_assets = _tfxl_tokenizers().spec_files(self.spec)
         self.tfxl_tokenizer = None
         if tokenizer is not None:
             self._set_tokenizer(tokenizer)
         elif not self.file_assets:
-            self._set_tokenizer(tokenizer_from_spec(self.spec, ""))
+            self._set_tokenizer(_tfxl_tokenizers().tokenizer_from_spec(self.spec, ""))
 
     @classmethod
     def from_tfxl(cls, tokenizer, **kwargs):
@@ -66,7 +73,7 @@ class TransfoXLTokenizer(Tokenizer):
         self._loaded().save(dir_path)
 
     def load_assets(self, dir_path):
-        self._set_tokenizer(tokenizer_from_spec(self.spec, dir_path))
+        self._set_tokenizer(_tfxl_tokenizers().tokenizer_from_spec(self.spec, dir_path))
 
     def load_preset_assets(self, preset):
         if not self.file_assets:
@@ -108,7 +115,8 @@ class TransfoXLTokenizer(Tokenizer):
     @preprocessing_function
     def _tokenize_tf(self, inputs):
         unbatched = inputs.shape.rank == 0
-        ids = self._loaded().tf_encode(tf.reshape(inputs, [-1]) if unbatched else inputs)
+        ids = self._loaded().tf_encode(
+            tensorflow("TransfoXLTokenizer").reshape(inputs, [-1]) if unbatched else inputs)
         return ids[0] if unbatched else ids
 
     def _tokenize_python(self, inputs):

@@ -367,8 +367,10 @@ class MemoryVariables:
         make_variable = make_variable or (lambda value, name: keras.Variable(
             value, dtype=value.dtype, trainable=False, name=name))
         leaves = keras.tree.flatten(empty)
+        # A copy of each initial value: an empty memory's layers share one zeros tensor, and
+        # JAX's trainer donates each variable's buffer to its compiled step (once per buffer).
         self.variables = keras.tree.pack_sequence_as(empty, [
-            make_variable(value, f"{name}_{i}") for i, value in enumerate(leaves)])
+            make_variable(ops.copy(value), f"{name}_{i}") for i, value in enumerate(leaves)])
 
     @property
     def valid(self):

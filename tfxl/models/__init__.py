@@ -1,18 +1,8 @@
-"""Transformer-XL models: the backbone and the language model (every Keras backend), and the
-stateful model (TensorFlow code today: imported where TensorFlow is installed)."""
+"""Transformer-XL models on every Keras backend: the backbone, the language model and the
+stateful language model (memory carried across `fit` batches)."""
 
-from tfxl.backend import has_tensorflow
 from tfxl.models.backbone import TransfoXLBackbone
 from tfxl.models.language_model import TransfoXLLM
+from tfxl.models.stateful import StatefulTransfoXLLM
 
-__all__ = ["TransfoXLBackbone", "TransfoXLLM"]
-if has_tensorflow():  # importing it registers it for .keras files, as the others
-    from tfxl.models.stateful import StatefulTransfoXLLM  # noqa: F401  (in __all__)
-    __all__.append("StatefulTransfoXLLM")
-
-
-def __getattr__(name):
-    if name == "StatefulTransfoXLLM":  # reached only where TensorFlow is not installed
-        from tfxl.backend import tensorflow
-        tensorflow("tfxl.models.StatefulTransfoXLLM")
-    raise AttributeError(f"module 'tfxl.models' has no attribute {name!r}")
+__all__ = ["StatefulTransfoXLLM", "TransfoXLBackbone", "TransfoXLLM"]

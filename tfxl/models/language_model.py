@@ -160,18 +160,18 @@ class TransfoXLLM(keras.Model):
         values)."""
         hidden, keys, values = self.backbone.decode_step(token_ids, memory_parts, memory_valid,
                                                          key_distance, position_keys)
-        tied_weights, tied_projections = self._tied_tensors()
-        log_probs = self.softmax(hidden, None, tied_weights=tied_weights,
-                                 tied_projections=tied_projections)
-        return log_probs, keys, values
+        return self.head(hidden), keys, values
 
-    def _tied_tensors(self):
+    def head(self, hidden, targets=None):
+        """The adaptive softmax on the backbone's hidden states [B, T, D], its weights tied to
+        the embedding's as the config says: nll [B, T] float32 of `targets` [B, T] when given
+        (no [B, T, V] tensor is built), else log_probs [B, T, V] float32."""
         embedding = self.backbone.embedding
         n = len(embedding.clusters)
         weights = ([embedding.cluster_weight(i) for i in range(n)] if self.config.tie_weight
                    else None)
         projections = [embedding.cluster_projection(i) for i in range(n)]
-        return weights, projections
+        return self.softmax(hidden, targets, tied_weights=weights, tied_projections=projections)
 
     def call(self, token_ids, memory=None, reset=None, targets=None, training=None,
              clamp_len=None, same_length=None, segment_valid=None, position_keys=None):
@@ -179,10 +179,7 @@ class TransfoXLLM(keras.Model):
                                            clamp_len=clamp_len, same_length=same_length,
                                            segment_valid=segment_valid,
                                            position_keys=position_keys)
-        tied_weights, tied_projections = self._tied_tensors()
-        output = self.softmax(hidden, targets, tied_weights=tied_weights,
-                              tied_projections=tied_projections)
-        return output, new_memory
+        return self.head(hidden, targets), new_memory
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(),

@@ -1,29 +1,40 @@
-"""Training the language model with plain `model.fit`, memory carried across batches.
+"""Training the language model with plain `model.fit`, memory carried across batches, on every
+Keras backend (TensorFlow, JAX, PyTorch).
 
 Shape glossary: B batch (streams; fixed), T segment length, L layers, M memory length
 (config.mem_len), K = M + T keys, D model size, N heads, H head size, V vocabulary size.
 
 `fit` trains on the layer-input memory: W_k and W_v learn through the memory rows they project.
-`evaluate` and `predict` (test_step, predict_step) keep a key/value memory instead: the weights
-are fixed while they run, so each step projects only its T new rows, and the position keys
-(W_k,R R, which depend on the weights, K and clamp_len only) are computed once at their start and
-read from a variable by every step.
+`evaluate` and `predict` keep a key/value memory instead: the weights are fixed while they run,
+so each step projects only its T new rows, and the position keys (W_k,R R, which depend on the
+weights, K and clamp_len only) are computed once at their start and read from a variable by
+every step.
+
+Keras' own train/test/predict steps run it, so every backend's trainer does: `call` runs the
+backbone and moves the memory (a non-trainable state variable, written with `assign`; JAX's
+trainer collects the new value through its StatelessScope, PyTorch's runs eagerly), and
+`compute_loss` applies the adaptive softmax to the targets (the per-token NLL, never [B, T, V]
+logits) and feeds the compiled metrics.
 """
 
-import keras
-import tensorflow as tf
+import contextlib
 
+import keras
+from keras import ops
+
+from tfxl.backend import is_tensorflow
 from tfxl.layers.memory import MemoryVariables
 from tfxl.models.backbone import as_config, default_name
 from tfxl.models.language_model import TransfoXLLM
 
+LOSS, PREDICT = "loss", "predict"  # StatefulTransfoXLLM._steps: the entry point running steps
 
 class _Hidden:
-    """A tf.Variable held out of sight: a plain object's attribute is tracked neither by Keras
-    (not a weight, not in .keras files) nor by tf.train.Checkpoint / SavedModel."""
+    """A non-trainable variable held out of sight: a plain object's attribute is tracked neither
+    by Keras (not a weight, not in .keras files) nor by tf.train.Checkpoint / SavedModel."""
 
     def __init__(self, value, name):
-        self.variable = tf.Variable(value, trainable=False, name=name)
+        self.variable = keras.Variable(value, dtype=value.dtype, trainable=False, name=name)
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -38,8 +49,11 @@ class StatefulTransfoXLLM(keras.Model):
     The loss is the token-weighted NLL from the adaptive softmax (no [B, T, V] logits); `predict`
     returns log-probs.
     Compiled metrics get (y, the per-token NLL [B, T], sample_weight): `tfxl.metrics`.
-    The memory is a non-trainable state variable of B rows and M = config.mem_len slots, excluded
-    from `trainable_weights`, from `weights` and from `.keras` files; `reset_memory()` clears it.
+    The memory is a non-trainable state variable of B rows and M = config.mem_len slots, in
+    `variables` and `non_trainable_variables` (what the trainers carry from step to step) but
+    not in `weights` or `.keras` files; `reset_memory()` clears it. Runs on TensorFlow, JAX and
+    PyTorch (Keras' own train/test/predict steps), one device: under a tf.distribute strategy
+    each replica would get B / replicas rows, which the memory's B rows do not fit.
     `evaluate`/`predict` (and fit's validation) carry their own key/value memory, cleared at their
     start; `test_on_batch`/`predict_on_batch` continue it. Segments of config.tgt_len tokens reuse
     position keys computed when those start; other lengths compute theirs in each step.
@@ -54,6 +68,10 @@ class StatefulTransfoXLLM(keras.Model):
         self.config = as_config(config)
         self.batch_size = int(batch_size)
         self.lm = TransfoXLLM(self.config, name="lm")
+        # Which Keras entry point runs the steps (set while it runs, so that its steps are
+        # traced with it; `_steps`): None for direct calls, LOSS (fit, evaluate: `call` returns
+        # the hidden states that `compute_loss` turns into the per-token NLL) or PREDICT.
+        self._step_kind = None
         self.build((self.batch_size, None))
 
     def build(self, ids_shape=None):
@@ -62,12 +80,22 @@ class StatefulTransfoXLLM(keras.Model):
         # Training carries one memory across fit() batches (and epochs); evaluate() and predict()
         # use their own, cleared at their start, so validation never leaks into training.
         # MemoryVariables are plain objects: Keras tracks none of their variables (not weights,
-        # not in .keras files).
+        # not in .keras files); `variables` lists them for the trainers.
         self._memory = MemoryVariables(self.lm.init_memory(self.batch_size), "memory")
         self._eval_memory = MemoryVariables(self.lm.init_key_value_memory(
             self.batch_size, mem_len=self.config.mem_len), "eval_memory")
         # [L, N, H, K + 1] for segments of tgt_len tokens; recomputed by _start_inference().
         self._position_keys = _Hidden(self._current_position_keys(), "eval_position_keys")
+
+    @property
+    def variables(self):
+        """Keras' variables and the state carried across steps (both memories, the position
+        keys). JAX's trainer passes only `variables` into its compiled steps and takes back the
+        non-trainable ones a step assigned, so the state must be listed here; `weights`, which
+        `.keras` files and `get_weights` read, does not list it."""
+        state = [*keras.tree.flatten(self._memory.variables),
+                 *keras.tree.flatten(self._eval_memory.variables), self._position_keys.variable]
+        return super().variables + state
 
     def compute_output_shape(self, ids_shape):
         """log_probs [B, T, V] (`call` and `predict`)."""
@@ -75,8 +103,7 @@ class StatefulTransfoXLLM(keras.Model):
 
     def _current_position_keys(self):
         c = self.config
-        keys = self.lm.position_keys(c.mem_len + c.tgt_len)
-        return tf.stack(keys, axis=0)
+        return ops.stack(self.lm.position_keys(c.mem_len + c.tgt_len), axis=0)
 
     def reset_memory(self):
         """Clears the training memory (e.g. before fitting on another set of streams)."""
@@ -97,10 +124,50 @@ class StatefulTransfoXLLM(keras.Model):
         if isinstance(validation_data, (tuple, list)):  # arrays: checked now, not after an epoch
             self._array_batch_size(validation_data[0], kwargs.get("validation_batch_size"),
                                    "fit (validation_data)")
-        return super().fit(x, y, batch_size=self._array_batch_size(x, batch_size, "fit"),
-                           epochs=epochs, verbose=verbose, callbacks=callbacks,
-                           validation_split=validation_split, validation_data=validation_data,
-                           shuffle=False, **kwargs)
+        batch_size = self._array_batch_size(x, batch_size, "fit")
+        x, validation_data = self._checked_dataset(x), self._checked_dataset(validation_data)
+        with self._steps(LOSS):
+            return super().fit(x, y, batch_size=batch_size, epochs=epochs, verbose=verbose,
+                               callbacks=callbacks, validation_split=validation_split,
+                               validation_data=validation_data, shuffle=False, **kwargs)
+
+    def train_on_batch(self, *args, **kwargs):
+        with self._steps(LOSS):
+            return super().train_on_batch(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def _steps(self, kind):
+        """While a Keras entry point runs: what `call` returns and which position keys it reads
+        (see `call`). An attribute, not an argument: Keras' steps call `self(x, training=...)`.
+        """
+        outer, self._step_kind = self._step_kind, kind
+        try:
+            yield
+        finally:
+            self._step_kind = outer
+
+    def _checked_dataset(self, data):
+        """A tf.data.Dataset (TensorFlow backend) with each batch's row count asserted in its
+        pipeline. In the step the assertions of `_checked_rows` can come too late: Grappler
+        infers a traced training step's unknown row count from the memory's (B) and folds the
+        shape ops, so a short batch fails first in a gradient's reshape, naming neither."""
+        if not is_tensorflow():
+            return data  # elsewhere every batch's shape is known when its step is traced
+        import tensorflow as tf
+        if not isinstance(data, tf.data.Dataset):
+            return data
+        message = (f"StatefulTransfoXLLM was built for batch_size={self.batch_size} streams, "
+                   "got a batch of another number of rows; batch the data with exactly that "
+                   "many rows (drop_remainder=True)")
+
+        def check(*element):
+            element = element[0] if len(element) == 1 else element
+            checks = [tf.debugging.assert_equal(tf.shape(t)[0], self.batch_size, message=message)
+                      for t in keras.tree.flatten(element)]
+            with tf.control_dependencies(checks):
+                return keras.tree.map_structure(tf.identity, element)
+
+        return data.map(check)
 
     def _array_batch_size(self, x, batch_size, method):
         """The batch_size Keras should cut array input `x` into: the model's. Datasets and
@@ -128,102 +195,100 @@ class StatefulTransfoXLLM(keras.Model):
     def evaluate(self, x=None, y=None, batch_size=None, **kwargs):
         batch_size = self._array_batch_size(x, batch_size, "evaluate")
         self._start_inference(new_pass=True)
-        return super().evaluate(x, y, batch_size=batch_size, **kwargs)
+        with self._steps(LOSS):
+            return super().evaluate(self._checked_dataset(x), y, batch_size=batch_size, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
         batch_size = self._array_batch_size(x, batch_size, "predict")
         self._start_inference(new_pass=True)
-        return super().predict(x, batch_size=batch_size, **kwargs)
+        with self._steps(PREDICT):
+            return super().predict(self._checked_dataset(x), batch_size=batch_size, **kwargs)
 
     def test_on_batch(self, *args, **kwargs):
         self._start_inference(new_pass=False)
-        return super().test_on_batch(*args, **kwargs)
+        with self._steps(LOSS):
+            return super().test_on_batch(*args, **kwargs)
 
     def predict_on_batch(self, *args, **kwargs):
         self._start_inference(new_pass=False)
-        return super().predict_on_batch(*args, **kwargs)
+        with self._steps(PREDICT):
+            return super().predict_on_batch(*args, **kwargs)
 
-    # -- steps --------------------------------------------------------------------------------
-    def _unpack(self, data):
-        """(ids, reset, targets, sample_weight) of a batch (x, or (x, y[, sample_weight])),
-        refused unless each has batch_size rows: at once where the shape is known, else by
-        assertions that every later op depends on (without that dependency a traced step fails
-        first in a concat with the memory or in the gradient, naming neither)."""
-        x, targets, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        ids, reset = (x["inputs"], x.get("reset")) if isinstance(x, dict) else (x, None)
-        tensors = [None if t is None else tf.convert_to_tensor(t)
-                   for t in (ids, reset, targets, sample_weight)]
+    # -- steps: Keras' own, on every backend ----------------------------------------------------
+    def _checked_rows(self, tensors):
+        """`tensors` (None allowed), refused unless each has batch_size rows: at once where the
+        shape is known (always on JAX and PyTorch), else (a TensorFlow graph of unknown batch) by
+        assertions that every later op depends on: without that dependency a traced step fails
+        first in a concat with the memory, naming neither. (In a training step Grappler may
+        still infer the row count from the memory's and fold these assertions away: tf.data
+        input is checked in its pipeline, `_checked_dataset`.)"""
+        tensors = [None if t is None else ops.convert_to_tensor(t) for t in tensors]
         message = (f"StatefulTransfoXLLM was built for batch_size={self.batch_size} streams, "
                    "got a batch of {} rows; batch the data with exactly that many rows "
                    "(drop_remainder=True)")
-        checks = []
+        unknown = []
         for tensor in tensors:
             rows = None if tensor is None else tensor.shape[0]
             if rows is not None and rows != self.batch_size:
                 raise ValueError(message.format(rows))
             if tensor is not None and rows is None:
-                checks.append(tf.debugging.assert_equal(
-                    tf.shape(tensor)[0], self.batch_size,
-                    message=message.format("another number of")))
-        if not checks:
+                unknown.append(tensor)
+        if not unknown:
             return tensors
+        import tensorflow as tf  # only TensorFlow traces unknown batch sizes
+        checks = [tf.debugging.assert_equal(tf.shape(t)[0], self.batch_size,
+                                            message=message.format("another number of"))
+                  for t in unknown]
         with tf.control_dependencies(checks):
             return [None if t is None else tf.identity(t) for t in tensors]
 
-    def _run(self, ids, reset, targets, training, position_keys=None):
-        """One segment: the training memory when training, else the key/value memory."""
-        state = self._memory if training else self._eval_memory
-        output, new_memory = self.lm(ids, state.read(), reset=reset, targets=targets,
-                                     training=training, position_keys=position_keys)
-        state.write(new_memory)
-        return output
-
-    def _inference_step(self, ids, reset, targets):
-        """test_step/predict_step: the position keys of `_start_inference` when the segment has
-        the config.tgt_len tokens they were computed for (None: the call computes them)."""
-        position_keys = None
-        if ids.shape[1] == self.config.tgt_len:
-            position_keys = tf.unstack(self._position_keys.variable.value(), axis=0)
-        return self._run(ids, reset, targets, training=False, position_keys=position_keys)
-
     def call(self, x, training=None):
-        # Direct calls may follow a weight change that no _start_inference() saw: the call
-        # computes its own position keys.
-        ids, reset, _, _ = self._unpack(x)
-        return self._run(ids, reset, None, training)
+        """One segment on the memory: the training memory when training, else the key/value
+        memory. Returns log_probs [B, T, V], or (inside fit and evaluate) the hidden states
+        [B, T, D] for `compute_loss`."""
+        ids, reset = (x["inputs"], x.get("reset")) if isinstance(x, dict) else (x, None)
+        ids, reset = self._checked_rows([ids, reset])
+        state = self._memory if training else self._eval_memory
+        position_keys = None
+        # evaluate/predict steps of tgt_len tokens read the keys that _start_inference computed
+        # (other lengths compute theirs). Direct calls may follow a weight change that no
+        # _start_inference() saw: they compute their own.
+        if (not training and self._step_kind is not None
+                and ids.shape[1] == self.config.tgt_len):
+            keys = self._position_keys.variable.value
+            position_keys = [keys[i] for i in range(keys.shape[0])]
+        hidden, new_memory = self.lm.backbone(ids, state.read(), reset, training=training,
+                                              position_keys=position_keys)
+        state.write(new_memory)
+        return hidden if self._step_kind == LOSS else self.lm.head(hidden)
 
-    def _loss(self, nll, sample_weight):
-        weight = tf.ones_like(nll) if sample_weight is None else tf.cast(sample_weight, nll.dtype)
-        return tf.reduce_sum(nll * weight) / tf.maximum(tf.reduce_sum(weight), 1.0)
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """The token-weighted mean NLL of the targets y [B, T] under the hidden states y_pred.
 
-    def _metrics_result(self, loss, y, nll, sample_weight):
-        """Keras' loss tracker takes the loss; compiled metrics take (y_true = next tokens,
-        y_pred = per-token NLL [B, T], sample_weight): see `tfxl.metrics`."""
+        The compiled metrics are updated here, with (y, the per-token NLL [B, T],
+        sample_weight) (`tfxl.metrics`): only here does the NLL exist. Every trainer lets
+        `compute_loss` update metric variables (JAX's collects them from its StatelessScope);
+        `compute_metrics` then only reads the results."""
+        y, sample_weight = self._checked_rows([y, sample_weight])
+        nll = self.lm.head(y_pred, y)
+        weight = ops.ones_like(nll) if sample_weight is None else ops.cast(sample_weight,
+                                                                             nll.dtype)
+        loss = ops.sum(nll * weight) / ops.maximum(ops.sum(weight), 1.0)
         for metric in self.metrics:
-            if metric.name == "loss":
-                metric.update_state(loss)
-            else:
+            if metric.name != "loss":  # Keras' loss tracker: the trainer gives it the loss
                 metric.update_state(y, nll, sample_weight=sample_weight)
+        return loss
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        """The metrics' results (`compute_loss` has updated them)."""
+        for metric in self.metrics:
+            if not getattr(metric, "built", True):  # the compiled metrics, not built yet
+                # Before the first step JAX's and PyTorch's trainers build the compiled metrics
+                # by calling this method on symbolic tensors (a step builds them in
+                # compute_loss, which runs first): an NLL of y's shape builds them, and updates
+                # nothing that lasts.
+                metric.update_state(y, ops.zeros(ops.shape(y)), sample_weight=sample_weight)
         return self.get_metrics_result()
-
-    def train_step(self, data):
-        ids, reset, y, sample_weight = self._unpack(data)
-        with tf.GradientTape() as tape:
-            nll = self._run(ids, reset, y, True)
-            loss = self._loss(nll, sample_weight)
-            scaled = self.optimizer.scale_loss(loss)
-        variables = self.lm.trainable_variables
-        self.optimizer.apply(tape.gradient(scaled, variables), variables)
-        return self._metrics_result(loss, y, nll, sample_weight)
-
-    def test_step(self, data):
-        ids, reset, y, sample_weight = self._unpack(data)
-        nll = self._inference_step(ids, reset, y)
-        return self._metrics_result(self._loss(nll, sample_weight), y, nll, sample_weight)
-
-    def predict_step(self, data):
-        ids, reset, _, _ = self._unpack(data)
-        return self._inference_step(ids, reset, None)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
                **kwargs):
