@@ -15,7 +15,8 @@ def score_document(model, token_ids, target_mask=None, tgt_len=None, mem_len=Non
     """Per-token NLL of documents `token_ids` int [B, S]: nll[:, t] = -log p(token t+1 | <= t).
 
     Reads each document as Transformer-XL evaluation does: segments of T tokens, each attending
-    to the key/value memory of the last M positions, carried by one loop (`ops.while_loop`:
+    to the key/value memory of the last M positions (a `KeyValueRing`: each segment's keys and
+    values written over the oldest, in place where the loop compiles), carried by one loop (`ops.while_loop`:
     in-graph on TensorFlow, so a SavedModel serves a whole document per request, and S may be
     unknown until it runs; on JAX S is static, as every shape is there, and the loop is
     lax.while_loop, eagerly too). The position keys of K = M + T are computed once, before the
@@ -57,7 +58,7 @@ def score_document(model, token_ids, target_mask=None, tgt_len=None, mem_len=Non
 
     _, _, nll = ops.while_loop(
         lambda step, *_: step < num_segments, body,
-        (ops.convert_to_tensor(0, "int32"), model.init_key_value_memory(batch, mem_len),
+        (ops.convert_to_tensor(0, "int32"), model.init_key_value_ring(batch, tgt_len, mem_len),
          ops.zeros((batch, num_segments, tgt_len), "float32")))
     nll = ops.reshape(nll, (batch, num_segments * tgt_len))[:, :num_targets]
     return ops.where(mask, nll, 0.0), mask
