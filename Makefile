@@ -6,13 +6,17 @@ STAMP  := $(VENV)/.installed
 # No TF_CPP_MIN_LOG_LEVEL here: the tools are quiet by themselves (tfxl/cli/quiet.py) and an
 # exported level would replace their default of 3; tests/conftest.py sets its own.
 
-.PHONY: test test-jax lint demo demo-classify install clean
+.PHONY: test test-jax test-torch lint demo demo-classify install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # uv (from PyPI, into the venv) installs what pip would, from PyPI, in parallel and without
 # compiling every module to bytecode first: in a fresh clone on 2 cores, 30 s rather than 109 s.
+# uv reads its own settings, not pip's: the wheel folder pip is configured with (PIP_FIND_LINKS)
+# is passed on, so that torch==2.13.0 resolves to its CPU wheel where one is there (else PyPI's
+# CUDA build: the same tests, several GB more to download).
+export UV_FIND_LINKS ?= $(PIP_FIND_LINKS)
 $(STAMP): $(PY) setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet 'uv>=0.9'
 	$(PY) -m uv pip install --quiet --python $(PY) -e '.[test]'
@@ -23,12 +27,19 @@ install: $(STAMP)  ## create .venv and install tfxl with its test extra
 test: $(STAMP)     ## the whole suite on two workers, largest files first; `-m "not expensive"` in PYTEST_ARGS: the inner loop
 	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q --durations=20 $(PYTEST_ARGS) tests
 	$(MAKE) test-jax
+	$(MAKE) test-torch
 
 # The modules marked every_backend again on JAX (tests/conftest.py selects them). XLA at -O0:
 # JAX compiles every eager op, and LLVM's optimisation was most of that time (45 s against 59 s
 # for the layer tests); the timings differ from TensorFlow's, so none is listed as expensive.
 test-jax: $(STAMP) ## the every_backend tests under KERAS_BACKEND=jax
 	KERAS_BACKEND=jax JAX_PLATFORMS=cpu XLA_FLAGS=--xla_backend_optimization_level=0 \
+	$(PY) -m pytest -n 2 --dist loadfile -q -o expensive_seconds=inf $(PYTEST_ARGS) tests
+
+# The same modules on PyTorch (eager: nothing to compile). One intra-op thread per worker: two
+# workers share the cores, and the tests' ops are small.
+test-torch: $(STAMP) ## the every_backend tests under KERAS_BACKEND=torch
+	KERAS_BACKEND=torch OMP_NUM_THREADS=1 \
 	$(PY) -m pytest -n 2 --dist loadfile -q -o expensive_seconds=inf $(PYTEST_ARGS) tests
 
 lint: $(STAMP)     ## ruff, configured in pyproject.toml
