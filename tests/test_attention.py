@@ -143,7 +143,7 @@ def test_one_key_attends_with_probability_one_and_no_warning():
     assert not [w for w in caught if "softmax" in str(w.message)], [str(w.message) for w in caught]
     # One key: the context is that key's value; output = LayerNorm(h + value W_o).
     _, values = layer.project_memory(h)
-    want = layer.layer_norm(h + ops.matmul(ops.reshape(ops.transpose(values, (0, 2, 1, 3)),
-                                                       (B, 1, N * H)),
-                                           ops.reshape(layer.output_kernel, (N * H, D))))
+    context = ops.reshape(ops.transpose(values, (0, 2, 1, 3)), (B, 1, N * H))
+    want = layer.layer_norm(ops.convert_to_tensor(h) + ops.matmul(
+        context, ops.reshape(layer.output_kernel, (N * H, D))))
     np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)

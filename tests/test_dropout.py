@@ -1,5 +1,6 @@
 """HashDropout keeps Keras' Dropout contract."""
 
+import keras
 import numpy as np
 import pytest
 from keras import ops
@@ -49,8 +50,12 @@ def numpy_keep_mask(shape, seed, rate):
     return hash_bits(shape, seed) >= np.uint32(min(round(rate * 2**32), 2**32 - 1))
 
 
-@pytest.mark.parametrize("shape, rate, seed", [((3, 5, 7), 0.1, 0), ((2, 64), 0.5, 12345),
-                                               ((4, 3, 2, 9), 0.9, 2**31 + 7)])
+@pytest.mark.parametrize("shape, rate, seed", [
+    ((3, 5, 7), 0.1, 0), ((2, 64), 0.5, 12345),
+    # Keras' SeedGenerator keeps its state in int32 on PyTorch: a seed >= 2^31 overflows there
+    # (in Keras, before any tfxl code runs).
+    pytest.param((4, 3, 2, 9), 0.9, 2**31 + 7, marks=pytest.mark.skipif(
+        keras.backend.backend() == "torch", reason="Keras' int32 seed state on PyTorch"))])
 def test_the_mask_is_the_documented_hash_eagerly_and_under_xla(shape, rate, seed):
     # keras.ops only: the same bits on every backend, which this pins (numpy as the oracle).
     layer = HashDropout(rate, seed=seed)

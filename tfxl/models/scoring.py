@@ -15,12 +15,13 @@ def score_document(model, token_ids, target_mask=None, tgt_len=None, mem_len=Non
     """Per-token NLL of documents `token_ids` int [B, S]: nll[:, t] = -log p(token t+1 | <= t).
 
     Reads each document as Transformer-XL evaluation does: segments of T tokens, each attending
-    to the key/value memory of the last M positions (a `KeyValueRing`: each segment's keys and
-    values written over the oldest, in place where the loop compiles), carried by one loop (`ops.while_loop`:
-    in-graph on TensorFlow, so a SavedModel serves a whole document per request, and S may be
-    unknown until it runs; on JAX S is static, as every shape is there, and the loop is
-    lax.while_loop, eagerly too). The position keys of K = M + T are computed once, before the
-    loop. The last segment is right-padded to T; its padded targets are dropped.
+    to the key/value memory of the last M positions (a `KeyValueRing`: each segment's keys
+    and values written over the oldest, in place where the loop compiles), carried by one loop
+    (`ops.while_loop`: in-graph on TensorFlow, so a SavedModel serves a whole document per
+    request, and S may be unknown until it runs; on JAX S is static, as every shape is there,
+    and the loop is lax.while_loop, eagerly too). The position keys of K = M + T are computed
+    once, before the loop. The last segment is right-padded to T; its padded targets are
+    dropped.
 
     target_mask: optional [B, S - 1], bool or float (0 = not counted), e.g. False at the right
       padding of rows of different lengths. It only selects targets: every input is still read,
