@@ -14,16 +14,16 @@ each precision (fp32 and bf16 mixed), in one run on one device:
     `clip_grad_norm_(0.25)`, its `mems` fed back;
   * evaluation tokens/s at the presets' evaluation settings (wt103_base T 64 / M 640 / clamp 400,
     enwik8_base T 80 / M 2100 / clamp 820, same_length), batch 10 (the original PyTorch
-    eval.py's default): tfxl's key/value memory path (one jitted segment step, position keys
-    computed once, the memory donated); the peer under `torch.no_grad()` with its layer-input
-    `mems`;
+    eval.py's default): tfxl's key/value ring (one jitted segment step, position keys computed
+    once, the ring donated so each segment is written into it in place); the peer under
+    `torch.no_grad()` with its layer-input `mems`;
   * generation ms/token at batch 1 and 32 on a full memory of the evaluation M, greedy: tfxl
-    through `TransfoXLLM.generate` where it runs on this backend, else (today: it is TensorFlow
-    code) a jitted `lax.fori_loop` over the model's one-token step `decode_step` on a key/value
-    memory kept as a ring (each token's keys and values written in place at a moving slot with
-    `slice_update`, per-slot distances); the peer: one `model.transformer` call per token with its
-    `mems`, the log-probs from its adaptive softmax, argmax. ms/token = (time of 1 + n tokens -
-    time of 1 token) / n, so the call overhead cancels;
+    through `TransfoXLLM.generate` where it runs on this backend (JAX, since generation became
+    `keras.ops`), else a jitted `lax.fori_loop` over the model's one-token step `decode_step`
+    on a key/value memory kept as a ring (each token's keys and values written in place at a
+    moving slot with `slice_update`, per-slot distances); the peer: one `model.transformer` call
+    per token with its `mems`, the log-probs from its adaptive softmax, argmax. ms/token =
+    (time of 1 + n tokens - time of 1 token) / n, so the call overhead cancels;
   * model FLOP/s (`common.forward_flops`; training = 3 x forward; the adaptive softmax's tail
     clusters counted for every token, which tfxl's static tail path on JAX does compute) against
     the device's peak, measured as the best of chained [n, n] matmuls in bf16 and in fp32 with
@@ -124,6 +124,32 @@ def summary(times, work):
     return {"median_per_s": work / med, "best_per_s": work / min(times), "loop_s": times}
 
 
+def timed_segments(step_segment, ids, seg_len, warmup, steps, repeats, work_per_step):
+    """Feeds consecutive [B, T] segments of `ids` (inputs, next-token targets) to
+    `step_segment(inputs, targets)`, which returns an array to synchronize on: `warmup` steps
+    (compilation included), then `repeats` timed loops of `steps`. Returns (warmup seconds,
+    `summary` of the loops, loop seconds)."""
+    import jax
+    count = warmup + steps * repeats
+    segments = [(jax.device_put(ids[:, i * seg_len:(i + 1) * seg_len]),
+                 jax.device_put(ids[:, i * seg_len + 1:(i + 1) * seg_len + 1]))
+                for i in range(count)]
+    position = {"next": 0}
+
+    def run(n):
+        out = None
+        for _ in range(n):
+            out = step_segment(*segments[position["next"]])
+            position["next"] += 1
+        jax.block_until_ready(out)
+
+    start = time.perf_counter()
+    run(warmup)
+    warmup_s = time.perf_counter() - start
+    times = timed_loops(lambda: run(steps), repeats)
+    return warmup_s, summary(times, steps * work_per_step), times
+
+
 START = time.perf_counter()
 
 
@@ -194,24 +220,16 @@ def tfxl_train(model, config, batch, steps, repeats, warmup):
 
     step = jax.jit(train_step, donate_argnums=(0, 1, 2, 3))
     t = config.tgt_len
-    count = warmup + steps * repeats
-    ids = zipf_ids(config.vocab_size, (batch, count * t + 1))
-    segments = [(jax.device_put(ids[:, i * t:(i + 1) * t]),
-                 jax.device_put(ids[:, i * t + 1:(i + 1) * t + 1])) for i in range(count)]
-    state = {"i": 0, "vars": (trainable, non_trainable, opt_vars, memory), "loss": None}
+    ids = zipf_ids(config.vocab_size, (batch, (warmup + steps * repeats) * t + 1))
+    state = {"vars": (trainable, non_trainable, opt_vars, memory), "loss": None}
 
-    def run(n):
-        for _ in range(n):
-            seg_ids, targets = segments[state["i"]]
-            *variables, loss = step(*state["vars"], seg_ids, targets)
-            state.update(i=state["i"] + 1, vars=tuple(variables), loss=loss)
-        jax.block_until_ready(state["loss"])
+    def step_segment(seg_ids, targets):
+        *variables, loss = step(*state["vars"], seg_ids, targets)
+        state.update(vars=tuple(variables), loss=loss)
+        return loss
 
-    start = time.perf_counter()
-    run(warmup)
-    warmup_s = time.perf_counter() - start
-    times = timed_loops(lambda: run(steps), repeats)
-    result = summary(times, steps * batch * t)
+    warmup_s, result, times = timed_segments(step_segment, ids, t, warmup, steps, repeats,
+                                             batch * t)
     return {"batch": batch, "tgt_len": t, "mem_len": config.mem_len, "steps": steps,
             "repeats": repeats, "warmup_s": warmup_s,
             "tokens_per_s": result["median_per_s"], "best_tokens_per_s": result["best_per_s"],
@@ -229,8 +247,10 @@ def tfxl_eval(model, config, batch, steps, repeats, warmup):
     t, m = settings["tgt_len"], settings["mem_len"]
     trainable, non_trainable = _variables(model)
     position_keys = model.position_keys(m + t, settings["clamp_len"])
-    # One buffer per leaf (an empty memory shares one zero tensor between its layers), donated.
-    memory = jax.tree_util.tree_map(jnp.copy, model.init_key_value_memory(batch, m))
+    # The key/value ring, as tfxl's evaluation reads it: donated, so XLA writes each segment
+    # into its buffers in place. One buffer per leaf (an empty ring shares one zero tensor
+    # between its layers).
+    memory = jax.tree_util.tree_map(jnp.copy, model.init_key_value_ring(batch, t, m))
 
     def eval_step(trainable, non_trainable, memory, position_keys, ids, targets):
         (nll, memory), _ = model.stateless_call(
@@ -240,25 +260,16 @@ def tfxl_eval(model, config, batch, steps, repeats, warmup):
         return memory, ops.sum(nll)
 
     step = jax.jit(eval_step, donate_argnums=(2,))
-    count = warmup + steps * repeats
-    ids = zipf_ids(config.vocab_size, (batch, count * t + 1), seed=1)
-    segments = [(jax.device_put(ids[:, i * t:(i + 1) * t]),
-                 jax.device_put(ids[:, i * t + 1:(i + 1) * t + 1])) for i in range(count)]
-    state = {"i": 0, "memory": memory, "nll": None}
+    ids = zipf_ids(config.vocab_size, (batch, (warmup + steps * repeats) * t + 1), seed=1)
+    state = {"memory": memory}
 
-    def run(n):
-        for _ in range(n):
-            seg_ids, targets = segments[state["i"]]
-            memory, nll = step(trainable, non_trainable, state["memory"], position_keys,
-                               seg_ids, targets)
-            state.update(i=state["i"] + 1, memory=memory, nll=nll)
-        jax.block_until_ready(state["nll"])
+    def step_segment(seg_ids, targets):
+        state["memory"], nll = step(trainable, non_trainable, state["memory"], position_keys,
+                                    seg_ids, targets)
+        return nll
 
-    start = time.perf_counter()
-    run(warmup)
-    warmup_s = time.perf_counter() - start
-    times = timed_loops(lambda: run(steps), repeats)
-    result = summary(times, steps * batch * t)
+    warmup_s, result, times = timed_segments(step_segment, ids, t, warmup, steps, repeats,
+                                             batch * t)
     flops = common.forward_flops(config, batch, t, m, key_value_memory=True)
     return {"batch": batch, "tgt_len": t, "mem_len": m, "clamp_len": settings["clamp_len"],
             "same_length": settings["same_length"], "steps": steps, "repeats": repeats,

@@ -30,6 +30,7 @@ def test_prefer_onednn_sets_1_only_where_nothing_is_set():
         assert environ == {ONEDNN: chosen}
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("exported, argv, expected", [
     (None, [], "1"), (None, ["--verbosity=1"], "1"), ("0", [], "0")])
 def test_a_tool_process_prefers_onednn_unless_exported(exported, argv, expected):
