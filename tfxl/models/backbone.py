@@ -165,10 +165,8 @@ class TransfoXLBackbone(keras.layers.Layer):
         if ring:
             memory.check_segment_len(segment_len)
             mask = memory.attention_mask(segment_len, same_length, segment_valid)
-            key_distance, write_slot = None, memory.next_slot
         else:
             mask = attention_mask(memory.valid, segment_len, same_length, segment_valid)
-            key_distance = write_slot = None
         if position_keys is not None and position_keys[0].shape[-1] not in (
                 None, mem_len + segment_len + 1):
             raise ValueError(f"position_keys were computed for {position_keys[0].shape[-1] - 1} "
@@ -181,7 +179,8 @@ class TransfoXLBackbone(keras.layers.Layer):
         hidden = self.embedding_dropout(self.embedding(token_ids), training=training)
         layer_memories = [memory.layer(i) for i in range(c.n_layer)]
         hidden, layer_inputs, segment_keys, segment_values = self.run_blocks(
-            hidden, layer_memories, position_keys, mask, training, key_distance, write_slot)
+            hidden, layer_memories, position_keys, mask, training,
+            write_slot=memory.next_slot if ring else None)
         hidden = self.output_dropout(hidden, training=training)
         if not self.return_memory:
             return hidden
