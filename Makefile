@@ -13,10 +13,13 @@ $(PY):
 
 # uv (from PyPI, into the venv) installs what pip would, from PyPI, in parallel and without
 # compiling every module to bytecode first: in a fresh clone on 2 cores, 30 s rather than 109 s.
-# uv reads its own settings, not pip's: the wheel folder pip is configured with (PIP_FIND_LINKS)
-# is passed on, so that torch==2.13.0 resolves to its CPU wheel where one is there (else PyPI's
-# CUDA build: the same tests, several GB more to download).
-export UV_FIND_LINKS ?= $(PIP_FIND_LINKS)
+# uv reads its own settings, not pip's: the wheel folder pip is configured with (PIP_FIND_LINKS,
+# else pip.conf's find-links) is passed on, so that torch==2.13.0 resolves to its CPU wheel where
+# one is there (else PyPI's CUDA build: the same tests, several GB more to download).
+ifeq ($(origin UV_FIND_LINKS),undefined)
+UV_FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+endif
+export UV_FIND_LINKS
 $(STAMP): $(PY) setup.cfg pyproject.toml
 	$(PY) -m pip install --quiet 'uv>=0.9'
 	$(PY) -m uv pip install --quiet --python $(PY) -e '.[test]'
