@@ -65,7 +65,7 @@ def test_ring_equals_key_value_memory_segment_by_segment(case):
     lm = tiny_lm(**CASES[case])
     want, want_memory = _run(lm, lm.init_key_value_memory(2))
     ring = lm.init_key_value_ring(2)
-    assert ring.size % lm.config.tgt_len == 0 and ring.size >= lm.config.mem_len + 4 - 1
+    assert ring.size % lm.config.tgt_len == 0 and ring.size >= lm.config.mem_len + lm.config.tgt_len
     got, ring = _run(lm, ring)
     np.testing.assert_allclose(got, want, atol=1e-5)
     _assert_same_memory(ring.to_memory(), want_memory)

@@ -30,7 +30,6 @@ import tensorflow as tf
 from tfxl.paths import is_local  # also tfxl.files.is_local, for the tools
 
 
-
 def read_json(path, what):
     """A JSON file's object; ValueError naming the file when it cannot be read or parsed, or
     holds something other than an object."""

@@ -29,6 +29,7 @@ from tfxl.models.language_model import TransfoXLLM
 
 LOSS, PREDICT = "loss", "predict"  # StatefulTransfoXLLM._steps: the entry point running steps
 
+
 class _Hidden:
     """A non-trainable variable held out of sight: a plain object's attribute is tracked neither
     by Keras (not a weight, not in .keras files) nor by tf.train.Checkpoint / SavedModel."""
