@@ -1,12 +1,12 @@
-"""tfxl.layers and the language model on a Keras backend other than TensorFlow, in a process
-where TensorFlow cannot be imported: they import, and give TensorFlow's numbers on the same
-weights.
+"""tfxl.layers and the language model on JAX and on PyTorch, in a process where TensorFlow
+cannot be imported: they import, and give TensorFlow's numbers on the same weights.
 
-(The layer tests themselves run on every backend: `make test` runs the modules marked
-`every_backend` again under KERAS_BACKEND=jax.)
+(The model tests themselves run on every backend: `make test` runs the modules marked
+`every_backend` again under KERAS_BACKEND=jax and =torch.)
 """
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -31,24 +31,23 @@ class NoTensorFlow:
 sys.meta_path.insert(0, NoTensorFlow())
 """
 
-ON_JAX = WITHOUT_TENSORFLOW + """
-import keras, numpy as np
-import tfxl.layers  # registers the layers for the .keras file
-assert keras.backend.backend() == "jax"
-model = keras.saving.load_model(sys.argv[1])
-inputs = np.load(sys.argv[2])
-outputs = model([inputs[f"input_{i}"] for i in range(len(inputs.files))])
-np.savez(sys.argv[3], *[keras.ops.convert_to_numpy(x) for x in outputs])
-assert not [m for m in sys.modules if m.startswith("tensorflow")], "TensorFlow was imported"
-"""
-
-LANGUAGE_MODEL_ON_JAX = WITHOUT_TENSORFLOW + """
+# The child: loads what the parent saved under TensorFlow and writes its outputs.
+ON_ANOTHER_BACKEND = WITHOUT_TENSORFLOW + """
 import keras, numpy as np
 import tfxl.models
 from tfxl.models.scoring import score_document
-assert keras.backend.backend() == "jax"
-model = keras.saving.load_model(sys.argv[1])
-inputs = np.load(sys.argv[2])
+assert keras.backend.backend() == sys.argv[1], keras.backend.backend()
+work = sys.argv[2]
+
+# The functional model of a block and the adaptive softmax.
+layers = keras.saving.load_model(f"{work}/layers.keras")
+inputs = np.load(f"{work}/layers_inputs.npz")
+outputs = layers([inputs[f"input_{i}"] for i in range(len(inputs.files))])
+np.savez(f"{work}/layers_outputs.npz", *[keras.ops.convert_to_numpy(x) for x in outputs])
+
+# The language model.
+model = keras.saving.load_model(f"{work}/lm.keras")
+inputs = np.load(f"{work}/lm_inputs.npz")
 segments = inputs["segments"]
 outputs = {}
 for kind, memory in (("layer_input", model.init_memory(segments.shape[1])),
@@ -71,28 +70,27 @@ except ImportError as error:
     assert "tfxl.hub.TransfoXLTokenizer needs TensorFlow" in str(error), error
 else:
     raise AssertionError("TransfoXLTokenizer without TensorFlow")
-np.savez(sys.argv[3], **outputs)
+np.savez(f"{work}/lm_outputs.npz", **outputs)
 assert not [m for m in sys.modules if m.startswith("tensorflow")], "TensorFlow was imported"
 """
 
 B, T, M, D, N, H, V = 2, 5, 3, 16, 2, 8, 40
 # 40 sampled tokens: the recent window (32 slots) merges once.
 GENERATE = dict(n=40, sampling=dict(temperature=1.0, top_k=20, top_p=0.95, seed=-12345))
-LANGUAGE_MODEL_ON_JAX = LANGUAGE_MODEL_ON_JAX.replace("GENERATE", repr(GENERATE))
+ON_ANOTHER_BACKEND = ON_ANOTHER_BACKEND.replace("GENERATE", repr(GENERATE))
 
 
-def run_on_jax(script, *paths):
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
-    done = subprocess.run([sys.executable, "-c", script, *map(str, paths)], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+@pytest.fixture(scope="module")
+def on_tensorflow(tmp_path_factory):
+    """The two models saved as .keras files under TensorFlow, their inputs, and TensorFlow's
+    outputs: (folder, {"layers": [outputs], "lm": {name: output}})."""
+    work = tmp_path_factory.mktemp("on_tensorflow")
+    return work, {"layers": layers_on_tensorflow(work), "lm": language_model_on_tensorflow(work)}
 
 
-def test_layers_run_on_jax_without_tensorflow_and_agree_with_it(tmp_path):
+def layers_on_tensorflow(work):
     """A functional model of a Transformer-XL block on a memory (layer inputs) and the adaptive
-    softmax's NLL (tail clusters: TensorFlow's sparse path here, the static one on JAX), saved
-    as a .keras file, loaded and run under JAX with TensorFlow unimportable: the outputs agree
-    to 1e-5."""
+    softmax's NLL (tail clusters: TensorFlow's sparse path here, the static one elsewhere)."""
     rng = np.random.default_rng(0)
     block = TransformerXLBlock(D, N, H, 24, init_std=0.3)
     softmax = AdaptiveSoftmax(V, D, D, cutoffs=(10, 25), div_val=2, init_std=0.3)
@@ -106,24 +104,15 @@ def test_layers_run_on_jax_without_tensorflow_and_agree_with_it(tmp_path):
               for x in arrays]
     hidden, _ = block(*inputs[:6])
     model = keras.Model(inputs, [hidden, softmax(hidden, inputs[6])])
-    want = [to_numpy(x) for x in model(arrays)]
-    model.save(tmp_path / "model.keras")
-    np.savez(tmp_path / "inputs.npz", **{f"input_{i}": x for i, x in enumerate(arrays)})
-
-    run_on_jax(ON_JAX, tmp_path / "model.keras", tmp_path / "inputs.npz",
-               tmp_path / "outputs.npz")
-    got = np.load(tmp_path / "outputs.npz")
-    for i, expected in enumerate(want):
-        np.testing.assert_allclose(got[f"arr_{i}"], expected, atol=1e-5, rtol=1e-5)
+    model.save(work / "layers.keras")
+    np.savez(work / "layers_inputs.npz", **{f"input_{i}": x for i, x in enumerate(arrays)})
+    return [to_numpy(x) for x in model(arrays)]
 
 
-def test_the_language_model_runs_on_jax_without_tensorflow_segment_by_segment(tmp_path):
-    """A language model with tail clusters and tied weights saved under TensorFlow, loaded under
-    JAX with TensorFlow unimportable: three segments on each memory (layer inputs, keys and
-    values; M = 6 > T = 4) and a whole document (`score_document`) give TensorFlow's NLL to
-    1e-5, `generate` with a seed samples TensorFlow's tokens (one random stream on every
-    backend), and the stateful model's fit gives TensorFlow's NLL; tfxl.hub imports, and its
-    tokenizer says it needs TensorFlow."""
+def language_model_on_tensorflow(work):
+    """A language model with tail clusters and tied weights: three segments on each memory
+    (layer inputs, keys and values; M = 6 > T = 4), a whole document (`score_document`),
+    `generate` with a seed, and the stateful model's first loss (the first segment's NLL)."""
     model = tiny_lm(vocab_size=V, d_model=D, d_head=H, n_head=N, d_embed=D, cutoffs=(10, 25),
                     div_val=2, tie_weight=True, tgt_len=4, mem_len=6, eval_mem_len=6,
                     init_std=0.3)
@@ -139,12 +128,32 @@ def test_the_language_model_runs_on_jax_without_tensorflow_segment_by_segment(tm
     want["document"] = to_numpy(score_document(model, document)[0])
     want["generated"] = model.generate(prompt, GENERATE["n"], **GENERATE["sampling"])
     want["stateful_fit"] = np.array([want["layer_input_0"].mean()])
-    model.save(tmp_path / "lm.keras")
-    np.savez(tmp_path / "segments.npz", segments=segments, document=document, prompt=prompt)
-    run_on_jax(LANGUAGE_MODEL_ON_JAX, tmp_path / "lm.keras", tmp_path / "segments.npz",
-               tmp_path / "nll.npz")
-    got = np.load(tmp_path / "nll.npz")
-    assert sorted(got.files) == sorted(want)
-    np.testing.assert_array_equal(got["generated"], want.pop("generated"))
-    for name, expected in want.items():
-        np.testing.assert_allclose(got[name], expected, atol=1e-5, rtol=1e-5, err_msg=name)
+    model.save(work / "lm.keras")
+    np.savez(work / "lm_inputs.npz", segments=segments, document=document, prompt=prompt)
+    return want
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_the_layers_and_the_language_model_run_without_tensorflow_and_agree_with_it(
+        on_tensorflow, tmp_path, backend):
+    """Both models, loaded from their .keras files on JAX and on PyTorch in a process where
+    TensorFlow cannot be imported, give TensorFlow's outputs to 1e-5 (the block, the softmax's
+    NLL, each segment on each memory, the document), `generate` samples TensorFlow's tokens
+    (one random stream on every backend) and the stateful model's fit gives TensorFlow's NLL;
+    tfxl.hub imports, and its tokenizer says it needs TensorFlow."""
+    saved, want = on_tensorflow
+    work = tmp_path / "work"
+    shutil.copytree(saved, work)
+    env = {**os.environ, "KERAS_BACKEND": backend, "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", ON_ANOTHER_BACKEND, backend, str(work)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    got = np.load(work / "layers_outputs.npz")
+    for i, expected in enumerate(want["layers"]):
+        np.testing.assert_allclose(got[f"arr_{i}"], expected, atol=1e-5, rtol=1e-5)
+    got, expected = np.load(work / "lm_outputs.npz"), dict(want["lm"])
+    assert sorted(got.files) == sorted(expected)
+    np.testing.assert_array_equal(got["generated"], expected.pop("generated"))
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, atol=1e-5, rtol=1e-5, err_msg=name)

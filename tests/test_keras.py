@@ -1,13 +1,16 @@
-"""Keras composition: the backbone in a functional model, the LM under plain model.fit."""
+"""Keras composition: the backbone in a functional model (every backend), the LM under plain
+model.fit on tf.data (TensorFlow; tests/test_stateful.py runs the stateful model everywhere)."""
 
 import keras
 import numpy as np
-import tensorflow as tf
+import pytest
 
 import factories
 from factories import tiny_config
 from tfxl import StatefulTransfoXLLM, TransfoXLBackbone
 from tfxl.layers.memory import KeyValueMemory
+
+pytestmark = pytest.mark.every_backend
 
 T, B = 8, 4
 
@@ -46,9 +49,11 @@ def stream_batches(n_batches, seed=0):
 
 
 def as_dataset(x, y):
+    import tensorflow as tf
     return tf.data.Dataset.from_tensor_slices((x, y))  # one [B, T] batch per element, in order
 
 
+@pytest.mark.tensorflow_only
 def test_stateful_fit_carries_memory_and_matches_the_stateless_model(tmp_path):
     x, y = stream_batches(60)
     model = StatefulTransfoXLLM(config(), batch_size=B)
@@ -65,7 +70,7 @@ def test_stateful_fit_carries_memory_and_matches_the_stateless_model(tmp_path):
     memory, total = model.lm.init_memory(B), 0.0
     for xb, yb in zip(x[:10], y[:10]):
         nll, memory = model.lm(xb, memory, targets=yb)
-        total += float(tf.reduce_mean(nll))
+        total += float(np.mean(nll.numpy()))
     np.testing.assert_allclose(got, total / 10, rtol=1e-5)
     np.testing.assert_array_equal(model._memory.variables.states.numpy(), trained_memory)
 
@@ -89,6 +94,7 @@ def log_probs_by_hand(lm, segments):
     return np.concatenate(out)
 
 
+@pytest.mark.tensorflow_only
 def test_stateful_predict_uses_a_key_value_memory_equal_to_the_layer_input_path():
     x, _ = stream_batches(6, seed=1)
     # mem_len > T, and an init_std at which attention is neither uniform nor one-hot.

@@ -1,12 +1,14 @@
 """The inference path (key/value memory, position keys computed once) against the training path
-(layer-input memory) and the numpy oracle, segment after segment."""
+(layer-input memory) and the numpy oracle, segment after segment, on every backend."""
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
+from backends import compiled, to_numpy
 from factories import tiny_lm
 from naive_reference import NaiveTransfoXL
+
+pytestmark = pytest.mark.every_backend
 
 T = 4
 
@@ -38,22 +40,22 @@ def test_key_value_path_equals_layer_input_path_and_oracle(case):
         x, y = inputs[:, s * T:(s + 1) * T], targets[:, s * T:(s + 1) * T]
         if naive is not None:
             hidden, _ = lm.backbone(x, key_value, position_keys=position_keys)
-            np.testing.assert_allclose(hidden.numpy(), naive.step(x, c.mem_len), atol=2e-5,
+            np.testing.assert_allclose(to_numpy(hidden), naive.step(x, c.mem_len), atol=2e-5,
                                        err_msg=f"oracle, segment {s}")
         want_nll, _ = lm(x, states, targets=y)
         want_log_probs, states = lm(x, states)
         got_nll, _ = lm(x, key_value, targets=y, position_keys=position_keys)
         got_log_probs, key_value = lm(x, key_value, position_keys=position_keys)
-        np.testing.assert_allclose(got_nll.numpy(), want_nll.numpy(), atol=1e-5,
+        np.testing.assert_allclose(to_numpy(got_nll), to_numpy(want_nll), atol=1e-5,
                                    err_msg=f"segment {s}")
-        np.testing.assert_allclose(got_log_probs.numpy(), want_log_probs.numpy(), atol=1e-5,
+        np.testing.assert_allclose(to_numpy(got_log_probs), to_numpy(want_log_probs), atol=1e-5,
                                    err_msg=f"segment {s}")
         # The key/value memory is at every step what the layer-input memory projects to.
         converted = lm.key_value_memory(states)
         for name in ("keys", "values"):
-            np.testing.assert_allclose(key_value.to_dict()[name].numpy(),
-                                       converted.to_dict()[name].numpy(), atol=1e-5)
-        np.testing.assert_array_equal(key_value.valid.numpy(), states.valid.numpy())
+            np.testing.assert_allclose(to_numpy(key_value.to_dict()[name]),
+                                       to_numpy(converted.to_dict()[name]), atol=1e-5)
+        np.testing.assert_array_equal(to_numpy(key_value.valid), to_numpy(states.valid))
     assert key_value.to_dict()["keys"].shape == (2, c.n_layer, c.n_head, c.d_head, c.mem_len)
     assert key_value.to_dict()["values"].shape == (2, c.n_layer, c.n_head, c.mem_len, c.d_head)
 
@@ -72,9 +74,9 @@ def test_reset_rows_and_padding_follow_the_layer_input_path():
         run = dict(reset=reset, segment_valid=valid, targets=y)
         want, states = lm(x, states, **run)
         got, key_value = lm(x, key_value, position_keys=position_keys, **run)
-        np.testing.assert_allclose(got.numpy()[valid], want.numpy()[valid], atol=1e-5,
+        np.testing.assert_allclose(to_numpy(got)[valid], to_numpy(want)[valid], atol=1e-5,
                                    err_msg=f"segment {s}")
-        np.testing.assert_array_equal(key_value.valid.numpy(), states.valid.numpy())
+        np.testing.assert_array_equal(to_numpy(key_value.valid), to_numpy(states.valid))
 
 
 def test_a_trainers_memory_carries_over_to_the_inference_path():
@@ -88,7 +90,7 @@ def test_a_trainers_memory_carries_over_to_the_inference_path():
     for x in segments[2:]:
         want, states = lm(x, states)
         got, key_value = lm(x, key_value)  # position keys computed by the call itself
-        np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5)
+        np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
 
 
 def test_key_value_step_compiles_with_xla_and_agrees():
@@ -96,13 +98,12 @@ def test_key_value_step_compiles_with_xla_and_agrees():
     x = np.random.default_rng(3).integers(0, 23, (2, T))
     memory = lm.key_value_memory(lm(x, lm.init_memory(2, mem_len=5))[1])
     position_keys = lm.position_keys(5 + T)
-    step = tf.function(lambda ids, m, p: lm(ids, m, targets=ids, position_keys=p),
-                       jit_compile=True)
+    step = compiled(lambda ids, m, p: lm(ids, m, targets=ids, position_keys=p))
     got, got_memory = step(x, memory, position_keys)
     want, want_memory = lm(x, memory, targets=x, position_keys=position_keys)
-    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5)
-    np.testing.assert_allclose(got_memory.to_dict()["keys"].numpy(),
-                               want_memory.to_dict()["keys"].numpy(), atol=1e-5)
+    np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-5)
+    np.testing.assert_allclose(to_numpy(got_memory.to_dict()["keys"]),
+                               to_numpy(want_memory.to_dict()["keys"]), atol=1e-5)
 
 
 def test_position_keys_of_another_shape_are_refused():

@@ -1,13 +1,16 @@
 """The memory types: what tf.nest, keras.tree and tf.function take, the dict boundary, the model's
-entry check and the holder of memory carried across calls."""
+entry check and the holder of memory carried across calls; on every backend (tf.nest and
+tf.function on TensorFlow)."""
 
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
+from backends import BACKEND, to_numpy
 from factories import tiny_lm
 from tfxl.layers.memory import KeyValueMemory, LayerInputMemory, MemoryVariables, from_dict
+
+pytestmark = pytest.mark.every_backend
 
 B, T, M = 2, 4, 6
 
@@ -18,16 +21,22 @@ def lm():
 
 
 def test_both_types_flatten_and_pack_back_with_tf_nest_and_keras_tree(lm):
+    nests = [keras.tree]
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+        nests.append(tf.nest)
     for memory in (lm.init_memory(B), lm.init_key_value_memory(B, mem_len=M)):
         n_tensors = 2 if isinstance(memory, LayerInputMemory) else 2 * lm.config.n_layer + 1
-        for nest in (tf.nest, keras.tree):
+        for nest in nests:
             leaves = nest.flatten(memory)
             assert len(leaves) == n_tensors
             packed = nest.pack_sequence_as(memory, leaves)
             assert type(packed) is type(memory)
 
 
+@pytest.mark.tensorflow_only
 def test_a_key_value_memory_goes_through_a_tf_function_signature_and_a_while_loop(lm):
+    import tensorflow as tf
     ids = np.random.default_rng(0).integers(0, 23, (B, T)).astype("int32")
     memory = lm.init_key_value_memory(B, mem_len=M)
     spec = tf.nest.map_structure(tf.TensorSpec.from_tensor, memory)
@@ -44,7 +53,7 @@ def test_a_key_value_memory_goes_through_a_tf_function_signature_and_a_while_loo
     for _ in range(3):
         want = lm(ids, want)[1]
     for name, tensor in got.to_dict().items():
-        np.testing.assert_allclose(tensor.numpy(), want.to_dict()[name].numpy(), atol=1e-5)
+        np.testing.assert_allclose(to_numpy(tensor), to_numpy(want.to_dict()[name]), atol=1e-5)
 
 
 def test_to_dict_and_from_dict_are_the_signatures_form_and_round_trip(lm):
@@ -55,8 +64,8 @@ def test_to_dict_and_from_dict_are_the_signatures_form_and_round_trip(lm):
     assert wire["values"].shape == (B, c.n_layer, c.n_head, M, c.d_head)
     back = from_dict(wire)
     assert isinstance(back, KeyValueMemory) and len(back.keys) == c.n_layer
-    for got, want in zip(tf.nest.flatten(back), tf.nest.flatten(key_value)):
-        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    for got, want in zip(keras.tree.flatten(back), keras.tree.flatten(key_value)):
+        np.testing.assert_array_equal(to_numpy(got), to_numpy(want))
     states = lm.init_memory(B)
     assert isinstance(from_dict(states.to_dict()), LayerInputMemory)
     with pytest.raises(ValueError, match=r"a memory dict has the keys \['keys', 'valid'\]"):
@@ -72,7 +81,7 @@ def test_the_model_refuses_a_dict_naming_from_dict_and_takes_a_list_of_fields(lm
     want, _ = lm(ids, memory)
     got, new_memory = lm(ids, list(memory))
     assert isinstance(new_memory, LayerInputMemory)
-    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    np.testing.assert_array_equal(to_numpy(got), to_numpy(want))
 
 
 def test_memory_variables_hold_read_write_and_clear_a_memory(lm):
@@ -81,8 +90,8 @@ def test_memory_variables_hold_read_write_and_clear_a_memory(lm):
     assert all(not v.trainable for v in keras.tree.flatten(held.variables))
     _, memory = lm(np.ones((B, T), "int32"), held.read())
     held.write(memory)
-    np.testing.assert_array_equal(held.read().valid.numpy(), memory.valid.numpy())
-    np.testing.assert_array_equal(held.read().keys[0].numpy(), memory.keys[0].numpy())
-    assert held.read().valid.numpy().any()
+    np.testing.assert_array_equal(to_numpy(held.read().valid), to_numpy(memory.valid))
+    np.testing.assert_array_equal(to_numpy(held.read().keys[0]), to_numpy(memory.keys[0]))
+    assert to_numpy(held.read().valid).any()
     held.clear()
-    assert not held.read().valid.numpy().any()
+    assert not to_numpy(held.read().valid).any()

@@ -1,15 +1,17 @@
 """The backbone and language model: naive oracle, recurrence identity, memory semantics,
-gradients, XLA and mixed precision."""
+gradients, XLA and mixed precision, on every backend."""
 
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
+from backends import compiled, to_numpy, value_and_gradients
 from factories import adaptive_config, tiny_config
 from layer_test_case import run_layer_test
 from naive_reference import NaiveTransfoXL
 from tfxl import TransfoXLBackbone, TransfoXLLM
+
+pytestmark = pytest.mark.every_backend
 
 
 def built_backbone(config, batch=2):
@@ -36,7 +38,7 @@ def test_backbone_matches_naive_segment_by_segment(mem_len, same_length, clamp_l
     for s in range(4):
         segment = ids[:, s * config.tgt_len:(s + 1) * config.tgt_len]
         hidden, memory = backbone(segment, memory)
-        np.testing.assert_allclose(hidden.numpy(), naive.step(segment, mem_len), atol=2e-5,
+        np.testing.assert_allclose(to_numpy(hidden), naive.step(segment, mem_len), atol=2e-5,
                                    err_msg=f"segment {s}")
 
 
@@ -52,8 +54,8 @@ def test_segments_with_long_memory_equal_one_full_pass(tgt_len):
     for start in range(0, total, tgt_len):
         nll, memory = lm(inputs[:, start:start + tgt_len], memory,
                          targets=targets[:, start:start + tgt_len])
-        pieces.append(nll.numpy())
-    np.testing.assert_allclose(np.concatenate(pieces, axis=1), full_nll.numpy(), atol=1e-5)
+        pieces.append(to_numpy(nll))
+    np.testing.assert_allclose(np.concatenate(pieces, axis=1), to_numpy(full_nll), atol=1e-5)
 
 
 def test_fresh_memory_is_never_attended():
@@ -63,7 +65,7 @@ def test_fresh_memory_is_never_attended():
     ids = np.random.randint(0, config.vocab_size, (2, 4))
     with_empty, _ = backbone(ids, backbone.init_memory(2, 6))
     without, _ = backbone(ids, backbone.init_memory(2, 0))
-    np.testing.assert_allclose(with_empty.numpy(), without.numpy(), atol=1e-6)
+    np.testing.assert_allclose(to_numpy(with_empty), to_numpy(without), atol=1e-6)
 
 
 def test_reset_clears_only_the_flagged_rows():
@@ -74,21 +76,21 @@ def test_reset_clears_only_the_flagged_rows():
     out, _ = backbone(second, memory, reset=np.array([True, False]))
     fresh, _ = backbone(second)
     carried, _ = backbone(second, memory)
-    np.testing.assert_allclose(out.numpy()[0], fresh.numpy()[0], atol=1e-6)
-    np.testing.assert_allclose(out.numpy()[1], carried.numpy()[1], atol=1e-6)
-    assert np.abs(carried.numpy()[0] - fresh.numpy()[0]).max() > 1e-3  # memory did matter
+    np.testing.assert_allclose(to_numpy(out)[0], to_numpy(fresh)[0], atol=1e-6)
+    np.testing.assert_allclose(to_numpy(out)[1], to_numpy(carried)[1], atol=1e-6)
+    assert np.abs(to_numpy(carried)[0] - to_numpy(fresh)[0]).max() > 1e-3  # memory did matter
 
 
 def test_memory_update_keeps_last_positions_and_static_shapes():
     config = tiny_config(mem_len=6, tgt_len=4)
     backbone = built_backbone(config)
     _, m1 = backbone(np.zeros((2, 4), np.int32))
-    np.testing.assert_array_equal(m1.valid.numpy()[0], [False, False, True, True, True, True])
+    np.testing.assert_array_equal(to_numpy(m1.valid)[0], [False, False, True, True, True, True])
     assert m1.states.shape == (2, 2, 6, 16)
     _, m2 = backbone(np.ones((2, 4), np.int32), m1)
-    assert m2.valid.numpy().all()
+    assert to_numpy(m2.valid).all()
     # Slots 0-1 of the new memory are the last two positions of the first segment.
-    np.testing.assert_allclose(m2.states.numpy()[:, :, :2], m1.states.numpy()[:, :, -2:])
+    np.testing.assert_allclose(to_numpy(m2.states)[:, :, :2], to_numpy(m1.states)[:, :, -2:])
 
 
 def test_no_gradient_flows_into_memory():
@@ -96,23 +98,25 @@ def test_no_gradient_flows_into_memory():
     lm = TransfoXLLM(config)
     a, b = (np.random.randint(0, config.vocab_size, (2, 5)) for _ in range(2))
     lm(a[:, :4])
-    with tf.GradientTape() as tape:
+
+    def loss_through_memory():
         _, memory = lm(a[:, :4], targets=a[:, 1:])
-        nll, _ = lm(b[:, :4], memory, targets=b[:, 1:])
-        loss = tf.reduce_mean(nll)
-    grads = tape.gradient(loss, lm.trainable_variables)
+        return keras.ops.mean(lm(b[:, :4], memory, targets=b[:, 1:])[0])
+
+    def loss_on_constant_memory():
+        return keras.ops.mean(lm(b[:, :4], frozen, targets=b[:, 1:])[0])
+
     # The same loss with the memory as a constant has the same gradients.
-    frozen = tf.nest.map_structure(lambda v: tf.constant(v.numpy()), memory)
-    with tf.GradientTape() as tape2:
-        loss2 = tf.reduce_mean(lm(b[:, :4], frozen, targets=b[:, 1:])[0])
-    grads2 = tape2.gradient(loss2, lm.trainable_variables)
-    for g, g2, v in zip(grads, grads2, lm.trainable_variables):
-        np.testing.assert_allclose(tf.convert_to_tensor(g).numpy(),
-                                   tf.convert_to_tensor(g2).numpy(), atol=1e-7, err_msg=v.path)
-    by_name = {v.path: g for v, g in zip(lm.trainable_variables, grads)}
+    frozen = keras.tree.map_structure(to_numpy, lm(a[:, :4], targets=a[:, 1:])[1])
+    variables = lm.trainable_variables
+    _, grads = value_and_gradients(loss_through_memory, variables)
+    _, grads2 = value_and_gradients(loss_on_constant_memory, variables)
+    for g, g2, v in zip(grads, grads2, variables):
+        np.testing.assert_allclose(g, g2, atol=1e-7, err_msg=v.path)
+    by_name = {v.path: g for v, g in zip(variables, grads)}
     for name in ("content_bias", "position_bias", "position_kernel"):
         hits = [g for p, g in by_name.items() if p.endswith(name)]
-        assert hits and all(float(tf.reduce_max(tf.abs(g))) > 0 for g in hits), name
+        assert hits and all(np.abs(g).max() > 0 for g in hits), name
 
 
 def test_call_time_eval_settings_equal_a_model_configured_with_them():
@@ -126,8 +130,8 @@ def test_call_time_eval_settings_equal_a_model_configured_with_them():
     got, _ = a(ids, memory, clamp_len=2, same_length=True)
     want, _ = b(ids, memory)
     plain, _ = a(ids, memory)
-    np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-6)
-    assert np.abs(got.numpy() - plain.numpy()).max() > 1e-4
+    np.testing.assert_allclose(to_numpy(got), to_numpy(want), atol=1e-6)
+    assert np.abs(to_numpy(got) - to_numpy(plain)).max() > 1e-4
 
 
 def test_left_padding_is_invisible_to_real_tokens_and_memory():
@@ -138,11 +142,11 @@ def test_left_padding_is_invisible_to_real_tokens_and_memory():
     valid = np.array([[False, False, True, True, True]])
     got, memory = backbone(padded, segment_valid=valid)
     want, want_memory = backbone(real)
-    np.testing.assert_allclose(got.numpy()[:, 2:], want.numpy(), atol=1e-6)
-    np.testing.assert_array_equal(memory.valid.numpy(), [[False] * 3 + [True] * 3])
+    np.testing.assert_allclose(to_numpy(got)[:, 2:], to_numpy(want), atol=1e-6)
+    np.testing.assert_array_equal(to_numpy(memory.valid), [[False] * 3 + [True] * 3])
     nxt = np.random.randint(0, config.vocab_size, (1, 2))
-    np.testing.assert_allclose(backbone(nxt, memory)[0].numpy(),
-                               backbone(nxt, want_memory)[0].numpy(), atol=1e-6)
+    np.testing.assert_allclose(to_numpy(backbone(nxt, memory)[0]),
+                               to_numpy(backbone(nxt, want_memory)[0]), atol=1e-6)
 
 
 def test_xla_step_equals_eager():
@@ -157,10 +161,10 @@ def test_xla_step_equals_eager():
         return nll1, nll2, memory
 
     eager = two_steps(ids, memory)
-    compiled = tf.function(two_steps, jit_compile=True)(tf.constant(ids), memory)
-    for a, b in zip(tf.nest.flatten(eager), tf.nest.flatten(compiled)):
-        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
-                                   atol=1e-5)
+    xla = compiled(two_steps)(ids, memory)
+    for a, b in zip(keras.tree.flatten(eager), keras.tree.flatten(xla)):
+        np.testing.assert_allclose(to_numpy(a).astype(np.float32),
+                                   to_numpy(b).astype(np.float32), atol=1e-5)
 
 
 def test_mixed_bfloat16_runs_finite_and_close_to_float32():
@@ -173,11 +177,12 @@ def test_mixed_bfloat16_runs_finite_and_close_to_float32():
     lm16(ids)
     lm16.set_weights(lm32.get_weights())
     nll16, mem16 = lm16(ids, targets=ids)
-    assert nll16.dtype == tf.float32 and mem16.states.dtype == tf.bfloat16
-    assert np.isfinite(nll16.numpy()).all()
-    np.testing.assert_allclose(nll16.numpy(), nll32.numpy(), atol=3e-2, rtol=1e-2)
+    dtype = keras.backend.standardize_dtype
+    assert dtype(nll16.dtype) == "float32" and dtype(mem16.states.dtype) == "bfloat16"
+    assert np.isfinite(to_numpy(nll16)).all()
+    np.testing.assert_allclose(to_numpy(nll16), to_numpy(nll32), atol=3e-2, rtol=1e-2)
     nll16b, _ = lm16(ids, mem16, targets=ids)
-    assert np.isfinite(nll16b.numpy()).all()
+    assert np.isfinite(to_numpy(nll16b)).all()
 
 
 @pytest.mark.parametrize("memory_kind", ["layer_input", "key_value"])
@@ -189,4 +194,4 @@ def test_backbone_keras_contract(memory_kind):
     if memory_kind == "key_value":
         memory = probe.key_value_memory(memory)
     run_layer_test(TransfoXLBackbone, dict(config=config),
-                   (ids, tf.nest.map_structure(lambda m: m.numpy(), memory)))
+                   (ids, keras.tree.map_structure(to_numpy, memory)))
