@@ -36,11 +36,11 @@ test: $(STAMP)     ## the whole suite on two workers, largest files first; `-m "
 	$(MAKE) test-jax
 	$(MAKE) test-torch
 
-# The modules marked every_backend again on JAX (tests/conftest.py selects them). XLA at -O0:
-# JAX compiles every eager op, and LLVM's optimisation was most of that time (45 s against 59 s
-# for the layer tests); the timings differ from TensorFlow's, so none is listed as expensive.
+# The modules marked every_backend again on JAX (tests/conftest.py selects them, and sets XLA's
+# flags for JAX's per-op compiles: tests/backends.py); the timings differ from TensorFlow's, so
+# none is listed as expensive.
 test-jax: $(STAMP) ## the every_backend tests under KERAS_BACKEND=jax
-	KERAS_BACKEND=jax JAX_PLATFORMS=cpu XLA_FLAGS=--xla_backend_optimization_level=0 \
+	KERAS_BACKEND=jax JAX_PLATFORMS=cpu \
 	$(PY) -m pytest -n 2 --dist loadfile -q -o expensive_seconds=inf $(PYTEST_ARGS) tests
 
 # The same modules on PyTorch (eager: nothing to compile). One intra-op thread per worker: two

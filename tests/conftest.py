@@ -12,10 +12,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from backends import JAX_XLA_FLAGS
 from gcs_emulator import gcs  # noqa: F401  (the fixture, for every test file)
 # The markers `subprocess` and `expensive`, kept true as the suite runs: its hooks and fixture.
 import marker_check
 from marker_check import *  # noqa: F403
+
+# Read when JAX creates its CPU client, at the first computation: after this.
+if keras.backend.backend() == "jax":
+    os.environ.setdefault("XLA_FLAGS", JAX_XLA_FLAGS)
 
 # Two logical CPU devices in every test process, so MirroredStrategy tests can run two replicas.
 # This must happen before TensorFlow initialises its devices, hence at conftest import.

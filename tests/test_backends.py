@@ -14,21 +14,27 @@ import keras
 import numpy as np
 import pytest
 
-from backends import to_numpy
+from backends import JAX_XLA_FLAGS, to_numpy
 from factories import tiny_lm
 from tfxl.layers import AdaptiveSoftmax, TransformerXLBlock, attention_mask
 from tfxl.models.scoring import score_document
 
 pytestmark = pytest.mark.subprocess
 
-# Run first in the child: any import of TensorFlow (or of what needs it) fails there.
+# Run first in the child: TensorFlow is absent there, as for a pip that never installed it
+# (`importlib.util.find_spec` gives None, as PyTorch's import probes expect; `import` raises
+# ModuleNotFoundError): the finder of installed packages no longer sees it.
 WITHOUT_TENSORFLOW = """
-import sys
-class NoTensorFlow:
-    def find_spec(self, name, path=None, target=None):
+import importlib.machinery, sys
+class WithoutTensorFlow(importlib.machinery.PathFinder):
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
         if name.partition(".")[0] in ("tensorflow", "tensorflow_text", "tf_keras"):
-            raise ImportError(f"{name}: TensorFlow is not installed here")
-sys.meta_path.insert(0, NoTensorFlow())
+            return None
+        return super().find_spec(name, path, target)
+sys.meta_path[sys.meta_path.index(importlib.machinery.PathFinder)] = WithoutTensorFlow
+import importlib.util
+assert importlib.util.find_spec("tensorflow") is None
 """
 
 # The child: loads what the parent saved under TensorFlow and writes its outputs.
@@ -144,7 +150,8 @@ def test_the_layers_and_the_language_model_run_without_tensorflow_and_agree_with
     saved, want = on_tensorflow
     work = tmp_path / "work"
     shutil.copytree(saved, work)
-    env = {**os.environ, "KERAS_BACKEND": backend, "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "KERAS_BACKEND": backend, "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": JAX_XLA_FLAGS}
     done = subprocess.run([sys.executable, "-c", ON_ANOTHER_BACKEND, backend, str(work)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
