@@ -17,6 +17,18 @@ BACKEND = keras.backend.backend()
 # modules of the JAX pass 51 s instead of 82 s, and the per-op compiles 8.0 s instead of 16.5 s).
 JAX_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 
+# Run first in a child process (or as its sitecustomize): TensorFlow is then absent there as
+# where it is not installed. `import tensorflow` raises ImportError, and
+# `importlib.util.find_spec` answers None (what tfxl.backend.has_tensorflow, PyTorch's and
+# transformers' import probes ask).
+WITHOUT_TENSORFLOW = """
+import sys
+for name in ("tensorflow", "tensorflow_text", "tf_keras"):
+    sys.modules[name] = None
+import importlib.util
+assert importlib.util.find_spec("tensorflow") is None
+"""
+
 
 def to_numpy(x):
     """A tensor of any backend (or a numpy array) as a numpy array."""

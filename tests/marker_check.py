@@ -103,6 +103,8 @@ class _MarkerCheck:
             for nodeid, args in sorted(self.unmarked.items()):
                 write(f"{nodeid}: {args}")
         threshold, path = _threshold(self.config), _list_path(self.config)
+        if threshold == float("inf"):  # the JAX and PyTorch passes: the list is TensorFlow's
+            return
         over = {n for n, s in self.seconds.items() if s > threshold}
         if self.config.getoption("update_expensive"):
             with open(path, "w") as f:

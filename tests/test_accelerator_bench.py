@@ -2,8 +2,8 @@
 item 5), kept working by CI: its smoke path runs under JAX in a process where TensorFlow cannot
 be imported, as on the GPU machine (JAX and PyTorch, no TensorFlow), and measures every phase.
 
-Runs in the JAX pass (`make test-jax`); the TensorFlow pass skips it (the child process is the
-same in both).
+Runs in the JAX pass (`make test-jax`); the TensorFlow and PyTorch passes skip it (the child
+process is the same in each).
 """
 
 import json
@@ -15,27 +15,22 @@ import sys
 import keras
 import pytest
 
+from backends import WITHOUT_TENSORFLOW
+
 pytestmark = [pytest.mark.every_backend, pytest.mark.subprocess]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# A sitecustomize on the children's PYTHONPATH: every process the harness starts inherits it.
-# There TensorFlow is absent as where it is not installed: `import tensorflow` fails and
-# importlib.util.find_spec (tfxl.backend.has_tensorflow, transformers' probes) answers None.
-WITHOUT_TENSORFLOW = """
-import sys
-for name in ("tensorflow", "tensorflow_text", "tf_keras"):
-    sys.modules[name] = None
-"""
 
 
-@pytest.mark.skipif(keras.backend.backend() == "tensorflow",
+@pytest.mark.skipif(keras.backend.backend() != "jax",
                     reason="runs once, in the JAX pass (make test-jax)")
 def test_the_smoke_run_measures_training_evaluation_and_generation_without_tensorflow(tmp_path):
     """The wt103-shaped smoke model (tail clusters) in bf16 mixed precision: a jitted training
     step, the key/value evaluation step and the decode loop each give a positive rate, the
     loss is finite, no measuring process imported TensorFlow, and the Markdown table is printed.
     (The PyTorch peer is not part of CI's install: --peer off.)"""
+    # A sitecustomize on the children's PYTHONPATH: every process the harness starts inherits it.
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(WITHOUT_TENSORFLOW)

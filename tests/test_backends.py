@@ -14,28 +14,12 @@ import keras
 import numpy as np
 import pytest
 
-from backends import JAX_XLA_FLAGS, to_numpy
+from backends import JAX_XLA_FLAGS, WITHOUT_TENSORFLOW, to_numpy
 from factories import tiny_lm
 from tfxl.layers import AdaptiveSoftmax, TransformerXLBlock, attention_mask
 from tfxl.models.scoring import score_document
 
 pytestmark = pytest.mark.subprocess
-
-# Run first in the child: TensorFlow is absent there, as for a pip that never installed it
-# (`importlib.util.find_spec` gives None, as PyTorch's import probes expect; `import` raises
-# ModuleNotFoundError): the finder of installed packages no longer sees it.
-WITHOUT_TENSORFLOW = """
-import importlib.machinery, sys
-class WithoutTensorFlow(importlib.machinery.PathFinder):
-    @classmethod
-    def find_spec(cls, name, path=None, target=None):
-        if name.partition(".")[0] in ("tensorflow", "tensorflow_text", "tf_keras"):
-            return None
-        return super().find_spec(name, path, target)
-sys.meta_path[sys.meta_path.index(importlib.machinery.PathFinder)] = WithoutTensorFlow
-import importlib.util
-assert importlib.util.find_spec("tensorflow") is None
-"""
 
 # The child: loads what the parent saved under TensorFlow and writes its outputs.
 ON_ANOTHER_BACKEND = WITHOUT_TENSORFLOW + """
@@ -77,7 +61,8 @@ except ImportError as error:
 else:
     raise AssertionError("TransfoXLTokenizer without TensorFlow")
 np.savez(f"{work}/lm_outputs.npz", **outputs)
-assert not [m for m in sys.modules if m.startswith("tensorflow")], "TensorFlow was imported"
+assert not [name for name, module in sys.modules.items()
+            if name.startswith("tensorflow") and module is not None], "TensorFlow was imported"
 """
 
 B, T, M, D, N, H, V = 2, 5, 3, 16, 2, 8, 40
