@@ -5,7 +5,7 @@ import keras
 import numpy as np
 import pytest
 
-from backends import compiled, to_numpy, value_and_gradients
+from backends import BACKEND, compiled, to_numpy, value_and_gradients
 from factories import adaptive_config, tiny_config
 from layer_test_case import run_layer_test
 from naive_reference import NaiveTransfoXL
@@ -149,6 +149,7 @@ def test_left_padding_is_invisible_to_real_tokens_and_memory():
                                to_numpy(backbone(nxt, want_memory)[0]), atol=1e-6)
 
 
+@pytest.mark.skipif(BACKEND == "torch", reason="no compiled step on PyTorch (backends.compiled)")
 def test_xla_step_equals_eager():
     config = adaptive_config(same_length=True, clamp_len=4)
     lm = TransfoXLLM(config)
