@@ -11,10 +11,10 @@ STAMP  := $(VENV)/.installed
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# uv (from PyPI, into the venv) installs what pip would, from PyPI, in parallel: in a fresh
-# clone on 2 cores, 30 s rather than 109 s. It compiles every module to bytecode as pip does
-# (--compile-bytecode, ~15 s on 2 cores): without .pyc files, and with PYTHONDONTWRITEBYTECODE set
-# as on this project's machines, every process that imports TensorFlow compiles its modules again
+# uv (from PyPI, into the venv) installs what pip would, from PyPI, in parallel (a fresh
+# clone on 2 cores: 30 s against pip's 109 s). Like pip, it compiles every module to bytecode
+# (--compile-bytecode, ~15 s more): without .pyc files, and with PYTHONDONTWRITEBYTECODE set as on
+# this project's machines, every process that imports TensorFlow compiles its modules again
 # (9 s instead of 3.3 s), and the suite starts some fifty: a fresh clone's `.ci/run` took
 # 9 min 18 s with them, 11 min 12 s without (the same tests, the same host).
 # uv reads its own settings, not pip's: the wheel folder pip is configured with (PIP_FIND_LINKS,

@@ -22,7 +22,6 @@ pytestmark = [pytest.mark.every_backend, pytest.mark.subprocess]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-
 @pytest.mark.skipif(keras.backend.backend() != "jax",
                     reason="runs once, in the JAX pass (make test-jax)")
 def test_the_smoke_run_measures_training_evaluation_and_generation_without_tensorflow(tmp_path):
