@@ -14,20 +14,24 @@ on every backend: the low 32 bits of an int64 product are those of the uint32 pr
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 _GOLDEN = 0x9E3779B9
 _LOW_32_BITS = 0xFFFFFFFF
 
 
-def _uint32(value):
-    return ops.convert_to_tensor(value, dtype="uint32")
+def constant(value):
+    """`value` (0 <= value < 2^32) as a uint32 tensor. From a numpy uint32: one constant in a
+    traced graph, where a Python int gave an int32/int64 constant and a Cast (25 of a dropout
+    mask's 110 graph ops)."""
+    return ops.convert_to_tensor(np.uint32(value), dtype="uint32")
 
 
 def wrapped(h):
     """`h` (Keras "uint32") modulo 2^32: the bits a 32-bit uint32 would hold."""
     if keras.backend.backend() == "torch":  # int64 in uint32's place (module docstring)
-        return ops.bitwise_and(h, _uint32(_LOW_32_BITS))
+        return ops.bitwise_and(h, constant(_LOW_32_BITS))
     return h
 
 
@@ -44,19 +48,19 @@ def as_int32(h):
 
 def _mix32(h):
     """A 32-bit integer finaliser (lowbias32): xor-shift / multiply rounds, all uint32 ops."""
-    h = ops.bitwise_xor(h, ops.right_shift(h, _uint32(16)))
-    h = wrapped(h * _uint32(0x7FEB352D))
-    h = ops.bitwise_xor(h, ops.right_shift(h, _uint32(15)))
-    h = wrapped(h * _uint32(0x846CA68B))
-    return ops.bitwise_xor(h, ops.right_shift(h, _uint32(16)))
+    h = ops.bitwise_xor(h, ops.right_shift(h, constant(16)))
+    h = wrapped(h * constant(0x7FEB352D))
+    h = ops.bitwise_xor(h, ops.right_shift(h, constant(15)))
+    h = wrapped(h * constant(0x846CA68B))
+    return ops.bitwise_xor(h, ops.right_shift(h, constant(16)))
 
 
 def hash_bits(shape, seed):
     """uint32 `shape`: element i (row-major index) is mix(mix(i ^ key1) + key2), the keys from
     `seed` (2 integers, taken modulo 2^32)."""
     seed = as_uint32(seed)
-    key1 = _mix32(wrapped(seed[0] * _uint32(_GOLDEN) + seed[1]))
-    key2 = _mix32(wrapped(key1 + seed[1] * _uint32(0x85EBCA6B) + _uint32(1)))
+    key1 = _mix32(wrapped(seed[0] * constant(_GOLDEN) + seed[1]))
+    key2 = _mix32(wrapped(key1 + seed[1] * constant(0x85EBCA6B) + constant(1)))
     size = 1
     for dim in shape:
         size = size * dim
@@ -67,5 +71,5 @@ def hash_bits(shape, seed):
 def uniform(shape, seed):
     """float32 `shape` in (0, 1): the top 24 of each element's `hash_bits`, centred in its bin
     (never 0 or 1, so that log(-log(u)) is finite)."""
-    top = ops.cast(ops.right_shift(hash_bits(shape, seed), _uint32(8)), "float32")
+    top = ops.cast(ops.right_shift(hash_bits(shape, seed), constant(8)), "float32")
     return (top + 0.5) * (1.0 / 2**24)

@@ -8,7 +8,7 @@ integer hash of the element index (lowbias32 rounds, ~10 vectorisable uint32 ops
 import keras
 from keras import ops
 
-from tfxl.layers.counter_hash import hash_bits
+from tfxl.layers import counter_hash
 
 
 def keep_mask(shape, seed, rate):
@@ -16,7 +16,7 @@ def keep_mask(shape, seed, rate):
     and `rate`. Element i is kept when its hash bits (`counter_hash.hash_bits`) are
     >= rate * 2^32."""
     threshold = min(int(round(rate * 2.0 ** 32)), 2**32 - 1)
-    return hash_bits(shape, seed) >= ops.convert_to_tensor(threshold, dtype="uint32")
+    return counter_hash.hash_bits(shape, seed) >= counter_hash.constant(threshold)
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
