@@ -23,8 +23,8 @@ _LOW_32_BITS = 0xFFFFFFFF
 
 def constant(value):
     """`value` (0 <= value < 2^32) as a uint32 tensor. From a numpy uint32: one constant in a
-    traced graph, where a Python int gave an int32/int64 constant and a Cast (25 of a dropout
-    mask's 110 graph ops)."""
+    traced graph, where a Python int gave an int32/int64 constant and a Cast (23 Casts of a
+    dropout mask's 110 graph ops)."""
     return ops.convert_to_tensor(np.uint32(value), dtype="uint32")
 
 
