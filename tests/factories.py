@@ -148,6 +148,9 @@ def run_in_process(module, *args):
     argv = [module, *map(str, args)]
     out, err = io.StringIO(), io.StringIO()
     known, saved_argv = set(flags.FLAGS), sys.argv
+    # Every flag at its default, as in a new process, whatever earlier code of this process set
+    # (a value assigned or parsed outside this function is kept by absl across parses).
+    flags.FLAGS.unparse_flags()
     # Logging as absl's app.run sets up a process: its handler on the root logger, writing to
     # `err`, at the level --verbosity gives, INFO by default (app.run makes it so only in its
     # first run in a process). pytest's logging setup is put back afterwards.

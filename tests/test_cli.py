@@ -227,13 +227,15 @@ def run_tool(monkeypatch, capsys, error, *argv):
     monkeypatch.setattr(sys, "argv", ["tfxl-test", *argv])
     capsys.readouterr()
     # absl keeps a flag's value across parses: an earlier test of this process may have left
-    # --verbosity=1, which a command line without the flag does not reset.
-    flags.FLAGS.verbosity = flags.FLAGS["verbosity"].default
+    # --verbosity=1, which a command line without the flag does not reset. `unparse` puts the
+    # default back as a default (an assignment would mark it set, and a later tool's own default
+    # verbosity would not apply: factories.run_in_process's logs went missing after this test).
+    flags.FLAGS["verbosity"].unparse()
     try:
         with pytest.raises(SystemExit) as exit_:
             cli.run(main)
     finally:
-        flags.FLAGS.verbosity = flags.FLAGS["verbosity"].default
+        flags.FLAGS["verbosity"].unparse()
     return exit_.value.code, capsys.readouterr().err.splitlines()
 
 
