@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # No TF_CPP_MIN_LOG_LEVEL here: the tools are quiet by themselves (tfxl/cli/quiet.py) and an
 # exported level would replace their default of 3; tests/conftest.py sets its own.
 
-.PHONY: test test-jax test-torch lint demo demo-classify install clean
+.PHONY: test test-expensive test-all test-jax test-torch lint demo demo-classify install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,27 @@ $(STAMP): $(PY) setup.cfg pyproject.toml
 
 install: $(STAMP)  ## create .venv and install tfxl with its test extra
 
-test: $(STAMP)     ## the whole suite on two workers, largest files first; `-m "not expensive"` in PYTEST_ARGS: the inner loop
-	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q --durations=20 $(PYTEST_ARGS) tests
+# The suite is split by measured cost (BUILD.md "Tests"): `make test` is every test but the
+# end-to-end runs listed in tests/expensive_tests.txt (over 5 s each in a whole run: two workers
+# preempted and resumed, the README workflow on gs://, kill -9 during a save, ...), on all three
+# backends; `make test-expensive` is those; `make test-all` (what .ci/run runs) is both. Files go
+# to two workers whole, largest measured cost first (tests/marker_check.py), so both finish
+# together.
+PYTEST_TF := $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q --durations=20
+
+test: $(STAMP)     ## the suite on TensorFlow, JAX and PyTorch, without the expensive end-to-end tests
+	$(PYTEST_TF) -m "not expensive" $(PYTEST_ARGS) tests
+	$(MAKE) test-jax
+	$(MAKE) test-torch
+
+test-expensive: $(STAMP) ## the end-to-end tests measured over 5 s (tests/expensive_tests.txt), on TensorFlow
+	$(PYTEST_TF) -m expensive $(PYTEST_ARGS) tests
+
+# The same tests as `make test` and `make test-expensive` together (.ci/run runs those two), with
+# the TensorFlow pass in one run: what `PYTEST_ARGS=--update-expensive` needs to measure every
+# test as the list's seconds were measured.
+test-all: $(STAMP) ## every test, the TensorFlow ones in one run (--update-expensive's)
+	$(PYTEST_TF) $(PYTEST_ARGS) tests
 	$(MAKE) test-jax
 	$(MAKE) test-torch
 

@@ -5,10 +5,14 @@ small suite of its own.
 
 `subprocess`: the test starts another process. A test that starts one without the mark is
 listed at the end of the run.
-`expensive`: the test took over `expensive_seconds` (setup, call and teardown) in a whole
-`make test`. The tests are listed, with their seconds, in the `expensive_list` file (both are
-pytest ini options: setup.cfg), which is read here to mark them. Each run lists the tests over
-the threshold that the file lacks; `--update-expensive` rewrites the file from the run.
+`expensive`: the test took over `expensive_seconds` (setup, call and teardown) in a whole run
+(`make test-all`), or in a run of the tests not marked expensive (`make test`). The tests are
+listed, with their seconds, in the `expensive_list` file (both are pytest ini options:
+setup.cfg), which is read here to mark them. Each run lists the tests over the threshold that the
+file lacks. `--update-expensive` rewrites the file from a whole run; after a run that `-m` filtered,
+it adds that run's tests over the threshold and keeps what is listed. The second is what finds a
+test that shares a module fixture with an expensive one: in a whole run the fixture's cost lands on
+whichever of them runs first, and `make test` without the expensive one pays it in the other.
 """
 
 import os
@@ -26,8 +30,9 @@ def pytest_addoption(parser):
     parser.addini("expensive_seconds", "a test over this many seconds is expensive",
                   default="5")
     parser.addoption("--update-expensive", action="store_true",
-                     help="rewrite the expensive_list file from this run's durations (run the "
-                          "whole suite, as `make test` does)")
+                     help="update the expensive_list file from this run's durations: "
+                          "rewritten from a whole run (make test-all), added to by a run that "
+                          "-m filters (make test)")
 
 
 def _list_path(config):
@@ -105,23 +110,27 @@ class _MarkerCheck:
         threshold, path = _threshold(self.config), _list_path(self.config)
         if threshold == float("inf"):  # the JAX and PyTorch passes: the list is TensorFlow's
             return
-        over = {n for n, s in self.seconds.items() if s > threshold}
+        over = {n: s for n, s in self.seconds.items() if s > threshold}
         if self.config.getoption("update_expensive"):
+            filtered = bool(self.config.getoption("markexpr"))
+            listed = {**_listed_seconds(self.config), **over} if filtered else over
             with open(path, "w") as f:
                 f.write(f"# Tests measured over {threshold:g} s (setup + call + teardown) in a "
-                        "whole `make test`; tests/marker_check.py marks them expensive.\n"
-                        "# Rewritten by `make test PYTEST_ARGS=--update-expensive`.\n")
-                for nodeid in sorted(over):
-                    f.write(f"{nodeid}  # {self.seconds[nodeid]:.1f} s\n")
-            write(f"{path}: {len(over)} expensive tests written")
+                        "whole run, or in a run without the expensive ones;\n# "
+                        "tests/marker_check.py marks them expensive. Rewritten by `make "
+                        "test-all PYTEST_ARGS=--update-expensive`,\n# then added to by "
+                        "`make test PYTEST_ARGS=--update-expensive` (BUILD.md \"Tests\").\n")
+                for nodeid in sorted(listed):
+                    f.write(f"{nodeid}  # {listed[nodeid]:.1f} s\n")
+            write(f"{path}: {len(listed)} expensive tests written")
             return
-        unlisted = sorted(over - self.marked_expensive)
+        unlisted = sorted(set(over) - self.marked_expensive)
         if unlisted:
             terminalreporter.section(f"tests over {threshold:g} s not marked expensive")
             for nodeid in unlisted:
                 write(f"{nodeid}: {self.seconds[nodeid]:.1f} s")
-            write(f"(measured under this run's load; `make test PYTEST_ARGS=--update-expensive` "
-                  f"rewrites {path})")
+            write(f"(measured under this run's load; `--update-expensive` in PYTEST_ARGS "
+                  f"updates {path})")
 
 
 def pytest_configure(config):

@@ -74,6 +74,20 @@ def test_an_expensive_test_is_listed_until_the_list_names_it(suite):
     inner.assert_outcomes(passed=3, deselected=1)
 
 
+def test_a_filtered_run_adds_to_the_list_and_a_whole_run_rewrites_it(suite):
+    """`make test` (-m "not expensive") adds its tests over the threshold, keeping the listed
+    ones it did not run; a whole run (`make test-all`) writes the list anew."""
+    (suite.path / "expensive.txt").write_text("test_suite.py::test_gone  # 9.0 s\n")
+    run(suite, "-m", "not expensive", "--update-expensive").assert_outcomes(passed=4)
+    listed = (suite.path / "expensive.txt").read_text()
+    assert "test_suite.py::test_gone  # 9.0 s" in listed, listed
+    assert "test_suite.py::test_slow  # " in listed and "test_quick" not in listed, listed
+
+    run(suite, "--update-expensive").assert_outcomes(passed=4)
+    listed = (suite.path / "expensive.txt").read_text()
+    assert "test_gone" not in listed and "test_suite.py::test_slow  # " in listed, listed
+
+
 def test_files_run_largest_measured_cost_first(suite):
     """Two workers get whole files in collection order, so the files come largest first (the
     listed seconds, 1 s for each test not listed), each file's tests in their own order."""
