@@ -41,12 +41,12 @@ def _iterators_without_autotuning():
     distributed input, have default options that cannot be passed in, and a garbage collection
     that frees one of them later, in whatever test runs then, waited for the thread: 40-51 s in
     one of `test_hub.py`'s first generate tests in three whole runs of 2026-11-28 (37 s of one
-    test's time inside collections); with this, no collection took 1.3 s and the TensorFlow pass
-    took 401-407 s instead of 459 s (BUILD.md "Suite time"). Tests that check tfxl's own options
-    read `dataset.options()`, which this does not change."""
+    test's time inside collections); with this, no collection took over 1.3 s and the
+    TensorFlow pass took 401-407 s instead of 459 s (BUILD.md "Suite time"). Tests that check
+    tfxl's own options read `dataset.options()`, which this does not change."""
     from tensorflow.python.data.ops import iterator_ops
-    options = tf.data.Options()
-    options.autotune.enabled = False
+    from tfxl.data.pipeline import pipeline_options
+    options = pipeline_options()  # tfxl's: no autotuning thread (and its deterministic order)
     create = iterator_ops.OwnedIterator._create_iterator
 
     def create_without_autotuning(self, dataset):

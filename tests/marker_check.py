@@ -9,10 +9,11 @@ listed at the end of the run.
 (`make test-all`), or in a run of the tests not marked expensive (`make test`). The tests are
 listed, with their seconds, in the `expensive_list` file (both are pytest ini options:
 setup.cfg), which is read here to mark them. Each run lists the tests over the threshold that the
-file lacks. `--update-expensive` rewrites the file from a whole run; after a run that `-m` filtered,
-it adds that run's tests over the threshold and keeps what is listed. The second is what finds a
-test that shares a module fixture with an expensive one: in a whole run the fixture's cost lands on
-whichever of them runs first, and `make test` without the expensive one pays it in the other.
+file lacks. `--update-expensive` rewrites the file from a whole run; after a run that `-m` or
+`-k` filtered, it adds that run's tests over the threshold and keeps what is listed. The second
+is what finds a test that shares a module fixture with an expensive one: in a whole run the
+fixture's cost lands on whichever of them runs first, and `make test` without the expensive one
+pays it in the other.
 """
 
 import os
@@ -112,7 +113,7 @@ class _MarkerCheck:
             return
         over = {n: s for n, s in self.seconds.items() if s > threshold}
         if self.config.getoption("update_expensive"):
-            filtered = bool(self.config.getoption("markexpr"))
+            filtered = bool(self.config.getoption("markexpr") or self.config.getoption("keyword"))
             listed = {**_listed_seconds(self.config), **over} if filtered else over
             with open(path, "w") as f:
                 f.write(f"# Tests measured over {threshold:g} s (setup + call + teardown) in a "

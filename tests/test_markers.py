@@ -74,11 +74,13 @@ def test_an_expensive_test_is_listed_until_the_list_names_it(suite):
     inner.assert_outcomes(passed=3, deselected=1)
 
 
-def test_a_filtered_run_adds_to_the_list_and_a_whole_run_rewrites_it(suite):
-    """`make test` (-m "not expensive") adds its tests over the threshold, keeping the listed
-    ones it did not run; a whole run (`make test-all`) writes the list anew."""
+@pytest.mark.parametrize("selection", [("-m", "not expensive"), ("-k", "not gone")])
+def test_a_filtered_run_adds_to_the_list_and_a_whole_run_rewrites_it(suite, selection):
+    """`make test` (-m "not expensive"), or a run that -k selects, adds its tests over the
+    threshold, keeping the listed ones it did not run; a whole run (`make test-all`) writes the
+    list anew."""
     (suite.path / "expensive.txt").write_text("test_suite.py::test_gone  # 9.0 s\n")
-    run(suite, "-m", "not expensive", "--update-expensive").assert_outcomes(passed=4)
+    run(suite, *selection, "--update-expensive").assert_outcomes(passed=4)
     listed = (suite.path / "expensive.txt").read_text()
     assert "test_suite.py::test_gone  # 9.0 s" in listed, listed
     assert "test_suite.py::test_slow  # " in listed and "test_quick" not in listed, listed
