@@ -17,13 +17,12 @@ each precision (fp32 and bf16 mixed), in one run on one device:
     eval.py's default): tfxl's key/value ring (one jitted segment step, position keys computed
     once, the ring donated so each segment is written into it in place); the peer under
     `torch.no_grad()` with its layer-input `mems`;
-  * generation ms/token at batch 1 and 32 on a full memory of the evaluation M, greedy: tfxl
-    through `TransfoXLLM.generate` where it runs on this backend (JAX, since generation became
-    `keras.ops`), else a jitted `lax.fori_loop` over the model's one-token step `decode_step`
-    on a key/value memory kept as a ring (each token's keys and values written in place at a
-    moving slot with `slice_update`, per-slot distances); the peer: one `model.transformer` call
-    per token with its `mems`, the log-probs from its adaptive softmax, argmax. ms/token =
-    (time of 1 + n tokens - time of 1 token) / n, so the call overhead cancels;
+  * generation ms/token at batch 1 and 32 on a memory of the evaluation M slots, greedy: tfxl
+    through `TransfoXLLM.generate` (one `jax.jit` loop, `ops.while_loop`, per shape; static
+    shapes, so every token attends over all M slots, valid or not); the peer: one
+    `model.transformer` call per token with its `mems`, the log-probs from its adaptive
+    softmax, argmax. ms/token = (time of 1 + n tokens - time of 1 token) / n, so the call
+    overhead cancels;
   * model FLOP/s (`common.forward_flops`; training = 3 x forward; the adaptive softmax's tail
     clusters counted for every token, which tfxl's static tail path on JAX does compute) against
     the device's peak, measured as the best of chained [n, n] matmuls in bf16 and in fp32 with
@@ -278,103 +277,18 @@ def tfxl_eval(model, config, batch, steps, repeats, warmup):
             "flops_per_step": flops, "flop_per_s": flops * steps / statistics.median(times)}
 
 
-def generate_runs_here(model):
-    """Whether `TransfoXLLM.generate` runs on this backend (a one-token call), and why not.
-
-    Not tried where TensorFlow is installed beside another backend: generate, TensorFlow code
-    today, would load it and spend its tracing time failing (the GPU machine has none; where
-    `generate` is ported, `--generation generate` forces it there)."""
-    import keras
-    from tfxl.backend import has_tensorflow
-    if keras.backend.backend() != "tensorflow" and has_tensorflow():
-        return False, "not tried: TensorFlow is installed beside JAX here"
-    try:
-        model.generate([[1]], 1, temperature=0.0)
-        return True, ""
-    except Exception as error:  # ImportError without TensorFlow; TF ops on JAX arrays else
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        return False, f"{type(error).__name__}: {(lines or [''])[0][:200]}"
-
-
-def ring_decode_loop(model, config, batch, mem_len):
-    """A jitted greedy loop of `decode_step` on a full key/value memory kept as a ring.
-
-    Returns (loop(state, n) -> state, initial state). The memory's M slots are written in
-    place at slot p (`slice_update`), p moving round the ring; slot s holds the token at distance
-    ((p - 1 - s) mod M) + 1 from the one being read, which `decode_step` reads by column.
-    """
-    import jax
-    import jax.numpy as jnp
-    import keras
-    from keras import ops
-
-    settings = config.eval_settings(mem_len=mem_len)
-    trainable, non_trainable = _variables(model)
-    position_keys = model.position_keys(mem_len + 1, settings["clamp_len"])
-    dtype = model.compute_dtype
-    key = jax.random.PRNGKey(2)
-    shape_k = (batch, config.n_head, config.d_head, mem_len)
-    shape_v = (batch, config.n_head, mem_len, config.d_head)
-    keys = tuple((0.5 * jax.random.normal(jax.random.fold_in(key, i), shape_k)).astype(dtype)
-                 for i in range(config.n_layer))
-    values = tuple((0.5 * jax.random.normal(jax.random.fold_in(key, 100 + i), shape_v))
-                   .astype(dtype) for i in range(config.n_layer))
-    state = (keys, values, jnp.ones((batch, mem_len), bool), jnp.int32(0),
-             jnp.ones((batch,), jnp.int32))
-    mapping = list(zip(model.trainable_variables, trainable)) + list(
-        zip(model.non_trainable_variables, non_trainable))
-    slots = jnp.arange(mem_len, dtype=jnp.int32)
-
-    def loop(trainable_values, non_trainable_values, position_keys, state, n):
-        mapping = list(zip(model.trainable_variables, trainable_values)) + list(
-            zip(model.non_trainable_variables, non_trainable_values))
-
-        def body(_, state):
-            keys, values, valid, p, token = state
-            distance = jnp.concatenate([(p - 1 - slots) % mem_len + 1, jnp.zeros(1, jnp.int32)])
-            parts = [[(k, v)] for k, v in zip(keys, values)]
-            log_probs, new_keys, new_values = model.decode_step(
-                token[:, None], parts, valid, distance, position_keys)
-            keys = tuple(ops.slice_update(k, (0, 0, 0, p), ops.cast(nk, k.dtype))
-                         for k, nk in zip(keys, new_keys))
-            values = tuple(ops.slice_update(v, (0, 0, p, 0), ops.cast(nv, v.dtype))
-                           for v, nv in zip(values, new_values))
-            valid = ops.slice_update(valid, (0, p), jnp.ones((valid.shape[0], 1), bool))
-            token = jnp.argmax(log_probs[:, 0], axis=-1).astype(jnp.int32)
-            return keys, values, valid, (p + 1) % mem_len, token
-
-        with keras.StatelessScope(state_mapping=mapping):
-            return jax.lax.fori_loop(0, n, body, state)
-
-    jitted = jax.jit(loop, donate_argnums=(3,))
-    del mapping
-    return (lambda state, n: jitted(trainable, non_trainable, position_keys, state,
-                                    jnp.int32(n))), state
-
-
-def tfxl_generate(model, config, batch, tokens, repeats, use_generate):
-    import jax
+def tfxl_generate(model, config, batch, tokens, repeats):
+    """Greedy `TransfoXLLM.generate` (one jitted loop per shape on JAX) from a 1-token prompt;
+    its memory has the evaluation M slots from the start (static shapes: empty slots are masked,
+    not skipped), so each token costs what it costs on a full memory."""
     mem_len = config.eval_settings()["mem_len"]
-    if use_generate:
-        prompt = [[1]] * batch
-        path = "TransfoXLLM.generate"
+    prompt = [[1]] * batch
 
-        def timed(n):
-            start = time.perf_counter()
-            model.generate(prompt, n, temperature=0.0)
-            return time.perf_counter() - start
-        timed(1), timed(1 + tokens)  # compile / warm up
-    else:
-        loop, state = ring_decode_loop(model, config, batch, mem_len)
-        holder = {"state": state}
-        path = "decode_step ring loop (jax.lax.fori_loop)"
-
-        def timed(n):
-            start = time.perf_counter()
-            holder["state"] = loop(holder["state"], n)
-            jax.block_until_ready(holder["state"])
-            return time.perf_counter() - start
-        timed(1), timed(1 + tokens)  # compile (n is traced: one compilation) / warm up
+    def timed(n):
+        start = time.perf_counter()
+        model.generate(prompt, n, temperature=0.0)  # returns numpy: the device has finished
+        return time.perf_counter() - start
+    timed(1), timed(1 + tokens)  # compile (N is static: one compilation each) / warm up
     one, many = [], []
     for _ in range(repeats):  # interleaved
         one.append(timed(1))
@@ -382,7 +296,7 @@ def tfxl_generate(model, config, batch, tokens, repeats, use_generate):
     ms = 1e3 * (statistics.median(many) - statistics.median(one)) / tokens
     best_ms = 1e3 * (min(many) - min(one)) / tokens
     return {"batch": batch, "mem_len": mem_len, "tokens": tokens, "repeats": repeats,
-            "path": path, "ms_per_token": ms, "best_ms_per_token": best_ms,
+            "ms_per_token": ms, "best_ms_per_token": best_ms,
             "one_token_s": one, "many_tokens_s": many}
 
 
@@ -426,12 +340,9 @@ def run_tfxl_preset(args, info):
             emit({**row, "phase": "eval", **tfxl_eval(model, config, eval_batch, args.steps,
                                                        args.repeats, args.warmup)})
         if "generate" in args.phases:
-            use_generate, why = {"loop": (False, "--generation loop"), "generate": (True, "")}.get(
-                args.generation) or generate_runs_here(model)
             for batch in args.generate_batches:
-                emit({**row, "phase": "generate", "generate_unavailable": why,
-                      **tfxl_generate(model, config, batch, args.tokens, args.repeats,
-                                      use_generate)})
+                emit({**row, "phase": "generate",
+                      **tfxl_generate(model, config, batch, args.tokens, args.repeats)})
         del model
         keras.backend.clear_session()
         jax.clear_caches()
@@ -675,7 +586,7 @@ def run_child(framework, presets, args, timeout):
            f"--generate_batches={','.join(map(str, args.generate_batches))}",
            f"--phases={','.join(args.phases)}", f"--steps={args.steps}",
            f"--repeats={args.repeats}", f"--warmup={args.warmup}", f"--tokens={args.tokens}",
-           f"--generation={args.generation}", f"--fp32_matmul={args.fp32_matmul}",
+           f"--fp32_matmul={args.fp32_matmul}",
            f"--matmul_n={args.matmul_n}"] + (["--smoke"] if args.smoke else [])
     env = dict(os.environ, KERAS_BACKEND="jax", PYTHONUNBUFFERED="1")
     if args.smoke:  # compile time is most of a smoke run; XLA's -O0 halves it
@@ -789,11 +700,6 @@ def table(out):
         peak = peaks.get(dtype)
         lines.append(f"| {preset} | {what} | {batch} | {shape} | {dtype} | {value(mine)} | "
                      f"{value(peer)} | {ratio} | {flops(mine, peak)} | {flops(peer, peak)} |")
-    paths = sorted({r["path"] for r in rows if r["phase"] == "generate"
-                    and r["framework"] == "tfxl"})
-    if paths:
-        lines.append("")
-        lines.append("tfxl generation: " + "; ".join(paths) + ".")
     if any(r.get("tensorflow_loaded") for r in rows):
         lines.append("WARNING: TensorFlow was imported by a measuring process.")
     for note in [out.get("peer_note")] + out.get("errors", []):
@@ -820,9 +726,6 @@ def parse_args(argv=None):
                         help="generation batch sizes (default 1,32; --smoke 1)")
     parser.add_argument("--peer", choices=("auto", "on", "off"), default="auto",
                         help="the PyTorch peer: auto = where torch and transformers import")
-    parser.add_argument("--generation", choices=("auto", "generate", "loop"), default="auto",
-                        help="tfxl generation: TransfoXLLM.generate where it runs on this "
-                             "backend (auto), or the harness's decode_step loop")
     parser.add_argument("--fp32_matmul", choices=("tf32", "highest"), default="tf32",
                         help="fp32 matmuls on GPUs: TF32 on both frameworks, or full float32")
     parser.add_argument("--matmul_n", type=int, default=0,
