@@ -31,20 +31,20 @@ $(STAMP): $(PY) setup.cfg pyproject.toml
 
 install: $(STAMP)  ## create .venv and install tfxl with its test extra
 
-# The suite is split by measured cost (BUILD.md "Tests"): `make test` is every test but the
-# end-to-end runs listed in tests/expensive_tests.txt (over 5 s each in a whole run: two workers
-# preempted and resumed, the README workflow on gs://, kill -9 during a save, ...), on all three
-# backends; `make test-expensive` is those; .ci/run runs both, so CI runs every test. Files go
+# The suite is split by measured cost (BUILD.md "Tests"): `make test` is every test but those
+# listed in tests/expensive_tests.txt (a call over 3 s in a whole run: two workers preempted and
+# resumed, the README workflow on gs://, kill -9 during a save, the tools as processes, ...), on
+# all three backends; `make test-expensive` is those; .ci/run runs both, so CI runs every test. Files go
 # to two workers whole, largest measured cost first (tests/marker_check.py), so both finish
 # together.
 PYTEST_TF := $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q --durations=20
 
-test: $(STAMP)     ## the suite on TensorFlow, JAX and PyTorch, without the expensive end-to-end tests
+test: $(STAMP)     ## the suite on TensorFlow, JAX and PyTorch, without the expensive tests
 	$(PYTEST_TF) -m "not expensive" $(PYTEST_ARGS) tests
 	$(MAKE) test-jax
 	$(MAKE) test-torch
 
-test-expensive: $(STAMP) ## the end-to-end tests measured over 5 s (tests/expensive_tests.txt), on TensorFlow
+test-expensive: $(STAMP) ## the tests measured over 3 s (tests/expensive_tests.txt), on TensorFlow
 	$(PYTEST_TF) -m expensive $(PYTEST_ARGS) tests
 
 # The same tests as `make test` and `make test-expensive` together (.ci/run runs those two), with

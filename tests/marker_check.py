@@ -5,15 +5,16 @@ small suite of its own.
 
 `subprocess`: the test starts another process. A test that starts one without the mark is
 listed at the end of the run.
-`expensive`: the test took over `expensive_seconds` (setup, call and teardown) in a whole run
+`expensive`: the test's call took over `expensive_seconds` (its fixtures' setup and teardown not
+counted: a module fixture's cost lands on whichever of its tests runs first) in a whole run
 (`make test-all`), or in a run of the tests not marked expensive (`make test`). The tests are
 listed, with their seconds, in the `expensive_list` file (both are pytest ini options:
 setup.cfg), which is read here to mark them. Each run lists the tests over the threshold that the
 file lacks. `--update-expensive` rewrites the file from a whole run; after a run that `-m` or
 `-k` filtered, it adds that run's tests over the threshold and keeps what is listed. The second
-is what finds a test that shares a module fixture with an expensive one: in a whole run the
-fixture's cost lands on whichever of them runs first, and `make test` without the expensive one
-pays it in the other.
+finds what a whole run hides: a cost paid by the first call of its kind in a process (a first
+trace or compile, a lazy import), which `make test`, without the expensive test that paid it
+there, hands to another test.
 """
 
 import os
@@ -95,7 +96,10 @@ class _MarkerCheck:
         self.seconds, self.unmarked, self.marked_expensive = {}, {}, set()
 
     def pytest_runtest_logreport(self, report):
-        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+        # The call only: a module fixture's setup lands on whichever of its tests runs first, so
+        # listing that test would hand the cost to the next one, run after run.
+        if report.when == "call":
+            self.seconds[report.nodeid] = report.duration
         if "expensive" in report.keywords:
             self.marked_expensive.add(report.nodeid)
         for name, value in report.user_properties:
@@ -116,7 +120,7 @@ class _MarkerCheck:
             filtered = bool(self.config.getoption("markexpr") or self.config.getoption("keyword"))
             listed = {**_listed_seconds(self.config), **over} if filtered else over
             with open(path, "w") as f:
-                f.write(f"# Tests measured over {threshold:g} s (setup + call + teardown) in a "
+                f.write(f"# Tests whose call took over {threshold:g} s (fixtures not counted) in a "
                         "whole run, or in a run without the expensive ones;\n# "
                         "tests/marker_check.py marks them expensive. Rewritten by `make "
                         "test-all PYTEST_ARGS=--update-expensive`,\n# then added to by "

@@ -23,6 +23,13 @@ def test_slow():
 
 def test_quick():
     pass
+
+@pytest.fixture(scope="module")
+def slow_to_build():
+    time.sleep(0.5)
+
+def test_pays_the_module_fixture(slow_to_build):
+    pass
 """
 
 
@@ -54,24 +61,27 @@ def run(suite, *args):
 
 def test_a_process_started_without_the_mark_is_listed(suite):
     result = run(suite)
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=5)
     listed = section(result, "without the subprocess mark")
     assert listed == ["test_suite.py::test_starts_a_process_unmarked: ['true']"], (
         result.stdout.str())
 
 
 def test_an_expensive_test_is_listed_until_the_list_names_it(suite):
+    """A test whose call is over the threshold; not one whose module fixture is (the fixture's
+    cost would move to the next test that uses it, run after run)."""
     first = section(run(suite), "tests over 0.3 s not marked expensive")
     assert [line.split(":")[-2] for line in first[:-1]] == ["test_slow"], first
 
-    run(suite, "--update-expensive").assert_outcomes(passed=4)
+    run(suite, "--update-expensive").assert_outcomes(passed=5)
     listed = (suite.path / "expensive.txt").read_text()
     assert "test_suite.py::test_slow  # " in listed and "test_quick" not in listed, listed
+    assert "test_pays_the_module_fixture" not in listed, listed
 
     again = run(suite)
     assert section(again, "not marked expensive") == [], again.stdout.str()
     inner = run(suite, "-m", "not expensive")
-    inner.assert_outcomes(passed=3, deselected=1)
+    inner.assert_outcomes(passed=4, deselected=1)
 
 
 @pytest.mark.parametrize("selection", [("-m", "not expensive"), ("-k", "not gone")])
@@ -80,12 +90,12 @@ def test_a_filtered_run_adds_to_the_list_and_a_whole_run_rewrites_it(suite, sele
     threshold, keeping the listed ones it did not run; a whole run (`make test-all`) writes the
     list anew."""
     (suite.path / "expensive.txt").write_text("test_suite.py::test_gone  # 9.0 s\n")
-    run(suite, *selection, "--update-expensive").assert_outcomes(passed=4)
+    run(suite, *selection, "--update-expensive").assert_outcomes(passed=5)
     listed = (suite.path / "expensive.txt").read_text()
     assert "test_suite.py::test_gone  # 9.0 s" in listed, listed
     assert "test_suite.py::test_slow  # " in listed and "test_quick" not in listed, listed
 
-    run(suite, "--update-expensive").assert_outcomes(passed=4)
+    run(suite, "--update-expensive").assert_outcomes(passed=5)
     listed = (suite.path / "expensive.txt").read_text()
     assert "test_gone" not in listed and "test_suite.py::test_slow  # " in listed, listed
 
@@ -101,5 +111,6 @@ def test_files_run_largest_measured_cost_first(suite):
              for line in run(suite, "--collect-only", "-q").stdout.lines if "::" in line]
     assert order == ["test_small.py::test_one", "test_suite.py::test_starts_a_process_unmarked",
                      "test_suite.py::test_starts_a_process_marked", "test_suite.py::test_slow",
-                     "test_suite.py::test_quick", "test_large.py::test_a",
+                     "test_suite.py::test_quick", "test_suite.py::test_pays_the_module_fixture",
+                     "test_large.py::test_a",
                      "test_large.py::test_b"], order
