@@ -44,23 +44,26 @@ test: $(STAMP)     ## the suite on TensorFlow, JAX and PyTorch, without the expe
 	$(MAKE) test-jax
 	$(MAKE) test-torch
 
-test-expensive: $(STAMP) ## the tests measured over 3 s (tests/expensive_tests.txt), on TensorFlow
+test-expensive: $(STAMP) ## the tests measured over 3 s (tests/expensive_tests*.txt), on TensorFlow and JAX
 	$(PYTEST_TF) -m expensive $(PYTEST_ARGS) tests
+	$(PYTEST_JAX) -m expensive $(PYTEST_ARGS) tests || test $$? -eq 5  # 5: none listed
 
 # The same tests as `make test` and `make test-expensive` together (.ci/run runs those two), with
-# the TensorFlow pass in one run: what `PYTEST_ARGS=--update-expensive` needs to measure every
-# test as the list's seconds were measured.
-test-all: $(STAMP) ## every test, the TensorFlow ones in one run (--update-expensive's)
+# the TensorFlow pass and the JAX pass each in one run: what `PYTEST_ARGS=--update-expensive`
+# needs to measure every test as the lists' seconds were measured.
+test-all: $(STAMP) ## every test, the TensorFlow ones and the JAX ones each in one run (--update-expensive's)
 	$(PYTEST_TF) $(PYTEST_ARGS) tests
-	$(MAKE) test-jax
+	$(PYTEST_JAX) $(PYTEST_ARGS) tests
 	$(MAKE) test-torch
 
 # The modules marked every_backend again on JAX (tests/conftest.py selects them, and sets XLA's
-# flags for JAX's per-op compiles: tests/backends.py); the timings differ from TensorFlow's, so
-# none is listed as expensive.
-test-jax: $(STAMP) ## the every_backend tests under KERAS_BACKEND=jax
-	KERAS_BACKEND=jax JAX_PLATFORMS=cpu \
-	$(PY) -m pytest -n 2 --dist loadfile -q -o expensive_seconds=inf $(PYTEST_ARGS) tests
+# flags for JAX's per-op compiles: tests/backends.py). JAX compiles every eager op of a new
+# shape, so its costly tests are not TensorFlow's: they have their own list, measured on JAX.
+PYTEST_JAX := KERAS_BACKEND=jax JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 --dist loadfile -q \
+	-o expensive_list=tests/expensive_tests_jax.txt
+
+test-jax: $(STAMP) ## the every_backend tests under KERAS_BACKEND=jax, without its expensive ones
+	$(PYTEST_JAX) -m "not expensive" $(PYTEST_ARGS) tests
 
 # The same modules on PyTorch (eager: nothing to compile). One intra-op thread per worker: two
 # workers share the cores, and the tests' ops are small.
