@@ -32,11 +32,11 @@ $(STAMP): $(PY) setup.cfg pyproject.toml
 install: $(STAMP)  ## create .venv and install tfxl with its test extra
 
 # The suite is split by measured cost (BUILD.md "Tests"): `make test` is every test but those
-# listed in tests/expensive_tests.txt (a call over 3 s in a whole run: two workers preempted and
-# resumed, the README workflow on gs://, kill -9 during a save, the tools as processes, ...), on
-# all three backends; `make test-expensive` is those; .ci/run runs both, so CI runs every test.
-# Files go to two workers whole, largest measured cost first (tests/marker_check.py), so both
-# finish together.
+# listed in tests/expensive_tests.txt (for the JAX pass, tests/expensive_tests_jax.txt), whose
+# call took over 3 s in a whole run (two workers preempted and resumed, the README workflow on
+# gs://, kill -9 during a save, the tools as processes, ...), on all three backends;
+# `make test-expensive` is those; .ci/run runs both, so CI runs every test. Files go to two
+# workers whole, largest measured cost first (tests/marker_check.py), so both finish together.
 PYTEST_TF := $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q --durations=20
 
 test: $(STAMP)     ## the suite on TensorFlow, JAX and PyTorch, without the expensive tests
