@@ -2,8 +2,8 @@
 item 5), kept working by CI: its smoke path runs under JAX in a process where TensorFlow cannot
 be imported, as on the GPU machine (JAX and PyTorch, no TensorFlow), and measures every phase.
 
-Runs in the JAX pass (`make test-jax`); the TensorFlow and PyTorch passes skip it (the child
-process is the same in each).
+Runs in the JAX pass (listed as expensive there, so `make test-expensive` runs it); the
+TensorFlow and PyTorch passes skip it (the child process is the same in each).
 """
 
 import json
@@ -23,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax",
-                    reason="runs once, in the JAX pass (make test-jax)")
+                    reason="runs once, in the JAX pass")
 def test_the_smoke_run_measures_training_evaluation_and_generation_without_tensorflow(tmp_path):
     """The wt103-shaped smoke model (tail clusters) in bf16 mixed precision: a jitted training
     step, the key/value evaluation step and `TransfoXLLM.generate` each give a positive rate, the
