@@ -30,7 +30,7 @@ def pytest_addoption(parser):
     parser.addini("expensive_list", "file of the tests marked expensive (one node id a line)",
                   default="tests/expensive_tests.txt")
     parser.addini("expensive_seconds", "a test over this many seconds is expensive",
-                  default="5")
+                  default="3")
     parser.addoption("--update-expensive", action="store_true",
                      help="update the expensive_list file from this run's durations: "
                           "rewritten from a whole run (make test-all), added to by a run that "
@@ -53,7 +53,8 @@ def _listed_seconds(config):
             for line in f:
                 nodeid, _, comment = line.partition("#")
                 if nodeid.strip():
-                    listed[nodeid.strip()] = float((comment.split() or ["5"])[0])
+                    # without its seconds: at least the threshold it was listed for
+                    listed[nodeid.strip()] = float((comment.split() or [_threshold(config)])[0])
     return listed
 
 
@@ -113,7 +114,7 @@ class _MarkerCheck:
             for nodeid, args in sorted(self.unmarked.items()):
                 write(f"{nodeid}: {args}")
         threshold, path = _threshold(self.config), _list_path(self.config)
-        if threshold == float("inf"):  # the JAX and PyTorch passes: the list is TensorFlow's
+        if threshold == float("inf"):  # the PyTorch pass: no list of its own
             return
         over = {n: s for n, s in self.seconds.items() if s > threshold}
         if self.config.getoption("update_expensive"):
