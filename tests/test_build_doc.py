@@ -45,14 +45,16 @@ def missing_tests(text, root):
             if name.startswith("test_") and name.endswith(".py"):
                 path = os.path.join(folder, name)
                 test_files[os.path.relpath(path, root)] = path
-    missing, references = [], 0
+    missing, references, defined = [], 0, {}
     for cell in table_test_column(text):
         for file_ref, name in named_tests(cell):
             references += 1
             suffix = file_ref if file_ref.startswith("tests/") else "/" + str(file_ref)
             paths = [p for rel, p in test_files.items()
                      if rel == suffix or rel.endswith(suffix)]
-            if len(paths) != 1 or (name and name not in defined_tests(paths[0])):
+            if len(paths) == 1 and paths[0] not in defined:  # each file parsed once
+                defined[paths[0]] = defined_tests(paths[0])
+            if len(paths) != 1 or (name and name not in defined[paths[0]]):
                 missing.append(f"{file_ref}::{name}" if name else str(file_ref))
     return references, missing
 
