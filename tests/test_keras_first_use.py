@@ -1,19 +1,16 @@
 """What a Keras user meets first: batch size and stream order at every entry of the stateful
 model, compiled metrics (tfxl.metrics), Keras' warnings, the backbone in a Sequential,
-summary() and default names of models never called, and the README's Inference snippet."""
+summary() and default names of models never called (the README's snippets: test_readme.py)."""
 
 import math
 import re
-import subprocess
 import warnings
-from pathlib import Path
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import tfxl
 import factories
 from factories import tiny_config
 from tfxl.data.pipeline import InputParams, input_fn
@@ -21,7 +18,6 @@ from tfxl import (BitsPerCharacter, Perplexity, StatefulTransfoXLLM, TransfoXLBa
                   TransfoXLLM)
 
 B, T, V = 4, 4, 16
-README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def stateful(**compile_kwargs):
@@ -202,57 +198,3 @@ def test_default_names_spell_the_class_names():
                         StatefulTransfoXLLM(config, batch_size=B).name)
     assert TransfoXLLM(config).name != TransfoXLLM(config).name  # unique, as Keras' own
 
-
-# -- the README -------------------------------------------------------------------------------
-def readme_snippet(heading):
-    """The first ```python block after `heading` in README.md."""
-    text = README.read_text()
-    section = text[text.index(heading):]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
-
-
-def test_readme_inference_snippet_runs_on_a_fresh_model_with_the_evaluation_settings():
-    # Evaluation settings unlike training's, so that mixing the two shows in the NLL.
-    config = tiny_config(vocab_size=V, eval_tgt_len=3, eval_mem_len=6, eval_clamp_len=2,
-                         eval_same_length=True)
-    s = config.eval_settings()
-    rng = np.random.default_rng(0)
-    stream = rng.integers(0, V, (B, 3 * s["tgt_len"] + 1)).astype(np.int32)
-    segments = [(stream[:, i:i + s["tgt_len"]], stream[:, i + 1:i + 1 + s["tgt_len"]])
-                for i in range(0, 3 * s["tgt_len"], s["tgt_len"])]
-    namespace = dict(tfxl=tfxl, config=config, stream_of_segments=segments,
-                     trainer_memory=TransfoXLLM(config).init_memory(B),
-                     prompt_ids=stream[:, :2])
-    exec(readme_snippet("## Inference"), namespace)
-
-    model = namespace["model"]
-    memory = model.init_memory(B, mem_len=s["mem_len"])  # the layer-input path, by hand
-    for ids, targets in segments:
-        want, memory = model(ids, memory, targets=targets, clamp_len=s["clamp_len"],
-                             same_length=s["same_length"])
-    np.testing.assert_allclose(namespace["nll"], want, atol=1e-5)
-    assert namespace["new_tokens"].shape == (B, 100)
-
-
-@pytest.mark.subprocess  # git check-ignore
-def test_readme_output_paths_are_git_ignored():
-    """What the README's commands write into the checkout (`--output_dir=exports/tiny`, ...)
-    must not show up as untracked files."""
-    root = README.parent
-    if not (root / ".git").exists():
-        pytest.skip("not a git checkout")
-    written = set(re.findall(r"--(?:output_dir|model_dir)=((?!gs://)[\w./-]+)",
-                             README.read_text()))
-    assert "exports/tiny" in written
-    for path in sorted(written):
-        check = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", f"{path}/x"])
-        assert check.returncode == 0, f"{path}/ (written by a README command) is not ignored"
-
-
-def test_readme_says_make_demo_installs_from_pypi():
-    """`make demo` depends on the install stamp (pip from PyPI): the README's first lines,
-    which say it needs no data download, must say so too."""
-    makefile = (README.parent / "Makefile").read_text()
-    assert re.search(r"^demo: \$\(STAMP\)", makefile, re.M)
-    demo_line = README.read_text().split("make demo", 1)[1].split("```", 1)[0]
-    assert "PyPI" in demo_line and "(no download)" not in demo_line

@@ -604,9 +604,9 @@ def test_generate_names_a_prompt_or_seed_it_cannot_use(tmp_path):
 
 
 def test_readme_rest_requests_match_the_signatures(exported):
-    """Every JSON request body in the README calls its signature with exactly those inputs;
+    """Every JSON request body in docs/serving.md calls its signature with exactly those inputs;
     KEYS, VALUES and VALID stand for the memory arrays of the preceding init_memory response."""
-    readme = open(os.path.join(HERE, os.pardir, "README.md")).read()
+    readme = open(os.path.join(HERE, os.pardir, "docs", "serving.md")).read()
     bodies = re.findall(r"```json\n(.*?)\n```", readme, re.S)
     placeholders = ("KEYS", "VALUES", "VALID")
     names = set()
