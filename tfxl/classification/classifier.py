@@ -102,6 +102,20 @@ class DocumentClassifier(keras.Model):
     Returns:
       logits [B, C] float32.
     The backbone's clamp_len and same_length are the config's (training) values.
+
+    Examples:
+
+    ```python
+    import numpy as np
+    import tfxl
+    from tfxl.classification import DocumentClassifier
+
+    lm = tfxl.TransfoXLLM(tfxl.get_preset("tiny", vocab_size=258))
+    model = DocumentClassifier.from_language_model(lm, num_classes=3,
+                                                   pooling="segment_attention")
+    token_ids = np.random.default_rng(0).integers(0, 258, size=(2, 200))  # right-padded
+    logits = model({"token_ids": token_ids, "lengths": np.array([200, 90])})  # [2, 3]
+    ```
     """
 
     def __init__(self, config, num_classes, pooling=LAST, grad_segments=1, segment_len=None,

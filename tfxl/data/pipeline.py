@@ -170,7 +170,29 @@ def pipeline_options() -> tf.data.Options:
 
 def input_fn(split: str, params: InputParams,
              input_context: Optional[tf.distribute.InputContext] = None) -> tf.data.Dataset:
-    """Dataset of segment batches for `split` (see the module docstring and `InputParams`)."""
+    """Dataset of segment batches for `split` (see the module docstring and `InputParams`).
+
+    Examples:
+
+    ```python
+    import os
+    import tempfile
+
+    from tfxl.data.options import PrepareConfig
+    from tfxl.data.pipeline import InputParams, input_fn
+    from tfxl.data.prepare import prepare
+
+    root = tempfile.mkdtemp()
+    with open(os.path.join(root, "corpus.txt"), "w") as corpus:
+        corpus.write("def f(x): return x; " * 500)
+    prepare(PrepareConfig(output_dir=os.path.join(root, "data"),
+                          train=[os.path.join(root, "corpus.txt")], tokenizer="bytes",
+                          tgt_len=16, num_streams=4), log=lambda *_: None)
+    batches = input_fn("train", InputParams(data_dir=os.path.join(root, "data"), batch_size=4,
+                                            training=True))
+    batch = next(iter(batches))   # inputs, targets, target_mask [4, 16]; reset [4], ...
+    ```
+    """
     if not isinstance(params, InputParams):
         raise TypeError(f"input_fn: params must be an InputParams, not {type(params).__name__}")
     data_dir = params.data_dir

@@ -52,6 +52,19 @@ class TransfoXLCausalLM(CausalLM):
         {"token_ids", "padding_mask"} padded to max_length).
       mem_len: the memory length M of generation (default: the config's eval_mem_len, as
         `TransfoXLLM.generate`).
+
+    Examples:
+
+    ```python
+    import tfxl
+    from tfxl.data.tokenizers import BytesTokenizer
+    from tfxl.hub import causal_lm_from_model
+
+    model = tfxl.TransfoXLLM(tfxl.get_preset("tiny", vocab_size=258))
+    causal_lm = causal_lm_from_model(model, BytesTokenizer(), sequence_length=32)
+    causal_lm.compile(sampler="greedy")
+    text = causal_lm.generate("def main(", max_length=16)
+    ```
     """
 
     backbone_cls = TransfoXLHubBackbone

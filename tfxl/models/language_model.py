@@ -38,6 +38,20 @@ class TransfoXLLM(keras.Model):
 
     Built on construction (no weight's shape depends on the input): its weights, `summary()`
     and methods such as `init_key_value_memory` or `position_keys` work before any call.
+
+    Examples:
+
+    ```python
+    import numpy as np
+    import tfxl
+
+    model = tfxl.TransfoXLLM(tfxl.get_preset("tiny", vocab_size=258))
+    tokens = np.random.default_rng(0).integers(0, 258, size=(2, 65))
+    memory = model.init_memory(batch_size=2)
+    nll, memory = model(tokens[:, :64], memory, targets=tokens[:, 1:])   # [2, 64]
+    log_probs, memory = model(tokens[:, :8], memory)                      # [2, 8, 258]
+    new_tokens = model.generate(tokens[:, :4], max_new_tokens=8, seed=1)  # numpy [2, 8]
+    ```
     """
 
     def __init__(self, config, attention_cls=None, name=None, **kwargs):

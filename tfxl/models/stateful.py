@@ -62,6 +62,22 @@ class StatefulTransfoXLLM(keras.Model):
     batches' own segment length), not `config.eval_settings()`: in Keras' sense they are fit's
     validation on the same streams, and the memory variable has config.mem_len slots. tfxl-eval,
     export, scoring and generation use the evaluation settings.
+
+    Examples:
+
+    ```python
+    import numpy as np
+    import tfxl
+
+    config = tfxl.get_preset("tiny", vocab_size=258)
+    tokens = np.random.default_rng(0).integers(0, 258, size=(2, 4 * 64 + 1))
+    x = np.concatenate([tokens[:, i * 64:(i + 1) * 64] for i in range(4)])   # stream order
+    y = np.concatenate([tokens[:, i * 64 + 1:(i + 1) * 64 + 1] for i in range(4)])
+    model = tfxl.StatefulTransfoXLLM(config, batch_size=2)
+    model.compile(optimizer="adam", metrics=[tfxl.BitsPerCharacter()])
+    model.fit(x, y, batch_size=2, epochs=1, verbose=0)
+    model.reset_memory()
+    ```
     """
 
     def __init__(self, config, batch_size, name=None, **kwargs):
