@@ -138,9 +138,9 @@ def test_ring_position_scores_are_each_slots_distance(write_slot):
     rng = np.random.default_rng(0)
     query = rng.normal(size=(2, heads, t_len, size)).astype("float32")
     position_keys = rng.normal(size=(heads, size, m_len + t_len + 1)).astype("float32")
-    got = to_numpy(layer._ring_position_score(ops.convert_to_tensor(query),
-                                              ops.convert_to_tensor(position_keys),
-                                              write_slot, ring_size))
+    got = to_numpy(layer.key_position_score(ops.convert_to_tensor(query),
+                                            ops.convert_to_tensor(position_keys), ring_size,
+                                            segment_start=write_slot))
     key_len = m_len + t_len
     for i in range(t_len):
         for j in range(ring_size):

@@ -10,13 +10,11 @@ generated token sees the last M positions before it and itself. M, clamp_len and
 are the config's evaluation settings (`mem_len=` overrides M).
 
 The cache is keras-hub's kind: fixed shapes, indexed by the position being written, batch first
-so that the beam sampler can repeat and reorder it. It holds keys and values over all S positions
-as a `tfxl.layers.memory.KeyValueMemory` does ("keys" L x [B, N, H, S], "values" L x [B, N, S,
-H]) plus each row's prompt length ("prompt_length" [B]), and no valid mask: slot j is position j,
-seen by the step at t when j < t (and the prompt rules allow). It is not a `KeyValueMemory` (a
-window of the last M positions that moves), which is why it stays keras-hub's dict. A step reads
-the slots of its last M positions through the attention mask, at relative distances t - j, so
-no slot ever moves: each step writes one slot per layer (in place under XLA).
+so that the beam sampler can repeat and reorder it: a dict of keys and values over all S
+positions ("keys" L x [B, N, H, S], "values" L x [B, N, S, H]) plus each row's prompt length
+("prompt_length" [B]). A step reads it as a `tfxl.layers.memory.PositionCache`: the token at t
+is written at slot t (in place under XLA) and sees slots t - M..t through the attention mask, at
+relative distances t - j, so no slot ever moves.
 """
 
 import functools
@@ -31,7 +29,7 @@ from keras_hub.src.utils.tensor_utils import any_equal
 from tfxl.hub.backbone import TransfoXLHubBackbone
 from tfxl.hub.preprocessor import TransfoXLCausalLMPreprocessor
 from tfxl.hub.presets import save_preset
-from tfxl.layers.memory import KEYS, VALUES
+from tfxl.layers.memory import KEYS, VALUES, KeyValueMemory, PositionCache
 
 PROMPT_LENGTH = "prompt_length"
 
@@ -152,18 +150,14 @@ class TransfoXLCausalLM(CausalLM):
             position_keys = self._position_keys(sequence_length)
         t = ops.cast(cache_update_index, "int32")
         slots = ops.arange(sequence_length, dtype="int32")
-        # Slot t is the token itself (decode_step appends it); slots after it are not written yet.
-        valid = self._sees(t, slots[None, :], cache[PROMPT_LENGTH][:, None]) & (slots < t)
-        distance = ops.concatenate([t - slots, ops.zeros((1,), "int32")], axis=0)
-        parts = [[(k, v)] for k, v in zip(keys, values)]
-        log_probs, new_keys, new_values = self.backbone.language_model.decode_step(
-            token_ids, parts, valid, distance, position_keys)
-        zero = ops.zeros((), "int32")
-        keys = [ops.slice_update(k, [zero, zero, zero, t], ops.cast(new, k.dtype))
-                for k, new in zip(keys, new_keys)]
-        values = [ops.slice_update(v, [zero, zero, t, zero], ops.cast(new, v.dtype))
-                  for v, new in zip(values, new_values)]
-        return log_probs, None, {**cache, KEYS: keys, VALUES: values}
+        # Slot t is the token itself; slots after it are not written yet.
+        mask = self._sees(t, slots[None, :], cache[PROMPT_LENGTH][:, None]) & (slots <= t)
+        lm = self.backbone.language_model
+        hidden, _, written = lm.backbone.run_blocks(
+            lm.backbone.embedding(token_ids), PositionCache(tuple(keys), tuple(values), t),
+            position_keys, mask[:, None, None, :], training=False)
+        return lm.head(hidden), None, {**cache, KEYS: [k for k, _ in written],
+                                       VALUES: [v for _, v in written]}
 
     def _build_cache(self, token_ids, padding_mask, position_keys=None):
         """The cache after reading all S positions in one pass (the prefill).
@@ -182,16 +176,14 @@ class TransfoXLCausalLM(CausalLM):
         mask = self._sees(positions[None, :, None], positions[None, None, :],
                           prompt_length[:, None, None])[:, None]  # [B, 1, S, S]
         config = lm.config
-        batch = ops.shape(token_ids)[0]
-        dtype = backbone.compute_dtype
-        no_memory = (ops.zeros((batch, config.n_head, config.d_head, 0), dtype),
-                     ops.zeros((batch, config.n_head, 0, config.d_head), dtype))
+        no_memory = KeyValueMemory.empty(ops.shape(token_ids)[0], config.n_layer, 0,
+                                         config.n_head, config.d_head, backbone.compute_dtype)
         # The backbone's own call builds its mask from a memory; the prefill needs per-row prompt
         # lengths, so it runs the backbone's block loop with the mask above.
-        _, _, keys, values = backbone.run_blocks(
-            backbone.embedding(token_ids), [no_memory] * config.n_layer, position_keys, mask,
-            False)
-        return {KEYS: keys, VALUES: values, PROMPT_LENGTH: prompt_length}
+        _, _, written = backbone.run_blocks(backbone.embedding(token_ids), no_memory,
+                                            position_keys, mask, training=False)
+        return {KEYS: [k for k, _ in written], VALUES: [v for _, v in written],
+                PROMPT_LENGTH: prompt_length}
 
     def generate_step(self, inputs, stop_token_ids=None):
         """One batch of generation, XLA-compilable (keras-hub's `generate` compiles it).

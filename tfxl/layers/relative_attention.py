@@ -10,11 +10,12 @@ M + i - j, the score is
 scaled by 1/sqrt(H). Queries come from the current segment only; keys and values from
 [memory; segment] (the memory arrives already stop-gradient).
 
-Two kinds of memory reach the layer (see `tfxl.layers.memory`): layer inputs [B, M, D], whose
-keys and values are projected here with the segment's (training: W_k and W_v learn through the
-memory rows), or keys and values already projected, keys [B, N, H, M] and values [B, N, M, H]
-(inference: only the T new rows are projected). Both meet in one attention core, so the two paths
-cannot drift apart.
+The layer owns no memory layout. Its memory argument is one layer of a memory type
+(`tfxl.layers.memory`), which says how the segment's rows become the keys and values attended to
+(layer inputs re-projected with the segment's: training, W_k and W_v learn through the memory
+rows; cached keys and values with the segment's appended; rows written into fixed buffers) and
+where the segment sits among them. `compute_attention` then scores every layout with one code
+path, as Model Garden's `MultiHeadAttention.compute_attention` does.
 """
 
 import functools
@@ -24,6 +25,7 @@ import keras
 from keras import ops
 
 from tfxl.layers.dropout import HashDropout
+from tfxl.layers.memory import as_layer_memory
 
 
 def rel_shift(x):
@@ -55,6 +57,10 @@ def _dims(x):
     return [d if d is not None else ops.shape(x)[a] for a, d in enumerate(x.shape)]
 
 
+def _concatenate(parts):
+    return parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=-1)
+
+
 def _project(x, kernel):
     """x [..., D] times kernel [D, *out] as one 2-D matmul -> [..., *out], in x's dtype (outside
     a layer call, e.g. precomputing position keys, Keras does not autocast the kernel)."""
@@ -81,15 +87,33 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
 
     Call args:
       hidden: [B, T, D] the current segment.
-      memory: this layer's memory, either its layer inputs [B, M, D] (may have M = 0) or a pair
-        (keys [B, N, H, M], values [B, N, M, H]) from `project_memory` or earlier calls' outputs.
+      memory: this layer's memory: `memory.layer(l)` of a memory type, or its layer inputs
+        [B, M, D] (may have M = 0), or a pair (keys [B, N, H, M], values [B, N, M, H]) from
+        `project_memory` or earlier calls' outputs.
       position_keys: `project_positions(R)` for the K = M + T distances of this call; inference
         computes it once per pass and reuses it for every segment of that shape.
       mask: [B, 1, T, K] bool, True where the query may attend to the key.
       content_bias: u, [N, H]. position_bias: v, [N, H].
     Returns:
-      (output [B, T, D], (keys [B, N, H, T], values [B, N, T, H]) of the segment's own rows): what
-      a key/value memory appends.
+      (output [B, T, D], what the memory's layer wrote): for layer inputs and key/value pairs the
+      segment's own rows (keys [B, N, H, T], values [B, N, T, H]), what a key/value memory
+      appends; for buffers, the buffers with the rows written.
+
+    Examples:
+    ```python
+    import numpy as np
+    from tfxl.layers import RelativeMultiHeadAttention, RelativePositionEncoding, attention_mask
+
+    layer = RelativeMultiHeadAttention(d_model=16, n_head=2, d_head=8)
+    hidden = np.random.rand(1, 4, 16).astype("float32")   # B 1, T 4
+    memory = np.random.rand(1, 3, 16).astype("float32")   # M 3 layer inputs
+    layer.build(hidden.shape)
+    position_keys = layer.project_positions(RelativePositionEncoding(16)(key_length=7))
+    mask = attention_mask(np.ones((1, 3), bool), 4)
+    u = v = np.zeros((2, 8), "float32")
+    output, (keys, values) = layer(hidden, memory, position_keys, mask, u, v)
+    assert output.shape == (1, 4, 16) and keys.shape == (1, 2, 8, 4)
+    ```
     """
 
     def __init__(self, d_model, n_head, d_head, dropout=0.0, dropatt=0.0, pre_lnorm=False,
@@ -124,26 +148,29 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.output_dropout = HashDropout(self.dropout, name="output_dropout", dtype=policy)
 
     # -- projections --------------------------------------------------------------------------
-    def _key_value(self, rows):
-        """Keys and values of normalised rows [B, R, D]: [B, N, R, H] each, from one GEMM.
+    def normalized(self, rows):
+        """Rows [B, R, D] as the projections read them: LayerNorm'd under pre_lnorm."""
+        return self.layer_norm(rows) if self.pre_lnorm else rows
+
+    def key_value(self, rows):
+        """Keys [B, N, H, R] and values [B, N, R, H] of normalised rows [B, R, D], one GEMM.
 
         Plain 2-D matmuls ([rows, D] x [D, 2*N*H]): their weight gradients are one GEMM instead
-        of a batched matmul plus a reduction (what einsum's gradient builds).
+        of a batched matmul plus a reduction (what einsum's gradient builds). Keys come out as
+        each head's [H, R] matrix, the layout every memory stores them in (q . k is then a plain
+        matmul reading them in place).
         """
         n, h = self.n_head, self.d_head
         kernel = ops.concatenate([ops.reshape(self.key_kernel, (self.d_model, n * h)),
                                   ops.reshape(self.value_kernel, (self.d_model, n * h))], axis=-1)
-        key_value = _project(rows, ops.reshape(kernel, (self.d_model, 2 * n, h)))
-        key_value = ops.transpose(key_value, (0, 2, 1, 3))  # [B, 2N, R, H], heads-major
-        return ops.split(key_value, 2, axis=1)  # (split: a cheap gradient)
+        keys, values = ops.split(_project(rows, ops.reshape(kernel, (self.d_model, 2 * n, h))),
+                                 2, axis=2)  # [B, R, N, H] each (split: a cheap gradient)
+        return ops.transpose(keys, (0, 2, 3, 1)), ops.transpose(values, (0, 2, 1, 3))
 
     def project_memory(self, memory_state):
         """Keys [B, N, H, M] and values [B, N, M, H] of a layer-input memory [B, M, D]: what
         inference caches."""
-        memory_state = ops.cast(memory_state, self.compute_dtype)
-        keys, values = self._key_value(
-            self.layer_norm(memory_state) if self.pre_lnorm else memory_state)
-        return ops.transpose(keys, (0, 1, 3, 2)), values
+        return self.key_value(self.normalized(ops.cast(memory_state, self.compute_dtype)))
 
     def project_positions(self, position_encoding):
         """W_k,R R: position keys [N, H, K + 1] for R [K, D] (distances K-1 ... 0).
@@ -156,87 +183,49 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
                                     [[1, 0], [0, 0]])
         return ops.transpose(_project(position_encoding, self.position_kernel), (1, 2, 0))
 
-    def position_score(self, query, position_keys, key_distance=None):
-        """Terms (b) + (d): (q_i + v) . W_k,R R_{M+i-j} for every query i and key j.
+    def position_score(self, query, position_keys):
+        """Terms (b) + (d): (q_i + v) . W_k,R R_{M+i-j} for every query i and key j, keys
+        oldest first with the T queries last.
 
         query: q + v, [B, N, T, H]. position_keys: [N, H, K + 1]. Returns [B, N, T, K].
-        key_distance: optional int [K], each key's distance from a single query (T = 1) whose
-          keys are not stored oldest-first (a decode cache kept in parts); read by column.
         """
         score = ops.einsum("bnth,nhk->bntk", query, position_keys)  # column m: distance K - m
-        if key_distance is None:
-            return rel_shift_prepadded(score)
-        key_len = position_keys.shape[2] - 1
-        return ops.take(score, key_len - ops.clip(key_distance, 0, key_len - 1), axis=-1)
+        return rel_shift_prepadded(score)
 
-    def _ring_position_score(self, query, position_keys, write_slot, size):
-        """BD in ring order [B, N, T, S], from `position_score` over S keys stored oldest first.
-
-        Oldest first, the S slots would be those of a memory of S - T and the segment; with the
-        segment written at slots [p, p + T), slot j holds what oldest-first slot (j - p - T) mod
-        S holds, so the scores are rolled by p + T (one pass, where a gather of every score by
-        its distance costs twice as much under XLA on CPU). The position keys of K = M + T get
-        S - K zero columns in front: distances >= K, which only the S - M - T spare slots have
-        and the mask hides.
+    def key_position_score(self, query, position_keys, key_len, segment_start=None):
+        """`position_score` for K = `key_len` keys laid out as `AttendedKeys` says: oldest first
+        (`segment_start` None), or cyclically with the segment's T rows from slot
+        `segment_start` (the oldest-first scores rolled by segment_start + T). Position keys for
+        fewer than K distances get zero columns in front: distances only masked slots have.
         """
-        key_len = position_keys.shape[-1] - 1
-        segment_len = _dims(query)[2]
-        position_keys = ops.pad(position_keys, [[0, 0]] * (len(position_keys.shape) - 1)
-                                + [[size - key_len, 0]])
-        return ops.roll(self.position_score(query, position_keys),
-                        (write_slot + segment_len) % size, axis=-1)
+        distances = position_keys.shape[-1]
+        if isinstance(key_len, int) and distances is not None and key_len > distances - 1:
+            position_keys = ops.pad(position_keys, [[0, 0]] * (len(position_keys.shape) - 1)
+                                    + [[key_len - distances + 1, 0]])
+        score = self.position_score(query, position_keys)
+        if segment_start is None:
+            return score
+        return ops.roll(score, (segment_start + _dims(query)[2]) % key_len, axis=-1)
 
     # -- attention ----------------------------------------------------------------------------
-    def call(self, hidden, memory, position_keys, mask, content_bias, position_bias,
-             training=None, key_distance=None, write_slot=None):
-        """See the class docstring; `memory` may also be a list of (keys, values) parts whose
-        keys, with the segment's, are listed in `key_distance` order (see `position_score`).
+    def compute_attention(self, query, keys, position_keys, mask, content_bias, position_bias,
+                          training=None):
+        """Attention contexts [B, T, N, H] of `query` [B, N, T, H] over `keys` (an `AttendedKeys`:
+        key and value parts, and where the segment's rows sit among them).
 
-        write_slot: with a (keys [B, N, H, S], values [B, N, S, H]) ring (a `KeyValueRing`
-          layer), the slot where the segment's rows are written, in place of the T oldest; the
-          segment then attends to the S slots (`mask` [B, 1, T, S] in ring order), and the
-          rings with its rows are returned in place of the rows.
+        The one place scores are computed, for every memory type: the memory lays the keys out
+        (oldest first, or cyclically in a buffer: `key_position_score`), the mask says which
+        each query sees.
         """
-        segment = self.layer_norm(hidden) if self.pre_lnorm else hidden
-        query = ops.transpose(_project(segment, self.query_kernel), (0, 2, 1, 3))  # [B, N, T, H]
         query_u = query + ops.cast(content_bias, query.dtype)[:, None, :]  # u: [N, 1, H]
-        if write_slot is not None:  # key/value ring: write the T new rows, attend to the S slots
-            segment_keys, segment_values = self._key_value(segment)
-            ring_keys, ring_values = memory
-            segment_keys = ops.slice_update(  # [B, N, H, S]
-                ops.cast(ring_keys, query.dtype), (0, 0, 0, write_slot),
-                ops.transpose(segment_keys, (0, 1, 3, 2)))
-            segment_values = ops.slice_update(  # [B, N, S, H]
-                ops.cast(ring_values, query.dtype), (0, 0, write_slot, 0), segment_values)
-            value_parts = [segment_values]
-            content_score = ops.einsum("bnth,bnhk->bntk", query_u, segment_keys)          # AC
-        elif isinstance(memory, (tuple, list)):  # key/value memory: project the T new rows only
-            segment_keys, segment_values = self._key_value(segment)
-            segment_keys = ops.transpose(segment_keys, (0, 1, 3, 2))  # [B, N, H, T]
-            # Memory parts and segment stay separate tensors (scores concatenated instead):
-            # copying the M cached rows every step would cost more than attending to them.
-            parts = memory if isinstance(memory[0], (tuple, list)) else [memory]
-            key_parts = [ops.cast(k, query.dtype) for k, _ in parts] + [segment_keys]
-            value_parts = [ops.cast(v, query.dtype) for _, v in parts] + [segment_values]
-            content_score = ops.concatenate(                                             # AC
-                [ops.einsum("bnth,bnhk->bntk", query_u, k) for k in key_parts], -1)
-        else:  # layer-input memory: k and v of all K rows in one GEMM
-            memory = ops.cast(memory, hidden.dtype)
-            memory_rows = self.layer_norm(memory) if self.pre_lnorm else memory
-            keys, values = self._key_value(ops.concatenate([memory_rows, segment], axis=1))
-            mem_len = memory.shape[1]
-            segment_keys = ops.transpose(keys[:, :, mem_len:], (0, 1, 3, 2))
-            segment_values = values[:, :, mem_len:]
-            value_parts = [values]
-            content_score = ops.einsum("bnth,bnkh->bntk", query_u, keys)                  # AC
-        position_bias = ops.cast(position_bias, query.dtype)[:, None, :]
-
-        if write_slot is None:
-            position_score = self.position_score(query + position_bias, position_keys,  # BD
-                                                 key_distance)
-        else:
-            position_score = self._ring_position_score(query + position_bias, position_keys,
-                                                       write_slot, value_parts[0].shape[2])
+        query_v = query + ops.cast(position_bias, query.dtype)[:, None, :]
+        # Key parts stay separate tensors (scores concatenated instead): copying M cached rows
+        # each step to join them would cost more than attending to them.
+        content_score = _concatenate([ops.einsum("bnth,bnhk->bntk", query_u, k)       # AC
+                                      for k in keys.keys])
+        key_len = sum(_dims(v)[2] for v in keys.values)
+        position_score = self.key_position_score(query_v, position_keys, key_len,     # BD
+                                                 keys.segment_start)
         # Softmax in float32 whatever the compute dtype: the mask value below is representable,
         # and bf16/fp16 logits lose too much precision in exp/normalise.
         score = ops.cast(content_score + position_score, "float32") * self.scale
@@ -246,27 +235,34 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         else:
             probs = ops.cast(ops.softmax(score, axis=-1), query.dtype)
         probs = self.attention_dropout(probs, training=training)
-
         contexts, start = [], 0
-        for v in value_parts:
-            length = v.shape[2] if v.shape[2] is not None else ops.shape(v)[2]
-            contexts.append(ops.einsum("bntk,bnkh->btnh", probs[..., start:start + length], v))
+        for v in keys.values:
+            length = _dims(v)[2]
+            part = probs if len(keys.values) == 1 else probs[..., start:start + length]
+            contexts.append(ops.einsum("bntk,bnkh->btnh", part, v))
             start += length
-        context = functools.reduce(ops.add, contexts)
+        return functools.reduce(ops.add, contexts)
+
+    def call(self, hidden, memory, position_keys, mask, content_bias, position_bias,
+             training=None):
+        """See the class docstring."""
+        memory = as_layer_memory(memory)
+        segment = self.normalized(hidden)
+        query = ops.transpose(_project(segment, self.query_kernel), (0, 2, 1, 3))  # [B, N, T, H]
+        keys = memory.attend(self, segment)
+        context = self.compute_attention(query, keys, position_keys, mask, content_bias,
+                                         position_bias, training)
         n, h = self.n_head, self.d_head
         output = _project(ops.reshape(context, (*_dims(context)[:2], n * h)),
                           ops.reshape(self.output_kernel, (n * h, self.d_model)))
         output = self.output_dropout(output, training=training)
         output = hidden + output if self.pre_lnorm else self.layer_norm(hidden + output)
-        return output, (segment_keys, segment_values)
+        return output, keys.written
 
-    def compute_output_spec(self, hidden, memory=None, *args, write_slot=None, **kwargs):
-        batch, seg_len, dtype = hidden.shape[0], hidden.shape[1], self.compute_dtype
-        if write_slot is not None:  # the rings
-            seg_len = memory[1].shape[2]
-        keys = keras.KerasTensor((batch, self.n_head, self.d_head, seg_len), dtype)
-        values = keras.KerasTensor((batch, self.n_head, seg_len, self.d_head), dtype)
-        return keras.KerasTensor(hidden.shape, dtype), (keys, values)
+    def compute_output_spec(self, hidden, memory=None, *args, **kwargs):
+        written = as_layer_memory(memory).written_spec(hidden, self.n_head, self.d_head,
+                                                       self.compute_dtype)
+        return keras.KerasTensor(hidden.shape, self.compute_dtype), written
 
     def get_config(self):
         return {

@@ -34,8 +34,8 @@ class TransformerXLBlock(keras.layers.Layer):
         the same arguments; a new position scheme is one such class.
 
     Call: (hidden [B, T, D], memory, position_keys, mask [B, 1, T, K], content_bias [N, H],
-    position_bias [N, H]) -> (hidden [B, T, D], (keys, values) [B, N, T, H] of the segment), with
-    memory and position_keys as `RelativeMultiHeadAttention` takes them.
+    position_bias [N, H]) -> (hidden [B, T, D], what the memory's layer wrote), with memory and
+    position_keys as `RelativeMultiHeadAttention` takes them.
     """
 
     def __init__(self, d_model, n_head, d_head, d_inner, dropout=0.0, dropatt=0.0,
@@ -59,12 +59,10 @@ class TransformerXLBlock(keras.layers.Layer):
         self.feed_forward.build(hidden_shape)
 
     def call(self, hidden, memory, position_keys, mask, content_bias, position_bias,
-             training=None, key_distance=None, write_slot=None):
-        hidden, segment_key_value = self.attention(hidden, memory, position_keys, mask,
-                                                   content_bias, position_bias, training=training,
-                                                   key_distance=key_distance,
-                                                   write_slot=write_slot)
-        return self.feed_forward(hidden, training=training), segment_key_value
+             training=None):
+        hidden, written = self.attention(hidden, memory, position_keys, mask, content_bias,
+                                         position_bias, training=training)
+        return self.feed_forward(hidden, training=training), written
 
     def compute_output_spec(self, hidden, *args, **kwargs):
         return self.attention.compute_output_spec(hidden, *args, **kwargs)

@@ -10,8 +10,7 @@ from keras import ops
 from tfxl.config import TransfoXLConfig
 from tfxl.layers.adaptive_embedding import AdaptiveEmbedding
 from tfxl.layers.dropout import HashDropout
-from tfxl.layers.memory import (KeyValueMemory, KeyValueRing, LayerInputMemory,
-                                attention_mask, as_memory)
+from tfxl.layers.memory import KeyValueMemory, KeyValueRing, LayerInputMemory, as_memory
 from tfxl.layers.relative_position import RelativePositionEncoding
 from tfxl.layers.transformer_xl_block import TransformerXLBlock, attention_class
 
@@ -139,7 +138,7 @@ class TransfoXLBackbone(keras.layers.Layer):
         memory = as_memory(memory, "key_value_memory")
         if isinstance(memory, KeyValueMemory):
             return memory
-        pairs = [block.attention.project_memory(memory.layer(i))
+        pairs = [block.attention.project_memory(memory.states[:, i])
                  for i, block in enumerate(self.blocks)]
         return KeyValueMemory(tuple(k for k, _ in pairs), tuple(v for _, v in pairs),
                               memory.valid)
@@ -159,73 +158,40 @@ class TransfoXLBackbone(keras.layers.Layer):
         if memory is None:
             memory = self.init_memory(ops.shape(token_ids)[0])
         memory = as_memory(memory, self.name).reset(reset).with_invalid_slots_zeroed()
-        mem_len = memory.mem_len
-
-        ring = isinstance(memory, KeyValueRing)
-        if ring:
-            memory.check_segment_len(segment_len)
-            mask = memory.attention_mask(segment_len, same_length, segment_valid)
-        else:
-            mask = attention_mask(memory.valid, segment_len, same_length, segment_valid)
-        if position_keys is not None and position_keys[0].shape[-1] not in (
-                None, mem_len + segment_len + 1):
+        mask = memory.attention_mask(segment_len, same_length, segment_valid)
+        key_length = memory.key_length(segment_len)
+        if position_keys is not None and position_keys[0].shape[-1] not in (None,
+                                                                            key_length + 1):
             raise ValueError(f"position_keys were computed for {position_keys[0].shape[-1] - 1} "
-                             f"keys; this call has M + T = {mem_len} + {segment_len}")
+                             f"keys; this call has M + T = {memory.mem_len} + {segment_len}")
         if position_keys is None:
-            position = self.position_encoding(key_length=mem_len + segment_len,
-                                              clamp_len=clamp_len)
+            position = self.position_encoding(key_length=key_length, clamp_len=clamp_len)
             position = self.position_dropout(position, training=training)
             position_keys = [b.attention.project_positions(position) for b in self.blocks]
         hidden = self.embedding_dropout(self.embedding(token_ids), training=training)
-        layer_memories = [memory.layer(i) for i in range(c.n_layer)]
-        hidden, layer_inputs, segment_keys, segment_values = self.run_blocks(
-            hidden, layer_memories, position_keys, mask, training,
-            write_slot=memory.next_slot if ring else None)
+        hidden, layer_inputs, written = self.run_blocks(hidden, memory, position_keys, mask,
+                                                        training)
         hidden = self.output_dropout(hidden, training=training)
         if not self.return_memory:
             return hidden
-        if ring:  # the blocks returned the whole rings, this segment's rows written
-            return hidden, memory.updated(segment_keys, segment_values, segment_len,
-                                          segment_valid)
-        if isinstance(memory, KeyValueMemory):
-            return hidden, memory.updated(segment_keys, segment_values, segment_valid)
-        return hidden, memory.updated(layer_inputs, segment_valid,
+        return hidden, memory.updated(layer_inputs, written, segment_len, segment_valid,
                                       stop_gradient=not memory_gradient)
 
-    def decode_step(self, token_ids, memory_parts, memory_valid, key_distance, position_keys):
-        """One token per row [B, 1] against a key/value cache kept in parts (inference only).
-
-        memory_parts: per layer, a list of (keys [B, N, H, S], values [B, N, S, H]) parts;
-        memory_valid: [B, sum of S] bool in the same order; key_distance: int [sum of S + 1], the
-        distance of every part's slots and then of the token itself (0) from the token;
-        position_keys: from `position_keys(K)` with K > the largest distance.
-        Returns (hidden [B, 1, D], per layer the token's keys [B, N, H, 1] and values
-        [B, N, 1, H]) for the caller to store: generation keeps a window of recent tokens beside
-        the memory so that a step copies no cached rows.
-        """
-        mask = attention_mask(memory_valid, 1)
-        hidden, _, keys, values = self.run_blocks(self.embedding(token_ids), memory_parts,
-                                               position_keys, mask, False, key_distance)
-        return hidden, keys, values
-
-    def run_blocks(self, hidden, layer_memories, position_keys, mask, training, key_distance=None,
-                   write_slot=None):
-        """Every block in turn on embedded `hidden` [B, T, D] with the caller's attention `mask`;
-        returns (hidden, each layer's input, keys and values: the segment's rows, or with
-        `write_slot` the layers' whole rings). `call` and `decode_step` build the mask from the
-        memory; tfxl.hub's prefill passes its own per-row mask."""
+    def run_blocks(self, hidden, memory, position_keys, mask, training=None):
+        """Every block in turn on embedded `hidden` [B, T, D], each attending to its layer of
+        `memory` under the caller's attention `mask`; returns (hidden, each layer's input, what
+        each layer wrote: `memory.updated`'s arguments). `call` builds the mask from the memory;
+        tfxl.hub's cache passes its own per-row mask."""
         c = self.config
-        layer_inputs, segment_keys, segment_values = [], [], []
+        layer_inputs, written = [], []
         for i, block in enumerate(self.blocks):
             layer_inputs.append(hidden)
             u = self.content_bias[i] if c.untie_r else self.content_bias
             v = self.position_bias[i] if c.untie_r else self.position_bias
-            hidden, (keys, values) = block(hidden, layer_memories[i], position_keys[i], mask, u, v,
-                                           training=training, key_distance=key_distance,
-                                           write_slot=write_slot)
-            segment_keys.append(keys)
-            segment_values.append(values)
-        return hidden, layer_inputs, segment_keys, segment_values
+            hidden, layer_written = block(hidden, memory.layer(i), position_keys[i], mask, u, v,
+                                          training=training)
+            written.append(layer_written)
+        return hidden, layer_inputs, written
 
     def compute_output_shape(self, ids_shape, memory_shape=None):
         """hidden [B, T, D] and, with return_memory, the memory's shapes (a memory type of

@@ -3,13 +3,9 @@
 Shape glossary: B batch, P prompt length, N new tokens, L layers, M memory length, W recent window,
 D model size, H head size.
 
-Why a window: appending one token to a [B, N, M, H] memory and dropping the oldest is a copy of
-the whole memory in every layer (tensors are immutable outside XLA's in-place updates), and at M
-in the thousands that copy costs more than the token's attention. So the decode loop keeps the
-memory fixed and writes new tokens' keys and values into a small window of W slots beside it;
-the step attends to both (the oldest memory slots hidden as the window fills, so it always sees
-the last M positions), and every W tokens the window is merged into the memory (one copy per W
-tokens). `_RecentWindow` is the only code that knows this layout.
+The prompt is read on a `KeyValueMemory`; the new tokens on a `RecentWindowMemory`, which keeps
+that memory fixed and writes each token into a small window beside it (see the class: appending
+to the memory would copy it on every token).
 
 `keras.ops` only, so it runs on every backend: the loop is `ops.while_loop` (TensorFlow's
 tf.while_loop, in-graph with a tensor N, as the SavedModel signatures call it; JAX's
@@ -17,14 +13,12 @@ lax.while_loop; a Python loop on PyTorch), and the tokens go into a preallocated
 (`ops.slice_update`), so N must be a Python int on JAX (it is a shape there).
 """
 
-from typing import Any, NamedTuple
-
 import keras
 from keras import ops
 
 from tfxl.backend import is_concrete, is_tensorflow
 from tfxl.layers.counter_hash import as_int32, as_uint32, wrapped
-from tfxl.layers.memory import KeyValueMemory
+from tfxl.layers.memory import RecentWindowMemory
 from tfxl.models.sampling import sample_next
 
 RECENT_WINDOW = 32
@@ -86,8 +80,8 @@ def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0
     memory = model.key_value_memory(memory)
     log_probs, memory = model(prompt_ids, memory, segment_valid=prompt_valid, clamp_len=clamp_len,
                               same_length=same_length)
-    window = _RecentWindow(memory, RECENT_WINDOW)
-    position_keys = model.position_keys(window.max_distance + 1, clamp_len)  # once
+    window = RecentWindowMemory.from_memory(memory, RECENT_WINDOW)
+    position_keys = model.position_keys(window.key_length(1), clamp_len)  # once
     batch = ops.shape(prompt_ids)[0]
     max_new_tokens = _positive_length(max_new_tokens)
     seed = ops.cast(seed, "int32")
@@ -103,24 +97,21 @@ def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0
     def written(out, step, token):
         return ops.slice_update(out, (0, step), ops.expand_dims(token, 1))
 
-    def body(step, last, state, failed, out):
+    def body(step, last, window, failed, out):
         token, failed = draw(step, last, failed)
-        state = window.merged_if_full(state)
-        parts, valid, distance = window.attended(state)
         # A row that failed reads id 0 from then on (its ids are NO_TOKEN whatever it reads).
-        next_log_probs, keys, values = model.decode_step(
-            ops.expand_dims(ops.maximum(token, 0), 1), parts, valid, distance, position_keys)
-        return (step + 1, next_log_probs[:, 0], window.appended(state, keys, values), failed,
-                written(out, step, token))
+        next_log_probs, window = model(ops.expand_dims(ops.maximum(token, 0), 1),
+                                       window.merged_if_full(), position_keys=position_keys)
+        return step + 1, next_log_probs[:, 0], window, failed, written(out, step, token)
 
-    step, last, state, failed, out = ops.while_loop(
+    step, last, window, failed, out = ops.while_loop(
         lambda step, *_: step < max_new_tokens - 1, body,
-        (ops.convert_to_tensor(0, "int32"), log_probs[:, -1], window.start(),
+        (ops.convert_to_tensor(0, "int32"), log_probs[:, -1], window,
          ops.zeros((batch,), "bool"), ops.zeros((batch, max_new_tokens), "int32")))
     token, failed = draw(step, last, failed)
     if not is_tensorflow() and is_concrete(failed) and ops.convert_to_numpy(ops.any(failed)):
         raise ValueError(NOT_FINITE)
-    return written(out, step, token), window.memory(state)
+    return written(out, step, token), window.to_memory()
 
 
 def _positive_length(max_new_tokens):
@@ -202,85 +193,3 @@ def compiled_generate(model, mem_len, clamp_len=None, same_length=None):
                 return loop(*args)
         return without_autograd
     return loop
-
-
-class _DecodeState(NamedTuple):
-    memory: KeyValueMemory   # the last M positions before the window (fixed between merges)
-    recent: KeyValueMemory   # W slots, the newest tokens; slot i valid once written
-    filled: Any              # int32 scalar: window slots in use
-
-
-class _RecentWindow:
-    """The decode state: the memory (fixed between merges) plus a window of the newest tokens.
-
-    State (a `_DecodeState`, a loop variable): the `memory` (a KeyValueMemory), a `recent`
-    KeyValueMemory of W slots, and "filled", the number r of window slots in use. The newest M
-    positions are memory slots r..M-1 and window slots 0..r-1: memory slot f is at distance
-    M - f + r from the token being read, window slot i at r - i.
-    """
-
-    def __init__(self, memory, size):
-        self.initial = memory
-        self.mem_len = memory.mem_len
-        self.size = size
-        self.max_distance = self.mem_len + size - 1
-
-    def start(self):
-        values = self.initial.values[0]  # [B, N, M, H]
-        recent = KeyValueMemory.empty(ops.shape(values)[0], len(self.initial.values), self.size,
-                                      values.shape[1], values.shape[3], values.dtype)
-        return _DecodeState(self.initial, recent, ops.convert_to_tensor(0, "int32"))
-
-    def _joined(self, state, first):
-        """Memory and window slots [first, first + M) of [memory; window], per layer."""
-        def last_m(memory, recent, axis):
-            joined = ops.concatenate([memory, recent], axis=axis)
-            start = [0] * len(memory.shape)
-            start[axis] = first
-            # The memory's own shape: static but for a batch unknown while TensorFlow traces, so
-            # the loop variable keeps its shape (tf.while_loop requires it).
-            return ops.slice(joined, start, list(ops.shape(memory)))
-        if not self.mem_len:
-            return state.memory
-        memory, recent = state.memory, state.recent
-        return KeyValueMemory(tuple(last_m(m, r, 3) for m, r in zip(memory.keys, recent.keys)),
-                              tuple(last_m(m, r, 2) for m, r in zip(memory.values, recent.values)),
-                              last_m(memory.valid, recent.valid, 1))
-
-    def merged_if_full(self, state):
-        """Every W tokens: the window moves into the memory (the one copy of the memory)."""
-        def merge():
-            recent = state.recent._replace(valid=ops.zeros_like(state.recent.valid))
-            return _DecodeState(self._joined(state, self.size), recent,
-                                ops.zeros_like(state.filled))
-        return ops.cond(state.filled >= self.size, merge, lambda: state)
-
-    def attended(self, state):
-        """(per-layer parts, valid [B, M + W], distances [M + W + 1]) for the next token."""
-        filled = state.filled
-        distance = ops.concatenate([self.mem_len - ops.arange(self.mem_len, dtype="int32") + filled,
-                                    filled - ops.arange(self.size, dtype="int32"),
-                                    ops.zeros((1,), "int32")], axis=0)
-        # A slot is seen when it holds a token within the last M positions.
-        in_window = ops.logical_and(distance[:-1] >= 1, distance[:-1] <= self.mem_len)
-        memory, recent = state.memory, state.recent
-        valid = ops.logical_and(ops.concatenate([memory.valid, recent.valid], axis=1),
-                                in_window[None, :])
-        parts = [[(k, v), (rk, rv)] for k, v, rk, rv in zip(
-            memory.keys, memory.values, recent.keys, recent.values)]
-        return parts, valid, distance
-
-    def appended(self, state, keys, values):
-        """The token's keys [B, N, H, 1] and values [B, N, 1, H] per layer written into window
-        slot r (a select over the W slots: small, and no scatter in a loop)."""
-        slot = ops.arange(self.size, dtype="int32") == state.filled  # [W]
-        recent = state.recent
-        recent = KeyValueMemory(
-            tuple(ops.where(slot, k, old) for k, old in zip(keys, recent.keys)),
-            tuple(ops.where(slot[:, None], v, old) for v, old in zip(values, recent.values)),
-            ops.logical_or(recent.valid, slot[None, :]))
-        return _DecodeState(state.memory, recent, state.filled + 1)
-
-    def memory(self, state):
-        """The key/value memory of the newest M positions."""
-        return self._joined(state, state.filled)

@@ -169,13 +169,6 @@ class TransfoXLLM(keras.Model):
         from tfxl.serving.export import export_model
         export_model(self, filepath, verbose, **kwargs)
 
-    def decode_step(self, token_ids, memory_parts, memory_valid, key_distance, position_keys):
-        """`TransfoXLBackbone.decode_step` followed by the softmax: (log_probs [B, 1, V], keys,
-        values)."""
-        hidden, keys, values = self.backbone.decode_step(token_ids, memory_parts, memory_valid,
-                                                         key_distance, position_keys)
-        return self.head(hidden), keys, values
-
     def head(self, hidden, targets=None):
         """The adaptive softmax on the backbone's hidden states [B, T, D], its weights tied to
         the embedding's as the config says: nll [B, T] float32 of `targets` [B, T] when given
