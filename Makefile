@@ -78,7 +78,7 @@ demo: $(STAMP)     ## the main job on the embedded default corpus (its plots: th
 	$(PY) -m tfxl.train.demo
 
 demo-classify: $(STAMP)  ## issue #18's classifier on stdlib packages: memory vs none vs truncation, plot
-	$(PY) -m benchmarks.classify_demo
+	$(PY) -m tfxl.train.classify_demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import factories
 from factories import assert_one_error_line, run_in_process
-from tfxl.serving.loading import load_language_model
+from tfxl.models.loading import load_language_model
 from tfxl.train import flags as train_flags
 from tfxl.checkpoints import restore_weights
 from tfxl.train.loop import Runner, build_model

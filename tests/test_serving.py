@@ -20,8 +20,8 @@ from tfxl.layers.relative_position import RelativePositionEncoding
 from tfxl.models.generation import generate
 from tfxl.models.sampling import check_sampling, sample_next
 from tfxl.models.scoring import score_document
-import tfxl.serving.export as export_lib
-from tfxl.serving.export import export_saved_model, next_version
+import tfxl.models.export as export_lib
+from tfxl.models.export import export_saved_model, next_version
 
 HERE = os.path.dirname(__file__)
 T, MEM = 6, 24  # the export's segment and memory lengths (the config's eval settings)
@@ -711,7 +711,7 @@ def test_object_store_export_failing_midway_leaves_no_version(model, tmp_path, m
 
 def test_local_export_is_built_aside_and_renamed_into_place(model, tmp_path, monkeypatch,
                                                             traced_once):
-    import tfxl.serving.export as export_lib
+    import tfxl.models.export as export_lib
     base = tmp_path / "exports"
     seen, write = [], export_lib.write_signatures
 
@@ -744,7 +744,7 @@ HANG_BEFORE_PUBLISH = """
 import sys, time
 tests, output_dir, marker = sys.argv[1:4]
 sys.path.insert(0, tests)
-import tfxl.serving.export as export_lib
+import tfxl.models.export as export_lib
 from factories import tiny_lm
 write = export_lib.write_signatures
 
@@ -827,8 +827,8 @@ def test_models_prompts_and_records_in_a_bucket_are_read_through_gfile(model, tm
     like the bucket appears."""
     from tfxl.data.prepare import PrepareConfig, prepare
     from tfxl.serving.generate_main import read_prompt
-    from tfxl.serving.loading import (EXPORT, KERAS, MODEL_DIR, load_checked_tokenizer,
-                                      load_language_model, model_kind)
+    from tfxl.models.loading import (EXPORT, KERAS, MODEL_DIR, load_checked_tokenizer,
+                                     load_language_model, model_kind)
     monkeypatch.chdir(tmp_path)
     bucket = "ram://serving-load"
 

@@ -25,9 +25,9 @@ import sys
 
 import tensorflow as tf
 from google.protobuf import text_format
-from tensorflow.python.checkpoint import checkpoint_management
 
 from tfxl.model_dir import CHECKPOINT_STATE
+from tfxl.private_apis import checkpoint_management
 
 
 class DamagedCheckpoint(ValueError):

@@ -25,13 +25,11 @@ def seed_generator_states(model):
     `model.non_trainable_variables` (the order of the checkpoint keys `rng/seed_<i>`).
 
     Keras keeps SeedGenerators out of TensorFlow's object graph, so `Checkpoint(model=...)` does
-    not save them; each layer lists its own (`Layer._seed_generators`, what `Layer.variables`
-    reads), and they are tracked here explicitly.
+    not save them; their state variables are among the model's (every one named
+    `seed_generator_state` by Keras), and they are tracked here explicitly.
     """
-    states = {id(generator.state)
-              for layer in model._flatten_layers() for generator in layer._seed_generators}
     return [variable.value for variable in model.non_trainable_variables
-            if id(variable) in states]
+            if variable.name == "seed_generator_state"]
 
 
 class TrainingCheckpoint:

@@ -77,7 +77,7 @@ def gpu_memory_bytes():
     """The memory TensorFlow's allocator may use on each GPU (the smallest), or None when it does
     not say. Read once the devices are initialised (the strategy is created)."""
     try:
-        from tensorflow.python.client import device_lib
+        from tfxl.private_apis import device_lib
         limits = [d.memory_limit for d in device_lib.list_local_devices()
                   if d.device_type == "GPU" and d.memory_limit]
     except Exception:  # no answer is "not checked", never a failed run

@@ -16,13 +16,13 @@ import tensorflow as tf
 
 from factories import (assert_one_error_line, assert_refused_at_the_entry, load_as_served,
                        prepare_labelled, run_in_process, tiny_config)
-import tfxl.serving.export as export_lib
+import tfxl.models.export as export_lib
 from tfxl.classification import POOLINGS, DocumentClassifier
 from tfxl.classification.classifier import LENGTHS, TOKEN_IDS
 from tfxl.data.classification import classification_dataset
 from tfxl.data.tokenizers import BytesTokenizer
 from tfxl.model_dir import EXPORT_RECORD
-from tfxl.serving.classifier_export import ClassifierSignatures
+from tfxl.classification.export import ClassifierSignatures
 
 TOOL = "tfxl.serving.export_main"
 T, M, K, V = 4, 3, 2, 258  # segment length, memory slots (< T), grad_segments, bytes vocabulary
@@ -223,7 +223,7 @@ def test_what_does_not_fit_is_one_error_line_and_nothing_is_written(exported, tm
 def test_model_export_writes_these_signatures_at_a_path(monkeypatch, tmp_path):
     # What `DocumentClassifier.export` hands to the publication tfxl-export and
     # `TransfoXLLM.export` share (tested with them); no tracing here.
-    import tfxl.serving.classifier_export as classifier_export
+    import tfxl.classification.export as classifier_export
     written = []
     monkeypatch.setattr(classifier_export, "publish_at", lambda *args: written.append(args))
     model, tokenizer = new_classifier(), BytesTokenizer()

@@ -1,9 +1,10 @@
 """Document classification with Transformer-XL (issue #18): `DocumentClassifier` reads documents
 of any length segment by segment on a carried memory, pools what it has read, and classifies.
 
-Layering: the model and its evaluation import the model (`tfxl.models`, `tfxl.layers`), never
-the trainer or the data package; their data is `tfxl.data.classification`'s, which only the
-command-line tool `evaluate_main` (tfxl-classify-eval) reads.
+Layering: the model, its evaluation and its SavedModel export (`tfxl.classification.export`)
+import the model (`tfxl.models`, `tfxl.layers`), never the trainer, the serving tools or the data
+package; their data is `tfxl.data.classification`'s, which only the command-line tool
+`evaluate_main` (tfxl-classify-eval) reads (tests/test_layering.py).
 """
 
 from tfxl.classification.classifier import (LENGTHS, TOKEN_IDS, DocumentClassifier,

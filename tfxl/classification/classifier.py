@@ -170,15 +170,15 @@ class DocumentClassifier(keras.Model):
 
         lm_or_path: a `TransfoXLLM`, or where one is: a `.keras` file (tfxl-convert's output of
           a published checkpoint too) or a tfxl-train model_dir (its newest readable checkpoint,
-          or `checkpoint`), local or gs://, loaded by `tfxl.serving.loading.load_language_model`.
+          or `checkpoint`), local or gs://, loaded by `tfxl.models.loading.load_language_model`.
         kwargs: the classifier's own arguments (pooling, grad_segments, ...); the backbone's
           config and attention class are the language model's.
         """
         lm = lm_or_path
         if isinstance(lm_or_path, str):
-            # Imported here: loading sits above the model (it reads model_dirs and data
-            # manifests); the classifier needs it only to find a language model's weights.
-            from tfxl.serving.loading import load_language_model
+            # Imported here: loading reads model_dirs and checkpoints with TensorFlow, and the
+            # classifier needs it only to find a language model's weights.
+            from tfxl.models.loading import load_language_model
             lm = load_language_model(lm_or_path, checkpoint=checkpoint)
         classifier = cls(lm.config, num_classes, attention_cls=lm.attention_cls, **kwargs)
         classifier.backbone.set_weights(lm.backbone.get_weights())
@@ -267,13 +267,14 @@ class DocumentClassifier(keras.Model):
                tokenizer=None, labels=None):
         """A SavedModel at `filepath` with the classifier's serving signatures: classify_document
         (= serving_default) and, with `tokenizer` and the C label names `labels`, classify_text
-        (`tfxl.serving.classifier_export`). Never over an existing file or non-empty directory;
+        (`tfxl.classification.export`). Never over an existing file or non-empty directory;
         only format="tf_saved_model" and input_signature=None (the signatures fix their own)."""
         if format != "tf_saved_model" or input_signature is not None:
             raise ValueError("DocumentClassifier.export: only format='tf_saved_model' with "
                              "input_signature=None (the signatures fix their own inputs)")
-        # Imported here: tfxl.serving sits above the model and imports it, never the reverse.
-        from tfxl.serving.classifier_export import export_classifier_at
+        # Imported here: the export is TensorFlow code (tf.function, tf.saved_model), and the
+        # classifier runs on every Keras backend.
+        from tfxl.classification.export import export_classifier_at
         export_classifier_at(self, filepath, verbose, tokenizer, labels)
 
     def get_config(self):

@@ -24,7 +24,7 @@ from tfxl.classification.evaluation import evaluate_classifier
 from tfxl.data.classification import classification_dataset, load_classification_manifest
 from tfxl.data.manifest import split_info
 from tfxl.files import check_writable
-from tfxl.serving.loading import check_classifier_fits, load_keras_model
+from tfxl.models.loading import check_classifier_fits, load_keras_model
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 
 FLAGS = flags.FLAGS

@@ -24,7 +24,6 @@ from keras import ops
 from keras_hub.models import CausalLM
 from keras_hub.samplers import ContrastiveSampler
 from keras_hub.samplers import get as get_sampler
-from keras_hub.src.utils.tensor_utils import any_equal
 
 from tfxl.hub.backbone import TransfoXLHubBackbone
 from tfxl.hub.preprocessor import TransfoXLCausalLMPreprocessor
@@ -32,6 +31,14 @@ from tfxl.hub.presets import save_preset
 from tfxl.layers.memory import KEYS, VALUES, KeyValueMemory, PositionCache
 
 PROMPT_LENGTH = "prompt_length"
+
+
+def is_any_of(token_ids, values, where):
+    """True where `token_ids` holds one of `values` and `where` is True (bool, token_ids' shape)."""
+    found = ops.zeros_like(token_ids, dtype="bool")
+    for value in values:
+        found = ops.logical_or(found, ops.equal(token_ids, value))
+    return ops.logical_and(found, where)
 
 
 @keras.saving.register_keras_serializable(package="tfxl")
@@ -212,7 +219,7 @@ class TransfoXLCausalLM(CausalLM):
         if stop_token_ids is not None:
             # Keep everything up to and including the first stop token after the prompt.
             end_locations = ops.cast(
-                any_equal(token_ids, stop_token_ids, ops.logical_not(padding_mask)), "int32")
+                is_any_of(token_ids, stop_token_ids, ops.logical_not(padding_mask)), "int32")
             overflow = ops.cumsum(end_locations, axis=-1) - end_locations
             padding_mask = ops.logical_not(ops.cast(overflow, "bool"))
         else:

@@ -18,10 +18,9 @@ TensorFlow's file system knows (gs://, ...) file by file into its cache ($KERAS_
 import os
 import tempfile
 
-from keras_hub.src.utils.preset_utils import CONFIG_FILE
-
 from tfxl.backend import tensorflow
 from tfxl.paths import is_local
+from tfxl.private_apis import CONFIG_FILE
 
 
 def save_preset(save, preset_dir, **kwargs):

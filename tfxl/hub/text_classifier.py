@@ -17,7 +17,6 @@ given); `keras_hub.models.TextClassifier.from_preset` finds this class from the 
 import keras
 from keras import ops
 from keras_hub.models import TextClassifier, TextClassifierPreprocessor
-from keras_hub.src.utils.tensor_utils import preprocessing_function
 
 from tfxl.backend import tensorflow
 from tfxl.classification.classifier import LENGTHS, TOKEN_IDS, DocumentClassifier
@@ -25,6 +24,7 @@ from tfxl.classification.pooling import LAST
 from tfxl.hub.backbone import TransfoXLHubBackbone
 from tfxl.hub.presets import save_preset
 from tfxl.hub.tokenizer import TransfoXLTokenizer
+from tfxl.private_apis import preprocessing_function
 
 
 @keras.saving.register_keras_serializable(package="tfxl")

@@ -6,19 +6,15 @@ tfxl's `<eod>`, padding is `<pad>`) and the preset assets (the vocabulary file i
 assets/tokenizer/, reloaded and hash-checked through the spec kept in tokenizer.json).
 """
 
-import os
-
 import keras
 import numpy as np
 from keras_hub.tokenizers import Tokenizer
-from keras_hub.src.utils.preset_utils import ASSET_DIR, get_file
-from keras_hub.src.utils.tensor_utils import (canonicalize_python_string_inputs,
-                                              canonicalize_python_token_inputs,
-                                              convert_to_ragged_batch, preprocessing_function,
-                                              restore_outer_shape)
 
 from tfxl.backend import tensorflow
 from tfxl.hub.presets import save_preset
+from tfxl.private_apis import (canonicalize_python_string_inputs,
+                               canonicalize_python_token_inputs, convert_to_ragged_batch,
+                               preprocessing_function, restore_outer_shape)
 
 
 def _tfxl_tokenizers():
@@ -76,12 +72,8 @@ class TransfoXLTokenizer(Tokenizer):
         self._set_tokenizer(_tfxl_tokenizers().tokenizer_from_spec(self.spec, dir_path))
 
     def load_preset_assets(self, preset):
-        if not self.file_assets:
-            return
-        subdir = self.config_file.split(".")[0]
-        paths = [get_file(preset, os.path.join(ASSET_DIR, subdir, asset))
-                 for asset in self.file_assets]
-        self.load_assets(os.path.dirname(paths[0]))
+        if self.file_assets:  # a bytes tokenizer has none, which keras-hub's method refuses
+            super().load_preset_assets(preset)
 
     # --- vocabulary ---------------------------------------------------------------------------
     def vocabulary_size(self):

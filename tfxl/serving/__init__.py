@@ -1,4 +1,6 @@
-"""Serving: loading trained models, in-graph generation, SavedModel export for TF Serving.
+"""Serving tools: `tfxl-export` (export_main) and `tfxl-generate` (generate_main).
 
-This package sits beside the model and imports it; it never imports the trainer.
+What they run sits beside the model: loading (`tfxl.models.loading`), the SavedModel exports
+(`tfxl.models.export`, `tfxl.classification.export`) and generation (`tfxl.models.generation`).
+This package imports them; none of them, and never the trainer, imports this package.
 """

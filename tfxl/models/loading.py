@@ -1,5 +1,11 @@
-"""Loading a trained language model from a `.keras` file or a training model_dir, and telling
-what a `--model` path holds. Every path may be a bucket (gs://...): tf.io.gfile throughout."""
+"""Loading trained models: a language model from a `.keras` file or a training model_dir, any
+tfxl model from a `.keras` file, a data dir's tokenizer or labels once they fit the model, and
+telling what a `--model` path holds. Every path may be a bucket (gs://...): tf.io.gfile
+throughout.
+
+Classification, keras-hub, serving and training import this module; it imports the model, the
+checkpoints and the data manifests, never any of them (a classifier is read through its
+attributes: num_classes, config)."""
 
 import os
 import zipfile
@@ -13,7 +19,7 @@ from tfxl.data.manifest import CLASSIFICATION, load_manifest
 from tfxl.data.tokenizers import load_tokenizer
 from tfxl.model_dir import (EXPORT_RECORD, SAVED_MODEL, ModelDir, check_data_fingerprint,
                             check_vocab_size)
-from tfxl.models import TransfoXLLM
+from tfxl.models.language_model import TransfoXLLM
 
 KERAS, EXPORT, MODEL_DIR = "keras", "export", "model_dir"
 

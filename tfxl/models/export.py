@@ -1,4 +1,7 @@
-"""SavedModel export for TF Serving (`tf.saved_model.save`), stateless: every request is complete.
+"""A language model's SavedModel export for TF Serving (`tf.saved_model.save`), stateless: every
+request is complete. TensorFlow code, where the model runs on every Keras backend: `tfxl.models`
+imports it only when `TransfoXLLM.export` is called; `tfxl-export` (`tfxl.serving.export_main`)
+calls `export_saved_model`.
 
 Shape glossary: B batch, T segment length, S document length (tokens), P prompt length, G new
 tokens, L layers, N heads, M memory length, H head size, V vocabulary size, K score_top_k.
@@ -41,8 +44,8 @@ With a tokenizer:
 Bad requests (wrong rank or shape, memory of another export, batch mismatch, ids outside [0, V),
 empty inputs, sampling values out of range, NaN or infinity in a memory, a batch over
 `max_batch_size`) fail at the signature's entry with one InvalidArgumentError naming the input,
-the expected and the received shape or value (`tfxl.serving.checks`): TF Serving feeds tensors
-into the graph unchecked. The batch bound: a signature that builds a memory from a few bytes
+the expected and the received shape or value (`tfxl.models.request_checks`): TF Serving feeds
+tensors into the graph unchecked. The batch bound: a signature that builds a memory from a few bytes
 (init_memory, generate_text, score_text, score_document*) would otherwise allocate B rows of it
 for a one-line request; max_batch_size is the largest B whose memory (keys, values, valid) fits
 in MAX_MEMORY_BYTES = 2 GiB, the most a protobuf response can carry back anyway.
@@ -55,7 +58,7 @@ export traces it once and holds it once. `export_saved_model` (tfxl-export) writ
 version directory, `export_model` (what `TransfoXLLM.export` calls) at the given path. What any
 export shares (the functions, batch and text checks, `publish_version`, `publish_at`) is
 `SignatureSet`'s and this module's: a document classifier's signatures
-(`tfxl.serving.classifier_export`) use them too.
+(`tfxl.classification.export`) use them too.
 """
 
 import math
@@ -67,10 +70,11 @@ from tfxl.files import StagedDirectory
 from tfxl.model_dir import SAVED_MODEL, write_export_record
 from tfxl.layers.memory import KEYS, VALID, VALUES, KeyValueMemory
 from tfxl.models.generation import generate
+from tfxl.models.request_checks import (checked, finite_rule, flat, has_rank, ids_rule,
+                                        padded_shape, range_rule, shape_of, shape_rule,
+                                        tokens_rule)
 from tfxl.models.sampling import sampling_rules
 from tfxl.models.scoring import score_document
-from tfxl.serving.checks import (checked, finite_rule, flat, has_rank, ids_rule, padded_shape,
-                                 range_rule, shape_of, shape_rule, tokens_rule)
 
 
 def next_version(output_dir):
@@ -239,7 +243,7 @@ class Signatures(SignatureSet):
         super().__init__(model, tokenizer, dict(L=c.n_layer, N=c.n_head, H=c.d_head, M=mem_len),
                          most_that_fit(key_value_memory_row_bytes(c, mem_len)))
 
-    # -- request checks (see tfxl.serving.checks) ---------------------------------------------
+    # -- request checks (see tfxl.models.request_checks) ----------------------------------
     def _memory_rules(self, what, ids, keys, values, valid):
         """The memory fits the export (MEMORY's shapes) and the batch B of `ids`; its keys and
         values are finite (everywhere: a NaN in a valid slot makes every log-prob NaN)."""
