@@ -1,5 +1,5 @@
 """tfxl-train's plan before the first step: parameters, tokens per step and the memory estimate
-(tfxl/models/footprint.py), the refusal of a run that cannot fit, and --dry_run."""
+(train/footprint.py), the refusal of a run that cannot fit, and --dry_run."""
 
 import json
 import os
@@ -12,8 +12,8 @@ import pytest
 
 import factories
 from tfxl.config import get_preset
-from tfxl.models import footprint
-from tfxl.models.footprint import parameter_count, training_footprint
+from tfxl.train import footprint
+from tfxl.train.footprint import parameter_count, training_footprint
 from tfxl.train import plan as training_plan
 from tfxl.train.optimization import OptimizerParams, make_optimizer
 from tfxl.train.plan import GIB, TrainingPlan

@@ -25,9 +25,9 @@ from tfxl.data.classification import load_classification_manifest
 from tfxl.model_dir import check_data_fingerprint, check_or_store_config
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags, lease, run_record, train_log
-from tfxl.train.classification import ClassifierRun
-from tfxl.train.loop import TrainingDiverged, train_from_command_line
+from tfxl.train.classification import ClassificationTask
 from tfxl.train.main import is_chief
+from tfxl.train.run import RunOptions, TrainingDiverged, TrainingRun, train_from_command_line
 
 FLAGS = flags.FLAGS
 
@@ -95,16 +95,19 @@ def main(argv):
         check_or_store_config(FLAGS.model_dir, config, store=False)
     head = {"num_classes": len(manifest["labels"]), "pooling": FLAGS.pooling,
             "grad_segments": FLAGS.grad_segments, "head_dropout": FLAGS.head_dropout}
-    run = ClassifierRun(config, head, strategy, FLAGS.data_dir, FLAGS.model_dir,
-                        FLAGS.train_batch_size, train_flags.optimizer_params(),
-                        FLAGS.mixed_precision, FLAGS.jit_compile, FLAGS.steps_per_loop,
-                        FLAGS.seed, chief, allow_run_changes=FLAGS.allow_run_changes,
-                        lease=lease.params_from_flags(),
-                        train_log_seconds=FLAGS.train_log_seconds, max_tokens=FLAGS.max_tokens,
-                        language_model=language_model, init_checkpoint=FLAGS.init_checkpoint,
-                        log=logging.info)
-    metrics, status = train_from_command_line(run, FLAGS.train_steps, FLAGS.save_every,
-                                              FLAGS.eval_every, log=logging.info)
+    options = RunOptions(
+        model_dir=FLAGS.model_dir, global_batch=FLAGS.train_batch_size,
+        optimizer=train_flags.optimizer_params(), mixed_precision=FLAGS.mixed_precision,
+        jit_compile=FLAGS.jit_compile, steps_per_loop=FLAGS.steps_per_loop, seed=FLAGS.seed,
+        is_chief=chief, allow_run_changes=FLAGS.allow_run_changes,
+        lease=lease.params_from_flags(), train_log_seconds=FLAGS.train_log_seconds,
+        short_first_loops=True)  # a document step takes seconds: progress from the first
+    task = ClassificationTask(config, data_dir=FLAGS.data_dir, head=head,
+                              max_tokens=FLAGS.max_tokens, language_model=language_model,
+                              init_checkpoint=FLAGS.init_checkpoint)
+    run = TrainingRun(task, strategy=strategy, options=options, log=logging.info)
+    metrics, status = train_from_command_line(run, FLAGS.train_steps, save_every=FLAGS.save_every,
+                                              eval_every=FLAGS.eval_every, log=logging.info)
     if metrics is None:
         return status
     valid = metrics.get("valid")

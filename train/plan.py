@@ -4,7 +4,7 @@ refused before it allocates anything (`--ignore_memory_estimate` runs it anyway)
 `--dry_run` prints the plan and stops. `tfxl-eval` checks its evaluation the same way
 (`check_evaluation_memory`), before it builds the model.
 
-The estimate is tfxl/models/footprint.py's (weights, gradients, optimizer slots, memory state,
+The estimate is train/footprint.py's (weights, gradients, optimizer slots, memory state,
 activations, evaluation memory), computed from the config. What it is compared with:
 
 * CPU: the host's physical memory (or the cgroup limit of the container, when lower), against
@@ -21,7 +21,7 @@ import sys
 
 from absl import flags
 
-from tfxl.models.footprint import (OPTIMIZER_SLOTS, compute_bytes, evaluation_footprint,
+from tfxl.train.footprint import (OPTIMIZER_SLOTS, compute_bytes, evaluation_footprint,
                                    training_footprint)
 
 GIB = 2**30

@@ -1,5 +1,5 @@
 """tfxl-classify-train: a DocumentClassifier trained the tfxl way (train/classification.py on
-train/loop.py's TrainingRun): the loss falls, a stopped run resumes bitwise, a changed setting is
+train/run.py's TrainingRun): the loss falls, a stopped run resumes bitwise, a changed setting is
 refused, a language model's backbone is the start, MirroredStrategy equals one device, the logged
 evaluation is evaluate_classifier's, and bad input is one error line."""
 
@@ -18,8 +18,9 @@ from tfxl.classification import evaluate_classifier
 from tfxl.data.classification import (ClassificationConfig, classification_dataset,
                                       load_classification_manifest, prepare_classification)
 from tfxl.serving.loading import load_language_model
-from tfxl.train.classification import ClassifierRun, DocumentData
+from tfxl.train.classification import ClassificationTask, DocumentData
 from tfxl.train.optimization import OptimizerParams
+from tfxl.train.run import RunOptions, TrainingRun
 from tfxl.train.train_log import read_train_log
 
 TOOL = "tfxl.train.classify_main"
@@ -140,6 +141,17 @@ def test_a_changed_setting_is_refused_in_one_line(trained_copy, data_dir):
     assert {p.name: p.read_bytes() for p in trained_copy.iterdir() if p.is_file()} == before
 
 
+def classifier_run(config, model_dir, optimizer, *, data_dir, strategy=None, log=print,
+                   **task_options):
+    """A `TrainingRun` of the classification task, as tfxl-classify-train builds it (a batch of
+    4 documents)."""
+    task = ClassificationTask(config, data_dir=data_dir, head=HEAD, **task_options)
+    return TrainingRun(task, strategy=strategy or tf.distribute.get_strategy(),
+                       options=RunOptions(model_dir=str(model_dir), global_batch=4,
+                                          optimizer=optimizer, lease=fast_lease()),
+                       log=log)
+
+
 def test_a_language_model_is_the_starting_backbone(data_dir, tmp_path):
     """A language model's .keras file read as --init_checkpoint reads it: the classifier starts
     from its backbone (the head fresh); with checkpoints in the model_dir it is ignored."""
@@ -149,17 +161,15 @@ def test_a_language_model_is_the_starting_backbone(data_dir, tmp_path):
     lm.save(tmp_path / "lm.keras")
     language_model = load_language_model(str(tmp_path / "lm.keras"))
     said = []
-    run = ClassifierRun(language_model.config, HEAD, tf.distribute.get_strategy(), data_dir,
-                        str(tmp_path / "m"), 4, OptimizerParams(train_steps=1),
-                        lease=fast_lease(), language_model=language_model,
-                        init_checkpoint="lm.keras", log=said.append)
+    run = classifier_run(language_model.config, tmp_path / "m", OptimizerParams(train_steps=1),
+                         data_dir=data_dir, language_model=language_model,
+                         init_checkpoint="lm.keras", log=said.append)
     for ours, theirs in zip(run.model.backbone.get_weights(), lm.backbone.get_weights()):
         np.testing.assert_array_equal(ours, theirs)
     assert said == ["warm start: backbone weights from lm.keras (head, optimizer and step start "
                     "fresh)"] and run.init_checkpoint == "lm.keras"
-    fresh = ClassifierRun(language_model.config, HEAD, tf.distribute.get_strategy(), data_dir,
-                          str(tmp_path / "fresh"), 4, OptimizerParams(train_steps=1),
-                          lease=fast_lease())
+    fresh = classifier_run(language_model.config, tmp_path / "fresh",
+                           OptimizerParams(train_steps=1), data_dir=data_dir)
     assert not np.array_equal(fresh.model.backbone.get_weights()[0],
                               lm.backbone.get_weights()[0])
 
@@ -173,11 +183,11 @@ def test_mirrored_equals_one_device_for_one_step(data_dir, mirrored, tmp_path):
     config = tiny_config(**{**BACKBONE, "vocab_size": vocab_size_of(data_dir), "dropout": 0.0})
     weights = []
     for name, strategy in (("one", tf.distribute.get_strategy()), ("two", mirrored)):
-        run = ClassifierRun(config, HEAD, strategy, data_dir, str(tmp_path / name), 4,
-                            OptimizerParams(learning_rate=0.01, train_steps=1, clip=1.0),
-                            lease=fast_lease(), max_tokens=8)
+        run = classifier_run(config, tmp_path / name,
+                             OptimizerParams(learning_rate=0.01, train_steps=1, clip=1.0),
+                             data_dir=data_dir, strategy=strategy, max_tokens=8)
         initial = run.model.get_weights()
-        run.trainer.train(1)
+        run.train_step.train(1)
         weights.append(run.model.get_weights())
     for one, two in zip(*weights):
         np.testing.assert_allclose(one, two, atol=1e-5)
