@@ -40,6 +40,17 @@ def test_parameter_count_is_the_models(config):
     assert parameter_count(config) == size_of(model.trainable_variables)
 
 
+@pytest.mark.parametrize("pooling", ["last", "segment_attention"])
+def test_classifier_parameter_count_is_the_classifiers(pooling):
+    """tfxl-classify-train's plan counts the backbone and the head, not the language model's
+    softmax."""
+    from tfxl.classification import DocumentClassifier
+    config = factories.adaptive_config()
+    classifier = DocumentClassifier(config, 3, pooling=pooling)
+    assert (footprint.classifier_parameter_count(config, 3, pooling)
+            == size_of(classifier.trainable_variables))
+
+
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_state_items_are_the_sizes_of_the_trainers_tensors(policy):
     """Weights, gradients, optimizer slots and the memory state, against the tensors of a real

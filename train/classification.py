@@ -157,8 +157,9 @@ class ClassificationTask(Task):
         self.head, self.max_tokens = head, max_tokens
         self.language_model, self.init_checkpoint = language_model, init_checkpoint
 
-    def load_data(self, strategy, *, model_dir, seed):
-        manifest = load_classification_manifest(self.data_dir)
+    def check_manifest(self, manifest):
+        """Refuses data the model cannot read: token ids beyond its vocabulary, another number
+        of labels than its classes."""
         if manifest["vocab_size"] > self.config.vocab_size:
             raise ValueError(f"--data_dir={self.data_dir} has token ids up to "
                              f"{manifest['vocab_size'] - 1}, the model a vocabulary of "
@@ -166,6 +167,15 @@ class ClassificationTask(Task):
         if self.head["num_classes"] != len(manifest["labels"]):
             raise ValueError(f"the model has {self.head['num_classes']} classes, --data_dir="
                              f"{self.data_dir} {len(manifest['labels'])} labels")
+
+    def document_tokens(self, manifest):
+        """L: the tokens each training document is padded or cut to, rounded up to tgt_len."""
+        length = self.max_tokens or split_info(manifest, "train")["max_length"]
+        return -(-length // self.config.tgt_len) * self.config.tgt_len
+
+    def load_data(self, strategy, *, model_dir, seed):
+        manifest = load_classification_manifest(self.data_dir)
+        self.check_manifest(manifest)
         check_data_fingerprint(model_dir, manifest, self.data_dir)
         return DocumentData(strategy, self.data_dir, manifest, self.config.tgt_len, seed,
                             self.max_tokens)

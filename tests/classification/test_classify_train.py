@@ -21,6 +21,7 @@ from tfxl.serving.loading import load_language_model
 from tfxl.train.classification import ClassificationTask, DocumentData
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train.run import RunOptions, TrainingRun
+from tfxl.train.task import Task
 from tfxl.train.train_log import read_train_log
 
 TOOL = "tfxl.train.classify_main"
@@ -241,3 +242,80 @@ def test_bad_flags_and_files_are_one_error_line_and_nothing_is_written(data_dir,
     assert_one_error_line(run_in_process(TOOL, f"--model_dir={model_dir}"),
                           "--data_dir is required")
     assert not model_dir.exists()
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(data_dir, tmp_path):
+    model_dir = tmp_path / "m"
+    done = run_in_process(TOOL, *flags_for(data_dir, model_dir, 12, "--dry_run",
+                                           "--grad_segments=2", "--max_tokens=8"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("plan: ") and "2 classes, last pooling" in lines[0], lines
+    # --max_tokens=8: two segments of tgt_len 4, the last two read with gradient.
+    assert ("4 documents per step of 8 tokens (2 segments of tgt_len 4, the last 2 with "
+            "gradient; mem_len 4)") in lines[0], lines
+    assert lines[1].startswith("memory per replica (estimate): ") and "checkpoint" not in lines[2]
+    assert lines[2].startswith("memory: ") and lines[-1] == "dry run: nothing written", lines
+    assert not model_dir.exists()
+
+
+def test_a_size_no_machine_holds_is_refused_before_anything_is_written(data_dir, tmp_path):
+    model_dir = tmp_path / "m"
+    refused = run_in_process(TOOL, *flags_for(data_dir, model_dir, 2, "--memory_limit_gib=0.001"))
+    assert_one_error_line(refused, "the estimated memory", "exceeds", "--grad_segments (1)",
+                          "--ignore_memory_estimate")
+    assert not model_dir.exists()
+    anyway = run_in_process(TOOL, *flags_for(data_dir, model_dir, 1, "--memory_limit_gib=0.001",
+                                             "--ignore_memory_estimate"))
+    assert anyway.returncode == 0, anyway.stderr[-3000:]
+    assert "training anyway (--ignore_memory_estimate)" in anyway.stdout
+
+
+def test_progress_shows_from_the_first_steps(data_dir, tmp_path):
+    """In a log (stdout not a terminal) one line per host loop, the first loops short (1, 2, 4
+    steps ...): the first line comes after step 1, not after --steps_per_loop steps."""
+    done = train(data_dir, tmp_path / "m", 6, "--steps_per_loop=100")
+    progress = [line.split(":")[0] for line in done.stdout.splitlines()
+                if line.startswith("step ")]
+    assert progress == ["step 1/6", "step 3/6", "step 6/6"], done.stdout
+    assert " documents/s" in done.stdout
+
+
+class Incomplete(Task):  # leaves `loss` undefined
+    def load_data(self, strategy, *, model_dir, seed): ...
+    def build_model(self, strategy): ...
+    def training_memory(self, model, strategy, per_replica_batch): ...
+    def batch_weight(self, batch): ...
+    def check_data(self, data, *, global_batch, evaluates): ...
+    def claim_model_dir(self, model_dir, data): ...
+    def build_evaluator(self, model, strategy, data, **options): ...
+    def evaluate(self, evaluator, data, split="valid", **settings): ...
+
+
+def test_a_task_without_every_abstract_method_cannot_be_made():
+    with pytest.raises(TypeError, match="abstract method.*loss"):
+        Incomplete(tiny_config(), data_dir="unused")
+
+
+def test_the_two_tasks_train_under_the_same_training_run(data_dir, tmp_path):
+    """The language model's task and the classifier's, each one step of the one TrainingRun:
+    metrics.json written by the same code, counted in each task's unit."""
+    from factories import data_config, random_bytes_data
+    from tfxl.train.language_model import LanguageModelTask
+    (tmp_path / "lm").mkdir()
+    lm_data = random_bytes_data(tmp_path / "lm", 4, 4)
+    tasks = [LanguageModelTask(data_config(lm_data, tgt_len=4), data_dir=lm_data),
+             ClassificationTask(tiny_config(**{**BACKBONE, "vocab_size": vocab_size_of(data_dir)}),
+                                data_dir=data_dir, head=HEAD, max_tokens=8)]
+    for task in tasks:
+        assert isinstance(task, Task)
+        model_dir = tmp_path / type(task).__name__
+        run = TrainingRun(task, strategy=tf.distribute.get_strategy(),
+                          options=RunOptions(model_dir=str(model_dir), global_batch=4,
+                                             optimizer=OptimizerParams(train_steps=1),
+                                             lease=fast_lease()))
+        metrics = run.train(log=lambda *a: None)
+        assert metrics["step"] == 1 and np.isfinite(metrics["train_loss"])
+        assert json.loads((model_dir / "metrics.json").read_text())["step"] == 1
+        assert f"train_{task.unit}_per_second" in metrics
+    assert [task.unit for task in tasks] == ["tokens", "documents"]
