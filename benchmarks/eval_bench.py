@@ -15,7 +15,7 @@ Part A, `cached` (the paper's Table 9 protocol, scaled down to the `bench` model
 
 Part `paths`: the same model on both memories, segment after segment (`memory_paths`).
 
-Part B, `throughput`: evaluation tokens/s through the real trainer (`Runner.evaluate`: the
+Part B, `throughput`: evaluation tokens/s through the real trainer (`TrainingRun.evaluate`: the
 per-replica `Evaluator.eval_step` on the key/value memory in `steps_per_loop` host loops, data from
 `tfxl-prepare` rechunked to the eval segment length), global batch 16, at the training setting
 (T = M = 128), at T 80 / M 512 and at the paper's enwik8 evaluation shape T 80 / M 2100. The first
@@ -213,18 +213,20 @@ def memory_paths(settings, batch=16, segments=8, jit=True, reps=3):
 
 def trainer_throughput(settings, jit=True, dtype="float32", batches=20, data_root=None):
     tf = common.setup()
-    from tfxl.train.loop import Runner
+    from tfxl.train.language_model import LanguageModelTask
     from tfxl.train.optimization import OptimizerParams
+    from tfxl.train.run import RunOptions, TrainingRun
 
     config = common.bench_config()
     results = []
     with common.temp_dir() as tmp:
         root = data_root or tmp
         data_dir = common.prepare_data(root, config.tgt_len)
-        runner = Runner(config, tf.distribute.get_strategy(), data_dir,
-                        os.path.join(root, f"eval_model_{os.getpid()}"), 16,
-                        OptimizerParams(), mixed_precision=dtype, jit_compile=jit,
-                        steps_per_loop=batches)
+        runner = TrainingRun(
+            LanguageModelTask(config, data_dir=data_dir), strategy=tf.distribute.get_strategy(),
+            options=RunOptions(model_dir=os.path.join(root, f"eval_model_{os.getpid()}"),
+                               global_batch=16, optimizer=OptimizerParams(),
+                               mixed_precision=dtype, jit_compile=jit, steps_per_loop=batches))
         for tgt_len, mem_len in settings:
             kwargs = dict(batch_size=16, tgt_len=tgt_len, mem_len=mem_len, max_batches=batches)
             runner.evaluate("valid", **kwargs)  # trace + compile

@@ -2,11 +2,11 @@
 
 Every row runs in a fresh subprocess, so its `ru_maxrss` is its own. The child imports
 TensorFlow, runs one tiny op and records that RSS as the process baseline; then it builds the
-trainer's `Trainer` (model, Adam, per-replica memory) for the row's config, dtype policy, batch
-and mem_len, and runs `--steps` `strategy.run(Trainer.train_step)` steps on random ids inside a
-tf.function, as `Runner` does. Peak RSS is compared with
+train step's `TrainStep` (model, Adam, per-replica memory) for the row's config, dtype policy, batch
+and mem_len, and runs `--steps` `strategy.run(TrainStep.replica_step)` steps on random ids inside a
+tf.function, as tfxl-train's `TrainingRun` does. Peak RSS is compared with
 
-  baseline + tfxl.models.footprint.training_footprint(...).total
+  baseline + tfxl.train.footprint.training_footprint(...).total
 
 (weights, gradients, optimizer slots, the memory state, the activations kept for the backward
 pass and, with --jit on, XLA's share: the items `tfxl-train` prints before its first step; the
@@ -45,16 +45,18 @@ def child(name, dtype, batch, mem_len, jit, steps):
     tf.constant(1.0).numpy()
     baseline = common.peak_rss_mib()
     import keras
-    from tfxl.models.footprint import training_footprint
-    from tfxl.train.loop import build_model
+    from tfxl.train.footprint import training_footprint
+    from tfxl.train.language_model import LanguageModelTask, build_model
     from tfxl.train.optimization import OptimizerParams
-    from tfxl.train.trainer import Trainer
+    from tfxl.train.train_step import TrainStep
 
     keras.config.set_dtype_policy(dtype)
     config = config_for(name, mem_len)
     strategy = tf.distribute.get_strategy()
     model = build_model(config, strategy)
-    trainer = Trainer(model, strategy, None, batch, OptimizerParams(), dtype, jit)
+    trainer = TrainStep(LanguageModelTask(config, data_dir=None), model, strategy=strategy,
+                        data=None, global_batch=batch, optimizer=OptimizerParams(),
+                        mixed_precision=dtype, jit_compile=jit)
     n_params = sum(int(v.numpy().size) for v in model.trainable_variables)
     built = common.peak_rss_mib()
     ids = tf.random.uniform((batch, config.tgt_len), 0, config.vocab_size, tf.int32)
@@ -63,7 +65,7 @@ def child(name, dtype, batch, mem_len, jit, steps):
 
     @tf.function
     def step():
-        return strategy.run(trainer.train_step, args=(features,))
+        return strategy.run(trainer.replica_step, args=(features,))
 
     for _ in range(steps):
         loss, _ = step()

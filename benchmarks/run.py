@@ -139,7 +139,8 @@ def render(info, results, quick, command):
                 "fresh process (`benchmarks/peer_bench.py`). Every \"vs PyTorch peer\" ratio "
                 "below divides by these figures.", "", peer_bench.table(peer), ""]
     if "train" in results:
-        out += ["### 1–2. Training tokens/s and model FLOP/s (through `Runner`'s train loop)", "",
+        out += ["### 1–2. Training tokens/s and model FLOP/s (through `TrainingRun`'s train "
+                "loop)", "",
                 f"Global batch {train_bench.GLOBAL_BATCH}, Adam, clip 0.25, dropout 0.1; `bench` "
                 "= 4 layers, D 512, 8×64 heads, d_inner 2048, T = M = 128, bytes vocab (258); "
                 "`tiny` = the preset (2 layers, D 64, T = M = 64). Best timed loop after a "
@@ -171,7 +172,8 @@ def render(info, results, quick, command):
         out += ["### 3d. `score_document` through a SavedModel (bench model, float32, a process "
                 "that imports only TensorFlow)", "", serving_bench.table(results["serving"]), ""]
     if "eval" in results and "throughput" in results["eval"]:
-        out += ["### 4. Evaluation tokens/s with memory (through `Runner.evaluate`, batch 16)", "",
+        out += ["### 4. Evaluation tokens/s with memory (through `TrainingRun.evaluate`, "
+                "batch 16)", "",
                 eval_bench.table_throughput(results["eval"]["throughput"], peer), ""]
         for tgt_len, mem_len in peer_bench.EVAL_SETTINGS:
             rows = [r for r in results["eval"]["throughput"] if r["dtype"] == "float32"

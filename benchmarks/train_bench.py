@@ -1,12 +1,13 @@
 """Benchmark: training tokens/s and model FLOP/s through the real trainer.
 
-Prepares a generated corpus with `tfxl-prepare` (bytes tokenizer) in a temp dir, builds
-`tfxl.train.loop.Runner` (default strategy, Adam, clip 0.25) and runs its own host loop
-(`Trainer._loop`: `steps_per_loop` calls of `strategy.run(Trainer.train_step, ...)`
-inside one tf.function, exactly what `Runner.train` runs). The first loop (trace + compile) is not
-timed; then `--loops` loops of `--steps` steps are timed and the best is reported. FLOP/s use the
-analytic count of `benchmarks.common.train_flops` and are compared with the peak of a large
-`tf.matmul` measured in the same process.
+Prepares a generated corpus with `tfxl-prepare` (bytes tokenizer) in a temp dir, builds a
+`tfxl.train.run.TrainingRun` of a `LanguageModelTask` (default strategy, Adam, clip 0.25) and
+runs its own host loop (`TrainStep._loop`: `steps_per_loop` calls of
+`strategy.run(TrainStep.replica_step, ...)` inside one tf.function, exactly what
+`TrainingRun.train` runs). The first loop (trace + compile) is not timed; then `--loops` loops
+of `--steps` steps are timed and the best is reported. FLOP/s use the analytic count of
+`benchmarks.common.train_flops` and are compared with the peak of a large `tf.matmul` measured
+in the same process.
 
     python -m benchmarks.train_bench [--configs bench,tiny] [--dtypes float32,mixed_bfloat16]
                                      [--jit on,off] [--steps 8] [--quick]
@@ -32,18 +33,22 @@ GLOBAL_BATCH = 16
 def run_one(config_name, dtype, jit, steps, loops, data_root, profile_dir=None):
     """In this process: tokens/s of the trainer on one config/dtype/jit combination."""
     tf = common.setup()
-    from tfxl.train.loop import Runner
+    from tfxl.train.language_model import LanguageModelTask
     from tfxl.train.optimization import OptimizerParams
+    from tfxl.train.run import RunOptions, TrainingRun
 
     config = common.CONFIGS[config_name]()
     data_dir = common.prepare_data(data_root, config.tgt_len)
     model_dir = os.path.join(data_root, f"model_{config_name}_{dtype}_{jit}_{os.getpid()}")
-    runner = Runner(config, tf.distribute.get_strategy(), data_dir, model_dir, GLOBAL_BATCH,
-                    OptimizerParams(train_steps=10**6, learning_rate=2.5e-4), mixed_precision=dtype,
-                    jit_compile=jit, steps_per_loop=steps)
+    runner = TrainingRun(LanguageModelTask(config, data_dir=data_dir),
+                         strategy=tf.distribute.get_strategy(),
+                         options=RunOptions(
+                             model_dir=model_dir, global_batch=GLOBAL_BATCH,
+                             optimizer=OptimizerParams(train_steps=10**6, learning_rate=2.5e-4),
+                             mixed_precision=dtype, jit_compile=jit, steps_per_loop=steps))
     runner.restore()
-    runner.trainer.train_loop_begin()  # the input at the restored step
-    loop, iterator = runner.trainer._loop, runner.trainer._iterator
+    runner.train_step.train_loop_begin()  # the input at the restored step
+    loop, iterator = runner.train_step._loop, runner.train_step._iterator
     start = time.perf_counter()
     losses, _ = loop(iterator, tf.constant(steps))
     losses.numpy()

@@ -106,8 +106,22 @@ def data_config(data_dir, tgt_len=8, **overrides):
                                  init_std=0.02), **overrides})
 
 
+def language_model_run(config, *, data_dir, model_dir, global_batch, optimizer, strategy=None,
+                       init_checkpoint=None, **options):
+    """A `TrainingRun` of the language model's task, as tfxl-train builds it: `options` are
+    `RunOptions` fields (default strategy: the current one)."""
+    import tensorflow as tf
+    from tfxl.train.language_model import LanguageModelTask
+    from tfxl.train.run import RunOptions, TrainingRun
+    return TrainingRun(
+        LanguageModelTask(config, data_dir=data_dir, init_checkpoint=init_checkpoint),
+        strategy=strategy or tf.distribute.get_strategy(),
+        options=RunOptions(model_dir=model_dir, global_batch=global_batch, optimizer=optimizer,
+                           **options))
+
+
 def fast_lease():
-    """`LeaseParams` for a Runner in the test process: nothing else trains on its model_dir, so
+    """`LeaseParams` for a TrainingRun in the test process: nothing else trains on its model_dir, so
     the 2-second settle (write, wait, read back) is not waited for. test_runs.py tests the lease
     itself with its own settings."""
     from tfxl.train.lease import LeaseParams

@@ -13,7 +13,7 @@ from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.data.rechunk import rechunk
 from tfxl.layers.memory import KeyValueRing
 from tfxl.train.evaluator import EvalProgress
-from tfxl.train.loop import make_evaluator
+from tfxl.train.language_model import make_evaluator
 
 T = 8          # segment length of the data
 STREAMS = 4

@@ -16,7 +16,7 @@ from factories import assert_one_error_line, run_in_process
 from tfxl.models.loading import load_language_model
 from tfxl.train import flags as train_flags
 from tfxl.checkpoints import restore_weights
-from tfxl.train.loop import Runner, build_model
+from tfxl.train.language_model import build_model
 from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train.train_log import read_train_log
@@ -31,14 +31,14 @@ def data_dir(tmp_path_factory):
 
 
 def train(data_dir, model_dir, steps, save_every=10, eval_every=None, **config):
-    """A Runner trained to `steps`; returns (runner, metrics, log lines)."""
+    """A TrainingRun trained to `steps`; returns (runner, metrics, log lines)."""
     messages = []
     config = factories.data_config(data_dir, **config)
     check_or_store_config(str(model_dir), config)  # what tfxl-train does
-    runner = Runner(config, tf.distribute.get_strategy(), data_dir,
-                    str(model_dir), STREAMS,
-                    OptimizerParams(learning_rate=3e-3, train_steps=steps, min_lr_ratio=1.0),
-                    steps_per_loop=5, lease=factories.fast_lease())
+    runner = factories.language_model_run(
+        config, data_dir=data_dir, model_dir=str(model_dir), global_batch=STREAMS,
+        optimizer=OptimizerParams(learning_rate=3e-3, train_steps=steps, min_lr_ratio=1.0),
+        steps_per_loop=5, lease=factories.fast_lease())
     metrics = runner.train(save_every=save_every, eval_every=eval_every, max_eval_batches=2,
                            log=messages.append)
     return runner, metrics, messages
@@ -241,9 +241,9 @@ def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path, monkeypat
     # length) were two thirds of the test's CPU. test_train.py's
     # test_train_and_eval_steps_compile_as_one_xla_computation tests the XLA steps.
     from tfxl.train import demo
-    runner = demo.Runner
-    monkeypatch.setattr(demo, "Runner",
-                        lambda *args, **kwargs: runner(*args, **{**kwargs, "jit_compile": False}))
+    options = demo.RunOptions
+    monkeypatch.setattr(demo, "RunOptions",
+                        lambda **fields: options(**{**fields, "jit_compile": False}))
     out = tmp_path / "demo"
     shutil.copytree(data_dir, out / "data")  # reused by the demo: no corpus to prepare
     args = [f"--out={out}", "--train_steps=2", f"--batch_size={STREAMS}", f"--eval_tgt_len={T}",
@@ -300,9 +300,10 @@ def test_a_corrupt_valid_shard_stops_training_before_the_first_step(data_dir, tm
         os.truncate(shard, shard.stat().st_size - 10)
     model_dir = tmp_path / "m"
     with pytest.raises(ValueError, match=rf"shard {shard}"):
-        Runner(factories.data_config(str(data)), tf.distribute.get_strategy(), str(data),
-               str(model_dir), STREAMS, OptimizerParams(learning_rate=3e-3, train_steps=10),
-               steps_per_loop=5, lease=factories.fast_lease()).train(save_every=5, eval_every=5)
+        factories.language_model_run(
+            factories.data_config(str(data)), data_dir=str(data), model_dir=str(model_dir),
+            global_batch=STREAMS, optimizer=OptimizerParams(learning_rate=3e-3, train_steps=10),
+            steps_per_loop=5, lease=factories.fast_lease()).train(save_every=5, eval_every=5)
     assert not model_dir.exists()  # no step, no checkpoint, no config.json
 
 

@@ -50,10 +50,10 @@ def test_installed_names_are_tfxl_train_and_tfxl_tpu_only(tmp_path):
     """From outside the repository (no source folder on sys.path), as an installed user sees it."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     probe = ("import importlib.util as u, json; print(json.dumps({n: u.find_spec(n) is not None "
-             "for n in ('train', 'tpu', 'tfxl.train', 'tfxl.tpu', 'tfxl.train.trainer', "
+             "for n in ('train', 'tpu', 'tfxl.train', 'tfxl.tpu', 'tfxl.train.train_step', "
              "'tfxl.tpu.strategy')}))")
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env,
                             capture_output=True, text=True, check=True)
     found = result.stdout.strip().splitlines()[-1]
     assert found == ('{"train": false, "tpu": false, "tfxl.train": true, "tfxl.tpu": true, '
-                     '"tfxl.train.trainer": true, "tfxl.tpu.strategy": true}')
+                     '"tfxl.train.train_step": true, "tfxl.tpu.strategy": true}')

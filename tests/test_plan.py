@@ -1,5 +1,5 @@
 """tfxl-train's plan before the first step: parameters, tokens per step and the memory estimate
-(tfxl/models/footprint.py), the refusal of a run that cannot fit, and --dry_run."""
+(train/footprint.py), the refusal of a run that cannot fit, and --dry_run."""
 
 import json
 import os
@@ -12,8 +12,8 @@ import pytest
 
 import factories
 from tfxl.config import get_preset
-from tfxl.models import footprint
-from tfxl.models.footprint import parameter_count, training_footprint
+from tfxl.train import footprint
+from tfxl.train.footprint import parameter_count, training_footprint
 from tfxl.train import plan as training_plan
 from tfxl.train.optimization import OptimizerParams, make_optimizer
 from tfxl.train.plan import GIB, TrainingPlan
@@ -38,6 +38,17 @@ def test_parameter_count_is_the_models(config):
     model = factories.TransfoXLLM(config)
     model.build((None, config.tgt_len))
     assert parameter_count(config) == size_of(model.trainable_variables)
+
+
+@pytest.mark.parametrize("pooling", ["last", "segment_attention"])
+def test_classifier_parameter_count_is_the_classifiers(pooling):
+    """tfxl-classify-train's plan counts the backbone and the head, not the language model's
+    softmax."""
+    from tfxl.classification import DocumentClassifier
+    config = factories.adaptive_config()
+    classifier = DocumentClassifier(config, 3, pooling=pooling)
+    assert (footprint.classifier_parameter_count(config, 3, pooling)
+            == size_of(classifier.trainable_variables))
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])

@@ -18,7 +18,6 @@ import tensorflow as tf
 import factories
 from tfxl.model_dir import ModelDir, check_or_store_config
 from tfxl.train.controller import Controller
-from tfxl.train.loop import Runner
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train.preemption import (StopOnSignals, StopRequest, StopRequests, TrainingStopped,
                                    worker_tasks)
@@ -187,8 +186,8 @@ IN_THE_HOST_LOOP = """
 import sys
 marker, sys.argv = sys.argv[1], ["tfxl-train"] + sys.argv[2:]
 import tensorflow as tf
-from tfxl.train.trainer import Trainer
-original = Trainer.train
+from tfxl.train.train_step import TrainStep
+original = TrainStep.train
 
 def train(self, num_steps):  # traces the host loop, says so, then runs it (in TF's C++ only)
     self.train_loop_begin()
@@ -196,7 +195,7 @@ def train(self, num_steps):  # traces the host loop, says so, then runs it (in T
     open(marker, "w").close()
     return original(self, num_steps)
 
-Trainer.train = train
+TrainStep.train = train
 from tfxl.train.main import run
 run()
 """
@@ -333,18 +332,20 @@ def test_the_controller_saves_at_the_loop_end_skips_the_evaluation_and_stops(dat
         open(os.path.join(data_dir, "manifest.json")).read())["vocab_size"],
         n_layer=1, d_head=8, d_inner=32, tgt_len=T, mem_len=T)
     check_or_store_config(str(tmp_path), config)
-    runner = Runner(config, tf.distribute.get_strategy(), data_dir, str(tmp_path), STREAMS,
-                    OptimizerParams(learning_rate=3e-3, train_steps=20), steps_per_loop=3)
+    runner = factories.language_model_run(
+        config, data_dir=data_dir, model_dir=str(tmp_path), global_batch=STREAMS,
+        optimizer=OptimizerParams(learning_rate=3e-3, train_steps=20), steps_per_loop=3)
     asked, evaluated, saved = [], [], []
     save = runner.checkpoint.save
     runner.checkpoint.save = lambda step: saved.append(step) or save(step)
 
     def stop_requested():
-        asked.append(runner.trainer.step)
+        asked.append(runner.train_step.step)
         return StopRequest(signal.SIGTERM) if len(asked) == 2 else None
 
-    controller = Controller(runner.trainer, runner.checkpoint, 20, 3, save_every=6, eval_every=4,
-                            evaluate=lambda: evaluated.append(runner.trainer.step) or {},
+    controller = Controller(runner.train_step, runner.checkpoint, train_steps=20,
+                            steps_per_loop=3, save_every=6, eval_every=4,
+                            evaluate=lambda: evaluated.append(runner.train_step.step) or {},
                             stop_requested=stop_requested)
     with pytest.raises(TrainingStopped) as stopped:
         controller.train()

@@ -22,7 +22,7 @@ import factories
 from factories import assert_one_error_line, run_in_process
 from tfxl.model_dir import ModelDir, check_or_store_config
 from tfxl.train.lease import Lease, LeaseHeld, LeaseLost, LeaseParams
-from tfxl.train.loop import Runner, TrainingDiverged
+from tfxl.train.run import TrainingDiverged
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train.run_record import RunRecord, run_settings
 from tfxl.train import train_log
@@ -43,8 +43,9 @@ def runner(data_dir, model_dir, steps, lease=FAST, allow_run_changes=False, **op
     check_or_store_config(str(model_dir), config, store=False)  # what tfxl-train does
     opt = OptimizerParams(**{**dict(learning_rate=3e-3, train_steps=steps, min_lr_ratio=1.0),
                              **opt})
-    return Runner(config, tf.distribute.get_strategy(), data_dir, str(model_dir), STREAMS, opt,
-                  steps_per_loop=5, lease=lease, allow_run_changes=allow_run_changes)
+    return factories.language_model_run(
+        config, data_dir=data_dir, model_dir=str(model_dir), global_batch=STREAMS, optimizer=opt,
+        steps_per_loop=5, lease=lease, allow_run_changes=allow_run_changes)
 
 
 def train(data_dir, model_dir, steps, save_every=10, **opt):
@@ -356,13 +357,13 @@ def test_the_lease_is_held_while_training_and_released_when_it_fails(data_dir, t
     model_dir = tmp_path / "m"
     run = runner(data_dir, model_dir, 50, learning_rate=1e30, clip=1e30)
     held = []
-    original = run.trainer.train
+    original = run.train_step.train
 
     def train_and_look(n):
         held.append(json.loads((model_dir / "lease.json").read_text())["pid"])
         return original(n)
 
-    monkeypatch.setattr(run.trainer, "train", train_and_look)
+    monkeypatch.setattr(run.train_step, "train", train_and_look)
     with pytest.raises(TrainingDiverged):
         run.train(save_every=10, log=lambda message: None)
     assert held and set(held) == {os.getpid()}

@@ -11,7 +11,7 @@ import tensorflow as tf
 import factories
 from factories import run_in_process
 from tfxl.data.prepare import PrepareConfig, prepare
-from tfxl.train.loop import Runner, TrainingDiverged
+from tfxl.train.run import TrainingDiverged
 from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train.train_log import read_train_log
@@ -58,10 +58,10 @@ def train_losses(data_dir, model_dir, strategy=None, steps=20, batch=STREAMS,
                  jit_compile=False, lr=3e-3, steps_per_loop=10, **config):
     strategy = strategy or tf.distribute.get_strategy()
     cfg = copy_task_config(data_dir, **config)
-    runner = Runner(cfg, strategy, data_dir, str(model_dir), batch,
-                    OptimizerParams(learning_rate=lr, train_steps=steps, min_lr_ratio=1.0),
-                    jit_compile=jit_compile, steps_per_loop=steps_per_loop,
-                    lease=factories.fast_lease())
+    runner = factories.language_model_run(
+        cfg, strategy=strategy, data_dir=data_dir, model_dir=str(model_dir), global_batch=batch,
+        optimizer=OptimizerParams(learning_rate=lr, train_steps=steps, min_lr_ratio=1.0),
+        jit_compile=jit_compile, steps_per_loop=steps_per_loop, lease=factories.fast_lease())
     metrics = runner.train(save_every=steps)
     return np.array([r["loss"] for r in read_train_log(str(model_dir))]), runner, metrics
 
@@ -71,7 +71,7 @@ PLAIN_STEPS = 12  # two host loops of train_losses' 10 steps: 10, then 2
 
 @pytest.fixture(scope="module")
 def plain_run(copy_data, tmp_path_factory):
-    """One-device training of the copy task's model for PLAIN_STEPS, once per file (Runner seeds
+    """One-device training of the copy task's model for PLAIN_STEPS, once per file (the run seeds
     its own weights): the reference of the strategy and XLA tests, and the run whose memory,
     checkpoint and TensorBoard scalars are checked. Returns (losses, runner, model_dir)."""
     model_dir = tmp_path_factory.mktemp("plain") / "m"
@@ -100,7 +100,7 @@ def test_mirrored_two_replicas_equal_one_device(copy_data, tmp_path, mirrored, p
                                   steps=PLAIN_STEPS)
     np.testing.assert_allclose(two, one, atol=1e-5, rtol=1e-5)
     # Each replica holds its own memory rows (per-replica state, b = B / 2 rows each).
-    valid = runner.trainer.memory.valid
+    valid = runner.train_step.memory.valid
     per_replica = runner.strategy.experimental_local_results(valid.value)
     assert len(per_replica) == 2 and per_replica[0].shape == (STREAMS // 2, T)
 
@@ -110,9 +110,11 @@ def test_resume_under_mirrored_continues_step_for_step(copy_data, tmp_path, mirr
     def run(model_dir, steps):
         strategy = mirrored
         cfg = copy_task_config(copy_data, n_layer=1, dropout=0.1)
-        runner = Runner(cfg, strategy, copy_data, str(model_dir), STREAMS,
-                        OptimizerParams(learning_rate=3e-3, train_steps=steps, min_lr_ratio=1.0),
-                        steps_per_loop=3, lease=factories.fast_lease())
+        runner = factories.language_model_run(
+            cfg, strategy=strategy, data_dir=copy_data, model_dir=str(model_dir),
+            global_batch=STREAMS,
+            optimizer=OptimizerParams(learning_rate=3e-3, train_steps=steps, min_lr_ratio=1.0),
+            steps_per_loop=3, lease=factories.fast_lease())
         runner.train(save_every=6)
         return logged_losses(model_dir)
 
@@ -132,11 +134,11 @@ def test_jit_compile_agrees_with_eager_steps(copy_data, tmp_path, plain_run):
 
 def test_memory_survives_host_loops_and_checkpoints(plain_run):
     runner = plain_run[1]
-    before = runner.trainer.memory.gather()
+    before = runner.train_step.memory.gather()
     assert before.valid.numpy().all()  # carried across the two host loops, never reset
-    runner.trainer.memory.clear()
+    runner.train_step.memory.clear()
     runner.restore()
-    after = runner.trainer.memory.gather()
+    after = runner.train_step.memory.gather()
     np.testing.assert_array_equal(after.valid.numpy(), before.valid.numpy())
     np.testing.assert_allclose(after.states.numpy(), before.states.numpy())
 
@@ -212,9 +214,10 @@ def test_resuming_with_another_model_is_refused(copy_data, tmp_path):
 
 def test_diverged_error_type(copy_data, tmp_path):
     cfg = copy_task_config(copy_data)
-    runner = Runner(cfg, tf.distribute.get_strategy(), copy_data, str(tmp_path), STREAMS,
-                    OptimizerParams(learning_rate=1e30, clip=1e30, train_steps=50),
-                    lease=factories.fast_lease())
+    runner = factories.language_model_run(
+        cfg, data_dir=copy_data, model_dir=str(tmp_path), global_batch=STREAMS,
+        optimizer=OptimizerParams(learning_rate=1e30, clip=1e30, train_steps=50),
+        lease=factories.fast_lease())
     with pytest.raises(TrainingDiverged, match="at step"):
         runner.train()
 
@@ -222,14 +225,15 @@ def test_diverged_error_type(copy_data, tmp_path):
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_precision_training_runs_and_learns(copy_data, tmp_path, policy):
     cfg = copy_task_config(copy_data, n_layer=1)
-    runner = Runner(cfg, tf.distribute.get_strategy(), copy_data, str(tmp_path), STREAMS,
-                    OptimizerParams(learning_rate=3e-3, train_steps=30, min_lr_ratio=1.0),
-                    mixed_precision=policy, steps_per_loop=10, lease=factories.fast_lease())
+    runner = factories.language_model_run(
+        cfg, data_dir=copy_data, model_dir=str(tmp_path), global_batch=STREAMS,
+        optimizer=OptimizerParams(learning_rate=3e-3, train_steps=30, min_lr_ratio=1.0),
+        mixed_precision=policy, steps_per_loop=10, lease=factories.fast_lease())
     runner.train(save_every=30)
     losses = [r["loss"] for r in read_train_log(str(tmp_path))]
     assert np.isfinite(losses).all()
     assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
-    assert runner.trainer.memory.variables.states.dtype == policy.split("_")[1]
+    assert runner.train_step.memory.variables.states.dtype == policy.split("_")[1]
     # Evaluation (key/value memory and position keys in the compute dtype) runs too.
     assert np.isfinite(runner.evaluate("valid", max_batches=3)["loss"])
 
@@ -310,11 +314,12 @@ def collective_elements(graph):
 
 def test_the_gradients_cross_the_replicas_once_per_step(copy_data, tmp_path, mirrored):
     cfg = copy_task_config(copy_data, n_layer=1)
-    runner = Runner(cfg, mirrored, copy_data, str(tmp_path), STREAMS,
-                    OptimizerParams(learning_rate=3e-3, train_steps=5))
-    trainer = runner.trainer
+    runner = factories.language_model_run(
+        cfg, strategy=mirrored, data_dir=copy_data, model_dir=str(tmp_path),
+        global_batch=STREAMS, optimizer=OptimizerParams(learning_rate=3e-3, train_steps=5))
+    train_step = runner.train_step
     features = next(iter(runner.data.dataset("train", STREAMS, True)))
-    step = tf.function(lambda f: mirrored.run(trainer.train_step, args=(f,)))
+    step = tf.function(lambda f: mirrored.run(train_step.replica_step, args=(f,)))
     graph = step.get_concrete_function(features).graph
     parameters = sum(int(np.prod(v.shape)) for v in runner.model.trainable_variables)
     reduced = collective_elements(graph)
@@ -336,13 +341,15 @@ def spy_on_shapes(function, seen):
 def test_every_tensor_that_reaches_a_step_has_a_static_shape(copy_data, tmp_path, mirrored,
                                                              strategy_name):
     strategy = mirrored if strategy_name == "mirrored" else tf.distribute.get_strategy()
-    runner = Runner(copy_task_config(copy_data, n_layer=1), strategy, copy_data,
-                    str(tmp_path), STREAMS, OptimizerParams(train_steps=2), steps_per_loop=2)
+    runner = factories.language_model_run(
+        copy_task_config(copy_data, n_layer=1), strategy=strategy, data_dir=copy_data,
+        model_dir=str(tmp_path), global_batch=STREAMS, optimizer=OptimizerParams(train_steps=2),
+        steps_per_loop=2)
     seen = []
-    trainer, evaluator = runner.trainer, runner.evaluator
-    trainer._forward_backward = spy_on_shapes(trainer._forward_backward, seen)
+    train_step, evaluator = runner.train_step, runner.evaluator
+    train_step._forward_backward = spy_on_shapes(train_step._forward_backward, seen)
     evaluator._forward = spy_on_shapes(evaluator._forward, seen)
-    trainer.train(2)  # the real host loops, traced as the run traces them
+    train_step.train(2)  # the real host loops, traced as the run traces them
     before = len(seen)
     evaluator.evaluate("valid", tgt_len=T // 2, mem_len=3 * T, max_batches=2)  # re-cut input
     assert before > 0 and len(seen) > before
@@ -359,26 +366,27 @@ def test_train_and_eval_steps_compile_as_one_xla_computation(copy_data, tmp_path
     identity), with the results of the step run op by op."""
     def runner_and_features(name):
         keras.utils.set_random_seed(0)
-        runner = Runner(copy_task_config(copy_data, dropout=0.1), tf.distribute.get_strategy(),
-                        copy_data, str(tmp_path / name), STREAMS,
-                        OptimizerParams(learning_rate=3e-3, train_steps=5))
+        runner = factories.language_model_run(
+            copy_task_config(copy_data, dropout=0.1), data_dir=copy_data,
+            model_dir=str(tmp_path / name), global_batch=STREAMS,
+            optimizer=OptimizerParams(learning_rate=3e-3, train_steps=5))
         return runner, next(iter(runner.data.dataset("train", STREAMS, True)))
 
     plain, features = runner_and_features("plain")
     xla, _ = runner_and_features("xla")
-    step = tf.function(xla.trainer.train_step, jit_compile=True)
+    step = tf.function(xla.train_step.replica_step, jit_compile=True)
     hlo = step.experimental_get_compiler_ir(features)(stage="hlo")
     assert hlo.count("HloModule") == 1
     for _ in range(2):  # the second step reads the memory the first one wrote
-        want = plain.trainer.train_step(features)
+        want = plain.train_step.replica_step(features)
         got = step(features)
         np.testing.assert_allclose([float(v) for v in got], [float(v) for v in want],
                                    rtol=1e-5)
-    assert xla.trainer.step == plain.trainer.step == 2
+    assert xla.train_step.step == plain.train_step.step == 2
     for a, b in zip(xla.model.trainable_variables, plain.model.trainable_variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(xla.trainer.memory.gather().states.numpy(),
-                               plain.trainer.memory.gather().states.numpy(), rtol=1e-4,
+    np.testing.assert_allclose(xla.train_step.memory.gather().states.numpy(),
+                               plain.train_step.memory.gather().states.numpy(), rtol=1e-4,
                                atol=1e-6)
     # The eval step: key/value ring and position keys read and written in one computation.
     evaluator = xla.evaluator

@@ -13,7 +13,7 @@ import factories
 from tfxl.checkpoints import restore_weights
 from tfxl.model_dir import check_or_store_config
 from tfxl.train import warm_start
-from tfxl.train.loop import Runner, build_model
+from tfxl.train.language_model import build_model
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train.train_log import read_train_log
 
@@ -34,9 +34,10 @@ def manifest(data_dir):
 def runner(data_dir, model_dir, steps, **changes):
     c = factories.data_config(data_dir, tgt_len=T, **changes)
     check_or_store_config(str(model_dir), c, store=False)  # what tfxl-train does first
-    return Runner(c, tf.distribute.get_strategy(), data_dir, str(model_dir), STREAMS,
-                  OptimizerParams(learning_rate=3e-3, train_steps=steps, min_lr_ratio=1.0),
-                  steps_per_loop=5, lease=factories.fast_lease())
+    return factories.language_model_run(
+        c, data_dir=data_dir, model_dir=str(model_dir), global_batch=STREAMS,
+        optimizer=OptimizerParams(learning_rate=3e-3, train_steps=steps, min_lr_ratio=1.0),
+        steps_per_loop=5, lease=factories.fast_lease())
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +86,9 @@ def assert_warm_started(data_dir, model_dir, init, expected_model, expected_path
     assert sorted(got) == sorted(expected) and len(got) == len(run.model.trainable_variables)
     for path in expected:
         np.testing.assert_array_equal(got[path], expected[path], err_msg=path)
-    assert run.trainer.step == 0 and int(run.trainer.optimizer.iterations.numpy()) == 0
-    assert all(not np.any(v.numpy()) for v in run.trainer.optimizer.variables[1:])  # fresh slots
-    assert not np.any(run.trainer.memory.read().valid.numpy())
+    assert run.train_step.step == 0 and int(run.train_step.optimizer.iterations.numpy()) == 0
+    assert all(not np.any(v.numpy()) for v in run.train_step.optimizer.variables[1:])  # fresh slots
+    assert not np.any(run.train_step.memory.read().valid.numpy())
     want = first_batch_loss(expected_model, run)
     metrics = run.train(save_every=0, log=lambda *a: None)
     assert logged_losses(model_dir)[0] == pytest.approx(want, rel=1e-5, abs=1e-6)

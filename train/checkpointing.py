@@ -3,7 +3,7 @@ export and generation is tfxl.checkpoints.restore_weights).
 
 A training checkpoint tracks the model, the optimizer (with its step), the per-replica training
 memory and the state of every dropout seed generator, so a resumed run draws the same masks and
-continues step for step. The input position is the step (train/trainer.py). Which checkpoint to
+continues step for step. The input position is the step (train/train_step.py). Which checkpoint to
 read, skipping damaged ones, is tfxl/checkpoints.py's.
 
 Nothing is written before the first save: the CheckpointManager (which reads TensorFlow's

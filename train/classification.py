@@ -1,6 +1,7 @@
-"""Training a `DocumentClassifier` (#18) with the language model's machinery: the same host loop,
-controller, checkpoints, lease, run record, train log, SIGTERM handling, strategies and
-optimizer (train/loop.py's `TrainingRun`), with what differs between the two models here.
+"""The document classifier's task (tfxl-classify-train): training a `DocumentClassifier` under the
+same `TrainingRun` as the language model (train/run.py: host loops, controller, checkpoints,
+lease, run record, train log, SIGTERM handling, strategies and optimizer), with what differs
+between the two models here (`ClassificationTask`).
 
 Shape glossary: B global batch (documents), b = B / R per replica (R replicas), L tokens per
 document row (static: --max_tokens rounded up to T), T segment length, C classes.
@@ -23,29 +24,22 @@ document row (static: --max_tokens rounded up to T), T segment length, C classes
   length (the valid split's longest document, or --max_tokens).
 """
 
-import dataclasses
 import os
 import tempfile
 
 import keras
 import tensorflow as tf
 
-from tfxl.checkpoints import checkpoints_newest_first
 from tfxl.classification import ClassifierEvaluator, DocumentClassifier
 from tfxl.classification.classifier import LENGTHS
 from tfxl.data.classification import classification_dataset, load_classification_manifest
 from tfxl.data.manifest import split_info
 from tfxl.data.pipeline import verify_shards
 from tfxl.files import write_text_atomically
-from tfxl.model_dir import ModelDir, check_data_fingerprint, check_or_store_config
-from tfxl.train.checkpointing import TrainingCheckpoint
-from tfxl.train.lease import LeaseParams
-from tfxl.train.loop import TrainingRun
-from tfxl.train.run_record import RunRecord, run_settings
-from tfxl.train.train_log import FLUSH_SECONDS
-from tfxl.train.trainer import Trainer
+from tfxl.model_dir import check_data_fingerprint, check_or_store_config
+from tfxl.train.task import Task
 
-__all__ = ["CLASSIFIER_FILE", "ClassifierRun", "ClassifierTrainer", "DocumentData"]
+__all__ = ["CLASSIFIER_FILE", "ClassificationTask", "DocumentData"]
 
 CLASSIFIER_FILE = "classifier.keras"  # the trained classifier, in the model_dir, at the end
 HEAD_SETTINGS = ("num_classes", "pooling", "grad_segments", "head_dropout")
@@ -110,24 +104,6 @@ class DocumentData:
         return self._reader(split, batch)
 
 
-class ClassifierTrainer(Trainer):
-    """The trainer of a `DocumentClassifier`: no memory between steps, the mean cross-entropy
-    over documents."""
-
-    def make_memory(self):
-        return None  # every step reads its documents from an empty memory
-
-    def weight(self, batch):
-        features, _ = batch
-        return tf.cast(tf.shape(features[LENGTHS])[0], tf.float32)
-
-    def loss_fn(self, batch, memory, global_weight):
-        features, labels = batch
-        logits = self.model(features, training=True)
-        nll = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-        return tf.reduce_sum(nll) / global_weight, None
-
-
 def build_classifier(config, strategy, head, attention_cls=None):
     """The classifier of backbone `config` and `head` settings ({HEAD_SETTINGS}), its weights
     created under `strategy`."""
@@ -158,98 +134,113 @@ def save_classifier(model, path):
             write_text_atomically(path, f.read())
 
 
-class ClassifierRun(TrainingRun):
-    """One tfxl-classify-train job: trains, checkpoints and evaluates a `DocumentClassifier`.
+class ClassificationTask(Task):
+    """Training a `DocumentClassifier` on a tfxl-prepare-classification data dir: no memory
+    between steps, the mean cross-entropy over documents, every valid document evaluated.
 
     Args:
       config: the backbone's `TransfoXLConfig` (its tgt_len and mem_len are the classifier's
         segment and memory lengths); stored as config.json.
+      data_dir: tfxl-prepare-classification's output.
       head: {num_classes, pooling, grad_segments, head_dropout}; recorded in run.json with the
         run's settings (a resumed run with others is refused, as a changed learning rate is).
+      max_tokens: see `DocumentData`.
       language_model: a `TransfoXLLM` whose backbone a new run starts from (ignored, with a
         note, when the model_dir has checkpoints); init_checkpoint: where it came from.
-      max_tokens: see `DocumentData`. The rest as `tfxl.train.loop.Runner`'s.
     """
 
     unit = "documents"
 
-    def __init__(self, config, head, strategy, data_dir, model_dir, global_batch, opt_params,
-                 mixed_precision="float32", jit_compile=False, steps_per_loop=100, seed=0,
-                 is_chief=True, allow_run_changes=False, lease=None,
-                 train_log_seconds=FLUSH_SECONDS, max_tokens=None, language_model=None,
-                 init_checkpoint=None, log=print):
-        self.config, self.strategy, self.model_dir = config, strategy, model_dir
-        manifest = load_classification_manifest(data_dir)
-        if manifest["vocab_size"] > config.vocab_size:
-            raise ValueError(f"--data_dir={data_dir} has token ids up to "
+    def __init__(self, config, *, data_dir: str, head: dict, max_tokens: int | None = None,
+                 language_model=None, init_checkpoint: str | None = None):
+        super().__init__(config, data_dir=data_dir)
+        self.head, self.max_tokens = head, max_tokens
+        self.language_model, self.init_checkpoint = language_model, init_checkpoint
+
+    def check_manifest(self, manifest):
+        """Refuses data the model cannot read: token ids beyond its vocabulary, another number
+        of labels than its classes."""
+        if manifest["vocab_size"] > self.config.vocab_size:
+            raise ValueError(f"--data_dir={self.data_dir} has token ids up to "
                              f"{manifest['vocab_size'] - 1}, the model a vocabulary of "
-                             f"{config.vocab_size} (another tokenizer)")
-        if head["num_classes"] != len(manifest["labels"]):
-            raise ValueError(f"the model has {head['num_classes']} classes, --data_dir="
-                             f"{data_dir} {len(manifest['labels'])} labels")
-        check_data_fingerprint(model_dir, manifest, data_dir)
-        keras.config.set_dtype_policy(mixed_precision)
-        keras.utils.set_random_seed(seed)
-        self.data = DocumentData(strategy, data_dir, manifest, config.tgt_len, seed, max_tokens)
-        self.global_batch, self.steps_per_loop = global_batch, steps_per_loop
-        self.train_steps, self.is_chief = opt_params.train_steps, is_chief
-        self.lease_params = lease or LeaseParams()
-        self.train_log_seconds = train_log_seconds
-        resuming = bool(checkpoints_newest_first(ModelDir(model_dir).checkpoints))
-        settings = {**run_settings(opt_params, global_batch, mixed_precision, seed,
-                                   steps_per_loop, strategy),
-                    **{name: head[name] for name in HEAD_SETTINGS},
-                    "max_tokens": max_tokens, "labels": list(manifest["labels"])}
-        self.run_record = RunRecord.resolve(model_dir, settings, opt_params.train_steps,
-                                            resuming=resuming, allow_changes=allow_run_changes)
-        opt_params = dataclasses.replace(opt_params,
-                                         schedule_steps=self.run_record.schedule_steps)
-        attention_cls = language_model.attention_cls if language_model is not None else None
-        self.model = build_classifier(config, strategy, head, attention_cls)
-        self.init_checkpoint = None
-        if language_model is not None:
-            if resuming:
-                log(f"note: --init_checkpoint={init_checkpoint} is ignored: {model_dir} has "
-                    "checkpoints of its own and the run resumes from them")
-            else:
-                copy_backbone(language_model, self.model, init_checkpoint)
-                self.init_checkpoint = init_checkpoint
-                log(f"warm start: backbone weights from {init_checkpoint} (head, optimizer "
-                    "and step start fresh)")
-        self.trainer = ClassifierTrainer(self.model, strategy, self.data, global_batch,
-                                         opt_params, mixed_precision, jit_compile)
-        self.evaluator = ClassifierEvaluator(self.model, global_batch, strategy)
-        self.checkpoint = TrainingCheckpoint(
-            self.model, self.trainer.optimizer, None, model_dir,
-            worker_id=None if is_chief else strategy.cluster_resolver.task_id)
+                             f"{self.config.vocab_size} (another tokenizer)")
+        if self.head["num_classes"] != len(manifest["labels"]):
+            raise ValueError(f"the model has {self.head['num_classes']} classes, --data_dir="
+                             f"{self.data_dir} {len(manifest['labels'])} labels")
 
-    def units_per_step(self):
-        return self.global_batch
+    def document_tokens(self, manifest):
+        """L: the tokens each training document is padded or cut to, rounded up to tgt_len."""
+        length = self.max_tokens or split_info(manifest, "train")["max_length"]
+        return -(-length // self.config.tgt_len) * self.config.tgt_len
 
-    def check_data(self, eval_every):
-        self.data.check_splits("train", *(["valid"] if eval_every else []))
+    def load_data(self, strategy, *, model_dir, seed):
+        manifest = load_classification_manifest(self.data_dir)
+        self.check_manifest(manifest)
+        check_data_fingerprint(model_dir, manifest, self.data_dir)
+        return DocumentData(strategy, self.data_dir, manifest, self.config.tgt_len, seed,
+                            self.max_tokens)
 
-    def claim_model_dir(self):
-        check_or_store_config(self.model_dir, self.config)
-        check_data_fingerprint(self.model_dir, self.data.manifest, self.data.data_dir,
-                               store=True)
+    def recorded_settings(self, data):
+        return {**{name: self.head[name] for name in HEAD_SETTINGS},
+                "max_tokens": self.max_tokens, "labels": list(data.manifest["labels"])}
 
-    def evaluate(self, split="valid"):
-        """`evaluate_classifier` over every document of `split` with the current weights (its
-        step traced at the first evaluation, then reused)."""
-        return self.evaluator(self.data.evaluation_dataset(split, self.global_batch)).to_dict(
-            self.data.manifest["labels"])
+    def build_model(self, strategy):
+        attention_cls = (self.language_model.attention_cls if self.language_model is not None
+                         else None)
+        return build_classifier(self.config, strategy, self.head, attention_cls)
 
-    def evaluate_in_run(self, max_eval_batches):
-        del max_eval_batches  # every document of the split, always
-        return self.evaluate("valid")
+    def warm_start(self, model, data, *, model_dir, resuming, log):
+        if self.language_model is None:
+            return None
+        if resuming:
+            log(f"note: --init_checkpoint={self.init_checkpoint} is ignored: {model_dir} has "
+                "checkpoints of its own and the run resumes from them")
+            return None
+        copy_backbone(self.language_model, model, self.init_checkpoint)
+        log(f"warm start: backbone weights from {self.init_checkpoint} (head, optimizer and "
+            "step start fresh)")
+        return self.init_checkpoint
 
-    def eval_scalars(self):
+    def training_memory(self, model, strategy, per_replica_batch):
+        return None  # every step reads its documents from an empty memory
+
+    def batch_weight(self, batch):
+        """This replica's documents."""
+        features, _ = batch
+        return tf.cast(tf.shape(features[LENGTHS])[0], tf.float32)
+
+    def loss(self, model, batch, memory, global_weight):
+        features, labels = batch
+        logits = model(features, training=True)
+        nll = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        return tf.reduce_sum(nll) / global_weight, None
+
+    def check_data(self, data, *, global_batch, evaluates):
+        data.check_splits("train", *(["valid"] if evaluates else []))
+
+    def claim_model_dir(self, model_dir, data):
+        check_or_store_config(model_dir, self.config)
+        check_data_fingerprint(model_dir, data.manifest, data.data_dir, store=True)
+
+    def build_evaluator(self, model, strategy, data, *, global_batch, steps_per_loop,
+                        jit_compile):
+        return ClassifierEvaluator(model, global_batch, strategy)
+
+    def evaluate(self, evaluator, data, split="valid", *, max_batches=None, **settings):
+        """`evaluate_classifier` over every document of `split` (max_batches ignored: always
+        every document), its step traced at the first evaluation, then reused."""
+        return evaluator(data.evaluation_dataset(split, evaluator.batch_size)).to_dict(
+            data.manifest["labels"])
+
+    def eval_scalars(self, data):
         return ("loss", "accuracy", "macro_f1")
 
-    def publish_results(self, metrics):
+    def units_per_step(self, global_batch):
+        return global_batch
+
+    def publish_results(self, model, model_dir, metrics):
         """The trained classifier as model_dir/classifier.keras (tfxl-classify-eval's --model),
         written before metrics.json says the run is finished."""
-        path = os.path.join(self.model_dir, CLASSIFIER_FILE)
-        save_classifier(self.model, path)
+        path = os.path.join(model_dir, CLASSIFIER_FILE)
+        save_classifier(model, path)
         metrics["classifier"] = path

@@ -6,7 +6,7 @@ the same run at the demo's sizes or the benchmark's. Same run, same splits:
    a dozen top-level packages are documents labelled by package; every other .py file is the
    language model's corpus. Both go through the product path: `tfxl.data.prepare.prepare`
    (bytes tokenizer) and `prepare_classification` (seeded test draw).
-2. a `tiny`-shaped LM pretrained on the corpus through tfxl's trainer (`tfxl.train.loop.Runner`).
+2. a `tiny`-shaped LM pretrained on the corpus through `tfxl.train.run.TrainingRun`.
 3. three classifiers fine-tuned from it (`DocumentClassifier.from_language_model`, Keras `fit`
    on `classification_dataset`, the same optimizer, batch and epochs):
    * memory: reads the first N_train tokens in segments of T on a memory of M slots;
@@ -195,15 +195,19 @@ def pretrain(lm_dir, model_dir, sizes, log=print):
     import tensorflow as tf
 
     from tfxl.data.manifest import load_manifest
-    from tfxl.train.loop import Runner
+    from tfxl.train.language_model import LanguageModelTask
+    from tfxl.train.run import RunOptions, TrainingRun
     from tfxl.train.optimization import OptimizerParams
 
     manifest = load_manifest(lm_dir)
     config = lm_config(sizes, manifest["vocab_size"])
     opt = OptimizerParams(learning_rate=2e-3, warmup_steps=min(100, sizes.lm_steps // 10),
                           min_lr_ratio=0.05, train_steps=sizes.lm_steps, clip=0.25)
-    runner = Runner(config, tf.distribute.get_strategy(), lm_dir, model_dir, sizes.lm_batch, opt,
-                    jit_compile=True, steps_per_loop=min(100, sizes.lm_steps), seed=sizes.seed)
+    runner = TrainingRun(
+        LanguageModelTask(config, data_dir=lm_dir), strategy=tf.distribute.get_strategy(),
+        options=RunOptions(model_dir=model_dir, global_batch=sizes.lm_batch, optimizer=opt,
+                           jit_compile=True, steps_per_loop=min(100, sizes.lm_steps),
+                           seed=sizes.seed))
     start = time.perf_counter()
     metrics = runner.train(log=lambda *a: None)
     valid = runner.evaluate("valid", batch_size=manifest["num_streams"])

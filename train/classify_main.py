@@ -5,8 +5,10 @@ tfxl-prepare-classification data directory, starting from a language model.
         --init_checkpoint=runs/enwik8_base --pooling=last --grad_segments=2 \
         --train_batch_size=16 --train_steps=2000 --eval_every=500 --strategy=mirrored
 
-The run works as tfxl-train's does (strategies, host loops, checkpoints and exact resume,
-run.json, the lease, the train log, TensorBoard, SIGTERM; BUILD.md). The backbone is
+The run works as tfxl-train's does (the plan and memory check before anything is written,
+--dry_run, strategies, host loops, checkpoints and exact resume, run.json, the lease, the train
+log, TensorBoard, progress lines, SIGTERM; BUILD.md); its first host loops are short (1, 2,
+4, ... steps), so that progress shows from the first steps. The backbone is
 --init_checkpoint's language model (a .keras file, e.g. tfxl-convert's output, or a tfxl-train
 model_dir), the model flags layered over its config (--tgt_len: the segment length,
 --mem_len: the memory, --dropout ...), or without it a new one from --preset/--config. At the
@@ -24,10 +26,10 @@ from tfxl.classification.pooling import POOLINGS
 from tfxl.data.classification import load_classification_manifest
 from tfxl.model_dir import check_data_fingerprint, check_or_store_config
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
-from tfxl.train import flags as train_flags, lease, run_record, train_log
-from tfxl.train.classification import ClassifierRun
-from tfxl.train.loop import TrainingDiverged, train_from_command_line
+from tfxl.train import flags as train_flags, lease, plan as training_plan, run_record, train_log
+from tfxl.train.classification import ClassificationTask
 from tfxl.train.main import is_chief
+from tfxl.train.run import RunOptions, TrainingDiverged, TrainingRun, train_from_command_line
 
 FLAGS = flags.FLAGS
 
@@ -58,6 +60,7 @@ def define_flags():
     run_record.define_flags()  # --schedule_steps, --allow_run_changes
     lease.define_flags()  # --take_over, --lease_timeout, --lease_settle
     train_log.define_flags()  # --train_log_seconds
+    training_plan.define_flags()  # --dry_run, --memory_limit_gib, --ignore_memory_estimate
 
 
 def load_language_model(path, manifest):
@@ -95,16 +98,29 @@ def main(argv):
         check_or_store_config(FLAGS.model_dir, config, store=False)
     head = {"num_classes": len(manifest["labels"]), "pooling": FLAGS.pooling,
             "grad_segments": FLAGS.grad_segments, "head_dropout": FLAGS.head_dropout}
-    run = ClassifierRun(config, head, strategy, FLAGS.data_dir, FLAGS.model_dir,
-                        FLAGS.train_batch_size, train_flags.optimizer_params(),
-                        FLAGS.mixed_precision, FLAGS.jit_compile, FLAGS.steps_per_loop,
-                        FLAGS.seed, chief, allow_run_changes=FLAGS.allow_run_changes,
-                        lease=lease.params_from_flags(),
-                        train_log_seconds=FLAGS.train_log_seconds, max_tokens=FLAGS.max_tokens,
-                        language_model=language_model, init_checkpoint=FLAGS.init_checkpoint,
-                        log=logging.info)
-    metrics, status = train_from_command_line(run, FLAGS.train_steps, FLAGS.save_every,
-                                              FLAGS.eval_every, log=logging.info)
+    task = ClassificationTask(config, data_dir=FLAGS.data_dir, head=head,
+                              max_tokens=FLAGS.max_tokens, language_model=language_model,
+                              init_checkpoint=FLAGS.init_checkpoint)
+    task.check_manifest(manifest)
+    # The plan before anything is built: a size no machine holds is refused here, before
+    # anything is written (--ignore_memory_estimate runs it anyway).
+    plan = training_plan.ClassificationPlan.for_strategy(
+        config, strategy, FLAGS.train_batch_size, FLAGS.mixed_precision, FLAGS.optimizer,
+        head=head, document_tokens=task.document_tokens(manifest), jit_compile=FLAGS.jit_compile)
+    training_plan.print_plan(plan, FLAGS.memory_limit_gib, FLAGS.ignore_memory_estimate)
+    if FLAGS.dry_run:
+        print("dry run: nothing written")
+        return 0
+    options = RunOptions(
+        model_dir=FLAGS.model_dir, global_batch=FLAGS.train_batch_size,
+        optimizer=train_flags.optimizer_params(), mixed_precision=FLAGS.mixed_precision,
+        jit_compile=FLAGS.jit_compile, steps_per_loop=FLAGS.steps_per_loop, seed=FLAGS.seed,
+        is_chief=chief, allow_run_changes=FLAGS.allow_run_changes,
+        lease=lease.params_from_flags(), train_log_seconds=FLAGS.train_log_seconds,
+        short_first_loops=True)  # a document step takes seconds: progress from the first
+    run = TrainingRun(task, strategy=strategy, options=options, log=logging.info)
+    metrics, status = train_from_command_line(run, FLAGS.train_steps, save_every=FLAGS.save_every,
+                                              eval_every=FLAGS.eval_every, log=logging.info)
     if metrics is None:
         return status
     valid = metrics.get("valid")
@@ -126,7 +142,8 @@ def help_groups():
         train_flags.TRAINING_HELP_GROUP,
         ("evaluation and checkpoints", ["eval_every", "save_every"]),
         train_flags.DEVICES_HELP_GROUP,
-        ("run management", train_flags.RUN_MANAGEMENT_FLAGS),
+        ("run management", ["dry_run", "memory_limit_gib", "ignore_memory_estimate",
+                            *train_flags.RUN_MANAGEMENT_FLAGS]),
     ]
 
 

@@ -1,6 +1,6 @@
 """The cadence of a training run, in the manner of Orbit's Controller, and its log sinks.
 
-`Controller.train` runs the trainer in host loops of at most `steps_per_loop` steps, cut so that
+`Controller.train` runs the train step in host loops of at most `steps_per_loop` steps, cut so that
 every `save_every`-th step is checkpointed (and the last), and every `eval_every`-th evaluated.
 After each loop every train action is called with the loop's outputs, after each evaluation every
 eval action with the step and the result; the log sinks are such actions (`TensorBoardScalars`,
@@ -19,29 +19,36 @@ from tfxl.train.preemption import TrainingStopped
 
 class Controller:
     """Args:
-      trainer: a `tfxl.train.trainer.Trainer`. checkpoint: its `TrainingCheckpoint`.
+      train_step: a `tfxl.train.train_step.TrainStep` (what has `step` and `train(num_steps)`).
+      checkpoint: its `TrainingCheckpoint`.
       train_steps: the step to train to. steps_per_loop: the longest host loop.
       save_every, eval_every: cadence in steps (None or 0: at the end only / never).
       evaluate: () -> result dict, called every eval_every steps.
       train_actions: callables (outputs) after every loop; outputs has "first_step", "step",
-        "seconds" and the trainer's per-step arrays ("loss", "grad_norm", "learning_rate").
+        "seconds" and the train step's per-step arrays ("loss", "grad_norm", "learning_rate").
       eval_actions: callables (step, result) after every evaluation.
       stop_requested: () -> a `tfxl.train.preemption.StopRequest` or None, asked after every
         host loop but the last (on every worker: it may be a collective); a request saves the
         checkpoint of that step and raises `TrainingStopped` (evaluation due then is not run).
+      short_first_loops: the first host loops run 1, 2, 4, ... steps (up to steps_per_loop), so
+        that the train actions (the progress lines) report from the first steps where a step
+        takes seconds; the loops after them are cut as without it.
     """
 
-    def __init__(self, trainer, checkpoint, train_steps, steps_per_loop, save_every=None,
+    def __init__(self, train_step, checkpoint, *, train_steps, steps_per_loop, save_every=None,
                  eval_every=None, evaluate=None, train_actions=(), eval_actions=(),
-                 stop_requested=None):
-        self.trainer, self.checkpoint = trainer, checkpoint
+                 stop_requested=None, short_first_loops=False):
+        self.train_step, self.checkpoint = train_step, checkpoint
         self.train_steps, self.steps_per_loop = train_steps, steps_per_loop
         self.save_every, self.eval_every, self.evaluate = save_every, eval_every, evaluate
         self.train_actions, self.eval_actions = list(train_actions), list(eval_actions)
         self.stop_requested = stop_requested
+        self.short_first_loops = short_first_loops
 
-    def _next_loop_steps(self, step):
+    def _next_loop_steps(self, step, loops_run):
         n = min(self.steps_per_loop, self.train_steps - step)
+        if self.short_first_loops:
+            n = min(n, 2 ** min(loops_run, 30))
         for every in (self.save_every, self.eval_every):
             if every:
                 n = min(n, every - step % every)
@@ -49,14 +56,14 @@ class Controller:
 
     def train(self):
         """Trains to `train_steps`; returns the last loop's outputs (None if nothing ran)."""
-        step, outputs = self.trainer.step, None
+        step, outputs, loops_run = self.train_step.step, None, 0
         while step < self.train_steps:
-            n = self._next_loop_steps(step)
+            n = self._next_loop_steps(step, loops_run)
             started = time.perf_counter()
-            outputs = self.trainer.train(n)
+            outputs = self.train_step.train(n)
             outputs.update(first_step=step, step=step + n,
                            seconds=time.perf_counter() - started)
-            step += n
+            step, loops_run = step + n, loops_run + 1
             for action in self.train_actions:
                 action(outputs)
             stop = (self.stop_requested() if self.stop_requested and step < self.train_steps

@@ -2,7 +2,7 @@
 
 1. prepare: the running Python's standard library sources, byte-level (tfxl-prepare's
    `--corpus=python_stdlib`), into demo_out/data;
-2. train: the `tiny` preset with memory through the same Runner as `tfxl-train`, into
+2. train: the `tiny` preset with memory through the same TrainingRun and task as `tfxl-train`, into
    demo_out/model (TensorBoard logs, checkpoints, metrics.json);
 3. evaluate valid bpc over every token with the training memory, with no memory (mem_len 0) and
    with longer evaluation memories, print the table, and plot demo_out/bpc_vs_memory.png (bpc
@@ -32,9 +32,10 @@ from tfxl.config import get_preset
 from tfxl.data.manifest import load_manifest
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.files import write_json_atomically
-from tfxl.train.loop import Runner, TrainingStopped
 from tfxl.model_dir import check_or_store_config
+from tfxl.train.language_model import LanguageModelTask
 from tfxl.train.optimization import OptimizerParams
+from tfxl.train.run import RunOptions, TrainingRun, TrainingStopped
 from tfxl.train.train_log import read_train_log
 
 FLAGS = flags.FLAGS
@@ -124,11 +125,13 @@ def main(argv):
 
     config = get_preset("tiny", vocab_size=manifest["vocab_size"], dropout=0.1,
                         tgt_len=manifest["tgt_len"], mem_len=manifest["tgt_len"])
-    check_or_store_config(model_dir, config, store=False)  # Runner.train stores it
+    check_or_store_config(model_dir, config, store=False)  # TrainingRun.train stores it
     opt = OptimizerParams(learning_rate=2e-3, warmup_steps=100, min_lr_ratio=0.05,
                           train_steps=FLAGS.train_steps, clip=0.25)
-    runner = Runner(config, tf.distribute.get_strategy(), data_dir, model_dir, FLAGS.batch_size,
-                    opt, jit_compile=True, steps_per_loop=100)
+    runner = TrainingRun(LanguageModelTask(config, data_dir=data_dir),
+                         strategy=tf.distribute.get_strategy(),
+                         options=RunOptions(model_dir=model_dir, global_batch=FLAGS.batch_size,
+                                            optimizer=opt, jit_compile=True, steps_per_loop=100))
     print(f"[2/3] training `tiny` ({runner.model.count_params():,} parameters) for "
           f"{FLAGS.train_steps} steps of {FLAGS.batch_size} x {config.tgt_len} bytes, "
           f"memory {config.mem_len}")

@@ -25,7 +25,7 @@ from tfxl.model_dir import ModelDir
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags
 from tfxl.files import check_writable
-from tfxl.train.loop import make_evaluator
+from tfxl.train.language_model import make_evaluator
 from tfxl.train.plan import check_evaluation_memory
 
 FLAGS = flags.FLAGS

@@ -16,9 +16,10 @@ from tfxl import cli
 from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags, lease, run_record, train_log
-from tfxl.train.loop import Runner, TrainingDiverged, build_model, train_from_command_line
 from tfxl.model_dir import check_or_store_config
 from tfxl.train import plan as training_plan, warm_start
+from tfxl.train.language_model import LanguageModelTask, build_model
+from tfxl.train.run import RunOptions, TrainingDiverged, TrainingRun, train_from_command_line
 
 FLAGS = flags.FLAGS
 
@@ -68,19 +69,20 @@ def main(argv):
                                   FLAGS.model_dir, manifest, FLAGS.data_dir, load=False)
         print("dry run: nothing written")
         return 0
-    opt = train_flags.optimizer_params()
-    runner = Runner(config, strategy, FLAGS.data_dir, FLAGS.model_dir,
-                    FLAGS.train_batch_size, opt, FLAGS.mixed_precision, FLAGS.jit_compile,
-                    FLAGS.steps_per_loop, FLAGS.seed, chief,
-                    allow_run_changes=FLAGS.allow_run_changes,
-                    lease=lease.params_from_flags(),
-                    train_log_seconds=FLAGS.train_log_seconds)
-    # Before the model_dir is claimed: a source that does not fit leaves nothing there.
-    runner.init_checkpoint = warm_start.warm_start(FLAGS.init_checkpoint, runner.model,
-                                                   FLAGS.model_dir, manifest, FLAGS.data_dir)
-    metrics, status = train_from_command_line(runner, FLAGS.train_steps, FLAGS.save_every,
-                                              FLAGS.eval_every, FLAGS.max_eval_batches,
-                                              log=logging.info)
+    options = RunOptions(
+        model_dir=FLAGS.model_dir, global_batch=FLAGS.train_batch_size,
+        optimizer=train_flags.optimizer_params(), mixed_precision=FLAGS.mixed_precision,
+        jit_compile=FLAGS.jit_compile, steps_per_loop=FLAGS.steps_per_loop, seed=FLAGS.seed,
+        is_chief=chief, allow_run_changes=FLAGS.allow_run_changes,
+        lease=lease.params_from_flags(), train_log_seconds=FLAGS.train_log_seconds)
+    # The warm start is checked and loaded as the run is built, before the model_dir is
+    # claimed: a source that does not fit leaves nothing there.
+    task = LanguageModelTask(config, data_dir=FLAGS.data_dir,
+                             init_checkpoint=FLAGS.init_checkpoint)
+    run = TrainingRun(task, strategy=strategy, options=options)
+    metrics, status = train_from_command_line(
+        run, FLAGS.train_steps, save_every=FLAGS.save_every, eval_every=FLAGS.eval_every,
+        max_eval_batches=FLAGS.max_eval_batches, log=logging.info)
     if metrics is None:
         return status
     print(f"done: step {metrics['step']}, train loss {metrics['train_loss']}")

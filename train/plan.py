@@ -1,10 +1,11 @@
-"""`tfxl-train`'s plan, printed before the first step: the model, the tokens of a step and an
-estimate of the memory a replica needs; a run whose estimate exceeds the machine's memory is
+"""The plan of `tfxl-train` (`TrainingPlan`) and of `tfxl-classify-train` (`ClassificationPlan`),
+printed before the first step: the model, the tokens of a step and an estimate of the memory a
+replica needs; a run whose estimate exceeds the machine's memory is
 refused before it allocates anything (`--ignore_memory_estimate` runs it anyway), and
 `--dry_run` prints the plan and stops. `tfxl-eval` checks its evaluation the same way
 (`check_evaluation_memory`), before it builds the model.
 
-The estimate is tfxl/models/footprint.py's (weights, gradients, optimizer slots, memory state,
+The estimate is train/footprint.py's (weights, gradients, optimizer slots, memory state,
 activations, evaluation memory), computed from the config. What it is compared with:
 
 * CPU: the host's physical memory (or the cgroup limit of the container, when lower), against
@@ -21,8 +22,8 @@ import sys
 
 from absl import flags
 
-from tfxl.models.footprint import (OPTIMIZER_SLOTS, compute_bytes, evaluation_footprint,
-                                   training_footprint)
+from tfxl.train.footprint import (OPTIMIZER_SLOTS, classifier_training_footprint,
+                                  compute_bytes, evaluation_footprint, training_footprint)
 
 GIB = 2**30
 MIB = 2**20
@@ -103,6 +104,13 @@ class TrainingPlan:
     def __init__(self, config, global_batch, replicas=1, local_replicas=1, device="CPU",
                  mixed_precision="float32", optimizer="adam", eval_settings=None,
                  jit_compile=False):
+        self._set_run(config, global_batch, replicas, local_replicas, device, mixed_precision,
+                      optimizer)
+        self.footprint = training_footprint(config, self.per_replica_batch, mixed_precision,
+                                            optimizer, eval_settings, jit_compile)
+
+    def _set_run(self, config, global_batch, replicas, local_replicas, device, mixed_precision,
+                 optimizer):
         if global_batch % replicas:
             raise ValueError(f"--train_batch_size={global_batch} is not divisible by the "
                              f"{replicas} replicas")
@@ -110,8 +118,6 @@ class TrainingPlan:
         self.local_replicas, self.device = local_replicas, device
         self.mixed_precision, self.optimizer = mixed_precision, optimizer
         self.per_replica_batch = global_batch // replicas
-        self.footprint = training_footprint(config, self.per_replica_batch, mixed_precision,
-                                            optimizer, eval_settings, jit_compile)
 
     @classmethod
     def for_strategy(cls, config, strategy, global_batch, mixed_precision, optimizer,
@@ -137,10 +143,27 @@ class TrainingPlan:
         return (runtime + self.local_replicas * self.footprint.total
                 + self.checkpoint_copy_bytes)
 
+    def step_line(self):
+        """The plan's first line: the model and what one step reads."""
+        c, f = self.config, self.footprint
+        return (f"plan: {f.parameters:,} parameters ({c.n_layer} layer{'s' * (c.n_layer > 1)}, "
+                f"d_model {c.d_model}); "
+                f"{self.tokens_per_step:,} tokens per step ({self.global_batch} x tgt_len "
+                f"{c.tgt_len}, mem_len {c.mem_len}); {self.replicas_text()}, batch "
+                f"{self.per_replica_batch} per replica; {self.mixed_precision}")
+
+    def replicas_text(self):
+        return f"{self.replicas} replica{'s' * (self.replicas > 1)} ({self.device})"
+
+    def how_to_lower(self):
+        """What the refusal advises: the flags that lower the estimate."""
+        return (f"lower --train_batch_size ({self.global_batch}), --tgt_len "
+                f"({self.config.tgt_len}) or --mem_len ({self.config.mem_len}): the attention "
+                "grows with batch x tgt_len x (mem_len + tgt_len)")
+
     def lines(self):
         """The plan, a few lines for stdout."""
-        c, f = self.config, self.footprint
-        replicas = f"{self.replicas} replica{'s' * (self.replicas > 1)} ({self.device})"
+        f = self.footprint
         items = []
         for name, value in f.items():
             if name == "optimizer":
@@ -150,14 +173,8 @@ class TrainingPlan:
                 item += " (" + ", ".join(f"{k.replace('_', '-')} {_size(v)}"
                                          for k, v in f.activations.items()) + ")"
             items.append(item)
-        return [
-            f"plan: {f.parameters:,} parameters ({c.n_layer} layer{'s' * (c.n_layer > 1)}, "
-            f"d_model {c.d_model}); "
-            f"{self.tokens_per_step:,} tokens per step ({self.global_batch} x tgt_len "
-            f"{c.tgt_len}, mem_len {c.mem_len}); {replicas}, batch {self.per_replica_batch} "
-            f"per replica; {self.mixed_precision}",
-            f"memory per replica (estimate): {_size(f.total)} = " + " + ".join(items),
-        ]
+        return [self.step_line(),
+                f"memory per replica (estimate): {_size(f.total)} = " + " + ".join(items)]
 
     def check_memory(self, limit=None, ignore=False, runtime=None):
         """A line on the memory the run may use; ValueError when the estimate exceeds it.
@@ -166,16 +183,15 @@ class TrainingPlan:
         ignore: say so and return instead of raising. runtime: the resident bytes of the
         process (default: measured now; CPU only).
         """
-        lower = (f"lower --train_batch_size ({self.global_batch}), --tgt_len "
-                 f"({self.config.tgt_len}) or --mem_len ({self.config.mem_len}): the attention "
-                 "grows with batch x tgt_len x (mem_len + tgt_len)")
+        lower = self.how_to_lower()
         if self.device == "CPU":
             runtime = resident_bytes() if runtime is None else runtime
             need = self.host_bytes(runtime)
             limit = host_memory_bytes() if limit is None else limit
+            copy = (f" + {_size(self.checkpoint_copy_bytes)} checkpoint copy of the memory"
+                    if self.checkpoint_copy_bytes else "")
             what = (f"{_size(need)} on this host (runtime {_size(runtime)} + "
-                    f"{self.local_replicas} x {_size(self.footprint.total)} per replica + "
-                    f"{_size(self.checkpoint_copy_bytes)} checkpoint copy of the memory)")
+                    f"{self.local_replicas} x {_size(self.footprint.total)} per replica{copy})")
             of = f"its {_size(limit)}"
         else:
             # Whatever the device, a checkpoint is saved from a host copy of the training memory:
@@ -204,6 +220,59 @@ class TrainingPlan:
         if ignore:
             return f"warning: {message}; training anyway (--ignore_memory_estimate)"
         raise ValueError(f"{message}; or pass --ignore_memory_estimate to train anyway")
+
+
+class ClassificationPlan(TrainingPlan):
+    """What a tfxl-classify-train run will do and need: `TrainingPlan`'s, for a
+    `DocumentClassifier` reading documents of `document_tokens` (L, a multiple of tgt_len T) with
+    `head` ({num_classes, pooling, grad_segments, ...}). No training memory is carried from step
+    to step, so no checkpoint copy of it is made (footprint.classifier_training_footprint)."""
+
+    def __init__(self, config, global_batch, *, head, document_tokens, replicas=1,
+                 local_replicas=1, device="CPU", mixed_precision="float32", optimizer="adam",
+                 jit_compile=False):
+        self._set_run(config, global_batch, replicas, local_replicas, device, mixed_precision,
+                      optimizer)
+        self.head, self.document_tokens = head, document_tokens
+        self.footprint = classifier_training_footprint(
+            config, self.per_replica_batch, num_classes=head["num_classes"],
+            pooling=head["pooling"], grad_segments=head["grad_segments"],
+            mixed_precision=mixed_precision, optimizer=optimizer, jit_compile=jit_compile)
+
+    @classmethod
+    def for_strategy(cls, config, strategy, global_batch, mixed_precision, optimizer, *, head,
+                     document_tokens, jit_compile=False):
+        devices = local_devices(strategy)
+        return cls(config, global_batch, head=head, document_tokens=document_tokens,
+                   replicas=strategy.num_replicas_in_sync, local_replicas=len(devices),
+                   device=device_kind(devices), mixed_precision=mixed_precision,
+                   optimizer=optimizer, jit_compile=jit_compile)
+
+    @property
+    def tokens_per_step(self):
+        return self.global_batch * self.document_tokens
+
+    @property
+    def checkpoint_copy_bytes(self):
+        return 0
+
+    def step_line(self):
+        c, f, head = self.config, self.footprint, self.head
+        segments = max(-(-self.document_tokens // c.tgt_len), head["grad_segments"])
+        return (f"plan: {f.parameters:,} parameters ({c.n_layer} layer{'s' * (c.n_layer > 1)}, "
+                f"d_model {c.d_model}, {head['num_classes']} classes, {head['pooling']} "
+                f"pooling); {self.global_batch} documents per step of {self.document_tokens:,} "
+                f"tokens ({segments} segments of tgt_len {c.tgt_len}, the last "
+                f"{head['grad_segments']} with gradient; mem_len {c.mem_len}); "
+                f"{self.replicas_text()}, batch {self.per_replica_batch} per replica; "
+                f"{self.mixed_precision}")
+
+    def how_to_lower(self):
+        return (f"lower --train_batch_size ({self.global_batch}), --grad_segments "
+                f"({self.head['grad_segments']}), --tgt_len ({self.config.tgt_len}) or "
+                f"--mem_len ({self.config.mem_len}): a step keeps the activations of "
+                "grad_segments segments, each growing with batch x tgt_len x "
+                "(mem_len + tgt_len)")
 
 
 def print_plan(plan, limit_gib=None, ignore=False, out=None):

@@ -2,7 +2,7 @@
 the same step.
 
 A pod VM is preempted with a SIGTERM (and a restart later); a user stops a run with Ctrl-C. While
-`Runner.train` trains, in the main thread:
+`TrainingRun.train` trains, in the main thread:
 
 * the first SIGTERM or SIGINT asks for a stop (`StopOnSignals`). The host loop in flight (up to
   `--steps_per_loop` steps inside one `tf.function`, the TPU Estimator's iterations_per_loop) runs

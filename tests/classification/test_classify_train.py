@@ -1,5 +1,5 @@
 """tfxl-classify-train: a DocumentClassifier trained the tfxl way (train/classification.py on
-train/loop.py's TrainingRun): the loss falls, a stopped run resumes bitwise, a changed setting is
+train/run.py's TrainingRun): the loss falls, a stopped run resumes bitwise, a changed setting is
 refused, a language model's backbone is the start, MirroredStrategy equals one device, the logged
 evaluation is evaluate_classifier's, and bad input is one error line."""
 
@@ -18,8 +18,10 @@ from tfxl.classification import evaluate_classifier
 from tfxl.data.classification import (ClassificationConfig, classification_dataset,
                                       load_classification_manifest, prepare_classification)
 from tfxl.models.loading import load_language_model
-from tfxl.train.classification import ClassifierRun, DocumentData
+from tfxl.train.classification import ClassificationTask, DocumentData
 from tfxl.train.optimization import OptimizerParams
+from tfxl.train.run import RunOptions, TrainingRun
+from tfxl.train.task import Task
 from tfxl.train.train_log import read_train_log
 
 TOOL = "tfxl.train.classify_main"
@@ -140,6 +142,17 @@ def test_a_changed_setting_is_refused_in_one_line(trained_copy, data_dir):
     assert {p.name: p.read_bytes() for p in trained_copy.iterdir() if p.is_file()} == before
 
 
+def classifier_run(config, model_dir, optimizer, *, data_dir, strategy=None, log=print,
+                   **task_options):
+    """A `TrainingRun` of the classification task, as tfxl-classify-train builds it (a batch of
+    4 documents)."""
+    task = ClassificationTask(config, data_dir=data_dir, head=HEAD, **task_options)
+    return TrainingRun(task, strategy=strategy or tf.distribute.get_strategy(),
+                       options=RunOptions(model_dir=str(model_dir), global_batch=4,
+                                          optimizer=optimizer, lease=fast_lease()),
+                       log=log)
+
+
 def test_a_language_model_is_the_starting_backbone(data_dir, tmp_path):
     """A language model's .keras file read as --init_checkpoint reads it: the classifier starts
     from its backbone (the head fresh); with checkpoints in the model_dir it is ignored."""
@@ -149,17 +162,15 @@ def test_a_language_model_is_the_starting_backbone(data_dir, tmp_path):
     lm.save(tmp_path / "lm.keras")
     language_model = load_language_model(str(tmp_path / "lm.keras"))
     said = []
-    run = ClassifierRun(language_model.config, HEAD, tf.distribute.get_strategy(), data_dir,
-                        str(tmp_path / "m"), 4, OptimizerParams(train_steps=1),
-                        lease=fast_lease(), language_model=language_model,
-                        init_checkpoint="lm.keras", log=said.append)
+    run = classifier_run(language_model.config, tmp_path / "m", OptimizerParams(train_steps=1),
+                         data_dir=data_dir, language_model=language_model,
+                         init_checkpoint="lm.keras", log=said.append)
     for ours, theirs in zip(run.model.backbone.get_weights(), lm.backbone.get_weights()):
         np.testing.assert_array_equal(ours, theirs)
     assert said == ["warm start: backbone weights from lm.keras (head, optimizer and step start "
                     "fresh)"] and run.init_checkpoint == "lm.keras"
-    fresh = ClassifierRun(language_model.config, HEAD, tf.distribute.get_strategy(), data_dir,
-                          str(tmp_path / "fresh"), 4, OptimizerParams(train_steps=1),
-                          lease=fast_lease())
+    fresh = classifier_run(language_model.config, tmp_path / "fresh",
+                           OptimizerParams(train_steps=1), data_dir=data_dir)
     assert not np.array_equal(fresh.model.backbone.get_weights()[0],
                               lm.backbone.get_weights()[0])
 
@@ -173,11 +184,11 @@ def test_mirrored_equals_one_device_for_one_step(data_dir, mirrored, tmp_path):
     config = tiny_config(**{**BACKBONE, "vocab_size": vocab_size_of(data_dir), "dropout": 0.0})
     weights = []
     for name, strategy in (("one", tf.distribute.get_strategy()), ("two", mirrored)):
-        run = ClassifierRun(config, HEAD, strategy, data_dir, str(tmp_path / name), 4,
-                            OptimizerParams(learning_rate=0.01, train_steps=1, clip=1.0),
-                            lease=fast_lease(), max_tokens=8)
+        run = classifier_run(config, tmp_path / name,
+                             OptimizerParams(learning_rate=0.01, train_steps=1, clip=1.0),
+                             data_dir=data_dir, strategy=strategy, max_tokens=8)
         initial = run.model.get_weights()
-        run.trainer.train(1)
+        run.train_step.train(1)
         weights.append(run.model.get_weights())
     for one, two in zip(*weights):
         np.testing.assert_allclose(one, two, atol=1e-5)
@@ -231,3 +242,80 @@ def test_bad_flags_and_files_are_one_error_line_and_nothing_is_written(data_dir,
     assert_one_error_line(run_in_process(TOOL, f"--model_dir={model_dir}"),
                           "--data_dir is required")
     assert not model_dir.exists()
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(data_dir, tmp_path):
+    model_dir = tmp_path / "m"
+    done = run_in_process(TOOL, *flags_for(data_dir, model_dir, 12, "--dry_run",
+                                           "--grad_segments=2", "--max_tokens=8"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("plan: ") and "2 classes, last pooling" in lines[0], lines
+    # --max_tokens=8: two segments of tgt_len 4, the last two read with gradient.
+    assert ("4 documents per step of 8 tokens (2 segments of tgt_len 4, the last 2 with "
+            "gradient; mem_len 4)") in lines[0], lines
+    assert lines[1].startswith("memory per replica (estimate): ") and "checkpoint" not in lines[2]
+    assert lines[2].startswith("memory: ") and lines[-1] == "dry run: nothing written", lines
+    assert not model_dir.exists()
+
+
+def test_a_size_no_machine_holds_is_refused_before_anything_is_written(data_dir, tmp_path):
+    model_dir = tmp_path / "m"
+    refused = run_in_process(TOOL, *flags_for(data_dir, model_dir, 2, "--memory_limit_gib=0.001"))
+    assert_one_error_line(refused, "the estimated memory", "exceeds", "--grad_segments (1)",
+                          "--ignore_memory_estimate")
+    assert not model_dir.exists()
+    anyway = run_in_process(TOOL, *flags_for(data_dir, model_dir, 1, "--memory_limit_gib=0.001",
+                                             "--ignore_memory_estimate"))
+    assert anyway.returncode == 0, anyway.stderr[-3000:]
+    assert "training anyway (--ignore_memory_estimate)" in anyway.stdout
+
+
+def test_progress_shows_from_the_first_steps(data_dir, tmp_path):
+    """In a log (stdout not a terminal) one line per host loop, the first loops short (1, 2, 4
+    steps ...): the first line comes after step 1, not after --steps_per_loop steps."""
+    done = train(data_dir, tmp_path / "m", 6, "--steps_per_loop=100")
+    progress = [line.split(":")[0] for line in done.stdout.splitlines()
+                if line.startswith("step ")]
+    assert progress == ["step 1/6", "step 3/6", "step 6/6"], done.stdout
+    assert " documents/s" in done.stdout
+
+
+class Incomplete(Task):  # leaves `loss` undefined
+    def load_data(self, strategy, *, model_dir, seed): ...
+    def build_model(self, strategy): ...
+    def training_memory(self, model, strategy, per_replica_batch): ...
+    def batch_weight(self, batch): ...
+    def check_data(self, data, *, global_batch, evaluates): ...
+    def claim_model_dir(self, model_dir, data): ...
+    def build_evaluator(self, model, strategy, data, **options): ...
+    def evaluate(self, evaluator, data, split="valid", **settings): ...
+
+
+def test_a_task_without_every_abstract_method_cannot_be_made():
+    with pytest.raises(TypeError, match="abstract method.*loss"):
+        Incomplete(tiny_config(), data_dir="unused")
+
+
+def test_the_two_tasks_train_under_the_same_training_run(data_dir, tmp_path):
+    """The language model's task and the classifier's, each one step of the one TrainingRun:
+    metrics.json written by the same code, counted in each task's unit."""
+    from factories import data_config, random_bytes_data
+    from tfxl.train.language_model import LanguageModelTask
+    (tmp_path / "lm").mkdir()
+    lm_data = random_bytes_data(tmp_path / "lm", 4, 4)
+    tasks = [LanguageModelTask(data_config(lm_data, tgt_len=4), data_dir=lm_data),
+             ClassificationTask(tiny_config(**{**BACKBONE, "vocab_size": vocab_size_of(data_dir)}),
+                                data_dir=data_dir, head=HEAD, max_tokens=8)]
+    for task in tasks:
+        assert isinstance(task, Task)
+        model_dir = tmp_path / type(task).__name__
+        run = TrainingRun(task, strategy=tf.distribute.get_strategy(),
+                          options=RunOptions(model_dir=str(model_dir), global_batch=4,
+                                             optimizer=OptimizerParams(train_steps=1),
+                                             lease=fast_lease()))
+        metrics = run.train(log=lambda *a: None)
+        assert metrics["step"] == 1 and np.isfinite(metrics["train_loss"])
+        assert json.loads((model_dir / "metrics.json").read_text())["step"] == 1
+        assert f"train_{task.unit}_per_second" in metrics
+    assert [task.unit for task in tasks] == ["tokens", "documents"]

@@ -1,7 +1,8 @@
 """What a model costs before it runs: its parameter count and the memory of one training step.
 
-Computed from the config alone (no model is built, nothing is allocated), so `tfxl-train` can
-print its plan and refuse a run that cannot fit before the first step, and the memory benchmark
+Computed from the config alone (no model is built, nothing is allocated), so `tfxl-train` and
+`tfxl-classify-train` (`classifier_training_footprint`) can print their plans and refuse a run
+that cannot fit before the first step, and the memory benchmark
 (`benchmarks/memory_bench.py`) compares the same numbers with the peak RSS of real steps.
 
 Shape glossary: b per-replica batch, L layers, T segment length, M memory length, K = M + T keys,
@@ -52,6 +53,12 @@ def compute_bytes(mixed_precision):
 def parameter_count(config):
     """The number of trainable parameters of `TransfoXLLM(config)`, counted from the config (the
     sum of its trainable variables' sizes, tested against a built model)."""
+    return backbone_parameter_count(config) + _softmax_parameter_count(config)
+
+
+def backbone_parameter_count(config):
+    """The trainable parameters of `TransfoXLBackbone(config)`: the adaptive embedding and the
+    layers, without the language model's softmax."""
     c = config
     clusters = cluster_layout(c.vocab_size, c.cutoffs, c.embed_dim, c.d_model, c.div_val,
                               c.proj_same_dim)
@@ -59,8 +66,19 @@ def parameter_count(config):
     groups = clusters[:1] if c.div_val == 1 else clusters
     embedding = sum((c.vocab_size if c.div_val == 1 else g.size) * g.dim
                     + (g.dim * c.d_model if g.projected else 0) for g in groups)
-    # Adaptive softmax: own tables unless tied, own projections unless tied, one bias [V], and
-    # the tail clusters' logits in the head.
+    nh = c.n_head * c.d_head
+    attention = 5 * c.d_model * nh + 2 * c.d_model  # W_q, W_k,E, W_v, W_k,R, W_o; LayerNorm
+    feed_forward = 2 * c.d_model * c.d_inner + c.d_inner + c.d_model + 2 * c.d_model
+    biases = 2 * (c.n_layer if c.untie_r else 1) * nh  # u and v
+    return embedding + c.n_layer * (attention + feed_forward) + biases
+
+
+def _softmax_parameter_count(config):
+    """The adaptive softmax's own tables unless tied, own projections unless tied, one bias [V],
+    and the tail clusters' logits in the head."""
+    c = config
+    clusters = cluster_layout(c.vocab_size, c.cutoffs, c.embed_dim, c.d_model, c.div_val,
+                              c.proj_same_dim)
     softmax = c.vocab_size
     for cluster, tied_projection in zip(clusters, c.cluster_tie_projs):
         if not c.tie_weight:
@@ -70,11 +88,14 @@ def parameter_count(config):
     tails = len(clusters) - 1
     if tails:
         softmax += tails * clusters[0].dim + tails
-    nh = c.n_head * c.d_head
-    attention = 5 * c.d_model * nh + 2 * c.d_model  # W_q, W_k,E, W_v, W_k,R, W_o; LayerNorm
-    feed_forward = 2 * c.d_model * c.d_inner + c.d_inner + c.d_model + 2 * c.d_model
-    biases = 2 * (c.n_layer if c.untie_r else 1) * nh  # u and v
-    return embedding + softmax + c.n_layer * (attention + feed_forward) + biases
+    return softmax
+
+
+def classifier_parameter_count(config, num_classes, pooling):
+    """The trainable parameters of `DocumentClassifier(config, num_classes, pooling)`: the
+    backbone, the head [D, C] + [C], and the segment attention's query [D] when it pools."""
+    query = config.d_model if pooling == "segment_attention" else 0
+    return backbone_parameter_count(config) + config.d_model * num_classes + num_classes + query
 
 
 def activation_bytes(config, batch, mem_len=None, mixed_precision="float32"):
@@ -194,3 +215,29 @@ def evaluation_footprint(config, batch, tgt_len, mem_len, mixed_precision="float
             "evaluation memory": evaluation_memory_bytes(config, batch, tgt_len, mem_len,
                                                          mixed_precision),
             "activations": sum(activation_bytes(c, batch, mem_len, mixed_precision).values())}
+
+
+def classifier_training_footprint(config, batch, *, num_classes, pooling, grad_segments,
+                                  mixed_precision="float32", optimizer="adam",
+                                  jit_compile=False):
+    """The `Footprint` of one replica training a `DocumentClassifier` on `batch` documents.
+
+    The segments before the last `grad_segments` (K) are read without a backward pass, so a
+    step keeps what the backward pass needs of K segments (each [batch, T] over M + T keys,
+    `activation_bytes` without the softmax: the head is [batch, C]), and the K + 1 memories
+    between them [b, L, M, D] (the gradient flows through them). Nothing is carried from step to
+    step and nothing is kept between evaluations.
+    """
+    if optimizer not in OPTIMIZER_SLOTS:
+        raise ValueError(f"unknown optimizer {optimizer!r}: one of {sorted(OPTIMIZER_SLOTS)}")
+    c = config
+    e = compute_bytes(mixed_precision)
+    p = classifier_parameter_count(c, num_classes, pooling)
+    segment = activation_bytes(c, batch, c.mem_len, mixed_precision)
+    return Footprint(parameters=p, weights=FLOAT32 * p + (e * p if e != FLOAT32 else 0),
+                     gradients=FLOAT32 * p, optimizer=OPTIMIZER_SLOTS[optimizer] * FLOAT32 * p,
+                     memory_state=(grad_segments + 1) * e * batch * c.n_layer * c.mem_len
+                     * c.d_model,
+                     activations={"attention": grad_segments * segment["attention"],
+                                  "feed_forward": grad_segments * segment["feed_forward"]},
+                     xla=XLA_BYTES + XLA_BYTES_PER_PARAMETER * p if jit_compile else 0)

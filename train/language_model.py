@@ -1,0 +1,116 @@
+"""The language model's task (tfxl-train, make demo) and tfxl-eval's evaluator.
+
+`LanguageModelTask` is what train/run.py's `TrainingRun` trains for a `TransfoXLLM`: the streams
+of a tfxl-prepare data dir (train/datasets.py), the memory carried from step to step on every
+replica (train/memory_state.py), the token-weighted mean loss, and the evaluation with memory
+(train/evaluator.py). `make_evaluator` (tfxl-eval) builds only the model and the evaluator: no
+optimizer, no training memory.
+"""
+
+import keras
+import tensorflow as tf
+
+from tfxl.config import TransfoXLConfig
+from tfxl.data.manifest import check_manifest, load_manifest
+from tfxl.model_dir import check_data_fingerprint, claim
+from tfxl.models import TransfoXLLM
+from tfxl.train import warm_start as warm_starting
+from tfxl.train.datasets import DistributedData
+from tfxl.train.evaluator import EvalProgress, Evaluator, metric_name
+from tfxl.train.memory_state import CheckpointedReplicaMemory
+from tfxl.train.task import Task
+
+__all__ = ["LanguageModelTask", "build_model", "make_evaluator"]
+
+
+def build_model(config: TransfoXLConfig, strategy):
+    """The language model, its weights created under `strategy`."""
+    with strategy.scope():
+        model = TransfoXLLM(config, name="transfo_xl_lm")
+        model.build((None, config.tgt_len))
+    return model
+
+
+def load_data(config, strategy, data_dir, model_dir, seed):
+    """The checked streams of `data_dir`: its manifest against `config` and against the data
+    `model_dir` was trained on."""
+    manifest = load_manifest(data_dir)
+    check_manifest(manifest, tgt_len=config.tgt_len, vocab_size=config.vocab_size)
+    check_data_fingerprint(model_dir, manifest, data_dir)
+    return DistributedData(strategy, data_dir, manifest, seed)
+
+
+def make_evaluator(config, strategy, data_dir, model_dir, global_batch,
+                   mixed_precision="float32", jit_compile=False, steps_per_loop=100,
+                   progress=None):
+    """tfxl-eval's evaluator: the model (weights not restored yet: `restore_weights`) and the
+    evaluation state only. progress: show a progress bar (None: when stderr is a terminal)."""
+    data = load_data(config, strategy, data_dir, model_dir, seed=0)
+    keras.config.set_dtype_policy(mixed_precision)
+    keras.utils.set_random_seed(0)
+    return Evaluator(build_model(config, strategy), strategy, data, global_batch,
+                     steps_per_loop, jit_compile, EvalProgress(progress))
+
+
+class LanguageModelTask(Task):
+    """Training a `TransfoXLLM` on a tfxl-prepare data dir.
+
+    Args:
+      config: the model; its vocab_size and tgt_len must be the data's.
+      data_dir: tfxl-prepare's output.
+      init_checkpoint: weights a new run starts from (train/warm_start.py; ignored, with a note,
+        when the model_dir has checkpoints), or None.
+    """
+
+    def __init__(self, config: TransfoXLConfig, *, data_dir: str,
+                 init_checkpoint: str | None = None):
+        super().__init__(config, data_dir=data_dir)
+        self.init_checkpoint = init_checkpoint
+
+    def load_data(self, strategy, *, model_dir, seed):
+        return load_data(self.config, strategy, self.data_dir, model_dir, seed)
+
+    def build_model(self, strategy):
+        return build_model(self.config, strategy)
+
+    def warm_start(self, model, data, *, model_dir, resuming, log):
+        del resuming  # warm_start looks at the model_dir itself (and says why it is ignored)
+        return warm_starting.warm_start(self.init_checkpoint, model, model_dir, data.manifest,
+                                        data.data_dir, log=log)
+
+    def training_memory(self, model, strategy, per_replica_batch):
+        return CheckpointedReplicaMemory(strategy, model.init_memory(per_replica_batch),
+                                         "train_memory")
+
+    def batch_weight(self, batch):
+        """This replica's real targets."""
+        return tf.reduce_sum(tf.cast(batch["target_mask"], tf.float32))
+
+    def loss(self, model, batch, memory, global_weight):
+        nll, new_memory = model(batch["inputs"], memory, reset=batch["reset"],
+                                targets=batch["targets"], training=True)
+        mask = tf.cast(batch["target_mask"], nll.dtype)
+        # This replica's share of the global token-weighted mean (padding excluded): summing
+        # over replicas gives the mean over every real target of the global batch.
+        return tf.reduce_sum(nll * mask) / global_weight, new_memory
+
+    def check_data(self, data, *, global_batch, evaluates):
+        # Training slots own whole streams: the global batch must divide the stream count.
+        check_manifest(data.manifest, global_batch_size=global_batch)
+        # A corrupt valid shard must not surface only at the first evaluation, hours in.
+        data.check_splits("train", *(["valid"] if evaluates else []))
+
+    def claim_model_dir(self, model_dir, data):
+        claim(model_dir, self.config, data.manifest, data.data_dir)
+
+    def build_evaluator(self, model, strategy, data, *, global_batch, steps_per_loop,
+                        jit_compile):
+        return Evaluator(model, strategy, data, global_batch, steps_per_loop, jit_compile)
+
+    def evaluate(self, evaluator, data, split="valid", *, max_batches=None, **settings):
+        """`Evaluator.evaluate` (settings: batch_size, tgt_len, mem_len, clamp_len,
+        same_length)."""
+        return evaluator.evaluate(split, max_batches=max_batches, **settings)
+
+    def metric(self, data):
+        return metric_name(data.manifest)

@@ -1,0 +1,281 @@
+"""The generic training run: what every training job does around its task (train/task.py).
+
+`TrainingRun` is the same for the language model (tfxl-train, make demo) and the document
+classifier (tfxl-classify-train): the checks before anything is written, the lease
+(train/lease.py), the model_dir's records (tfxl/model_dir.py, train/run_record.py), resuming
+(train/checkpointing.py, train/train_log.py), the controller with its log sinks
+(train/controller.py), SIGTERM/SIGINT (train/preemption.py) and metrics.json. What differs
+between models (data, model, training memory, loss, evaluation, results) is the task's;
+`TrainStep` (train/train_step.py) owns the optimizer, the training memory and the compiled step.
+Its options are one frozen `RunOptions`, given by keyword.
+
+A task's training memory lives on the replicas across host loops (train/memory_state.py) and is
+checkpointed with the model, optimizer, step and dropout seeds, so a resumed run continues exactly
+where the last checkpoint stopped.
+"""
+
+import dataclasses
+import sys
+import time
+
+import keras
+import tensorflow as tf
+
+from tfxl.checkpoints import checkpoints_newest_first
+from tfxl.cli.quiet import stream_is_terminal
+from tfxl.files import read_json, write_json_atomically
+from tfxl.model_dir import ModelDir, check_or_store_config
+from tfxl.train.checkpointing import TrainingCheckpoint
+from tfxl.train.controller import Controller, ProgressBar, ProgressLines, TensorBoardScalars
+from tfxl.train.lease import Lease, LeaseParams
+from tfxl.train.optimization import OptimizerParams
+from tfxl.train.preemption import StopRequests, TrainingStopped
+from tfxl.train.run_record import RunRecord, run_settings
+from tfxl.train.task import Task
+from tfxl.train.train_log import FLUSH_SECONDS, TrainLog, resume_train_log
+from tfxl.train.train_step import TrainingDiverged, TrainStep
+
+__all__ = ["RunOptions", "TrainingDiverged", "TrainingRun", "TrainingStopped", "run_progress",
+           "train_from_command_line"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """How a `TrainingRun` trains, whatever its task.
+
+    model_dir: checkpoints, config.json, run.json, lease, train log, TensorBoard, metrics.json.
+    global_batch: rows per step (streams or documents), divisible by the replicas.
+    optimizer: the optimizer and its schedule; its train_steps is the step the run trains to.
+    mixed_precision: the Keras dtype policy name. jit_compile: XLA-compile each replica's step.
+    steps_per_loop: the longest host loop. seed: weights, dropout and input order.
+    is_chief: this worker writes the model_dir's records (train/main.py's `is_chief`).
+    allow_run_changes: continue a checkpoint with settings other than run.json's
+      (train/run_record.py). lease: the model_dir lease's `LeaseParams` (train/lease.py).
+    train_log_seconds: how often the train log writes its new lines (train/train_log.py).
+    short_first_loops: the first host loops run 1, 2, 4, ... steps, so that progress shows from
+      the first steps where one takes seconds (train/controller.py's `Controller`).
+    """
+
+    model_dir: str
+    global_batch: int
+    optimizer: OptimizerParams
+    mixed_precision: str = "float32"
+    jit_compile: bool = False
+    steps_per_loop: int = 100
+    seed: int = 0
+    is_chief: bool = True
+    allow_run_changes: bool = False
+    lease: LeaseParams = LeaseParams()
+    train_log_seconds: float = FLUSH_SECONDS
+    short_first_loops: bool = False
+
+
+def train_from_command_line(run, train_steps, **options):
+    """`run.train(**options)` for a training tool's main. Returns (metrics, None) when it
+    trained, or (None, exit status) when there was nothing more to do or a signal stopped it
+    (saved; 143/130, BUILD.md), each said on stdout."""
+    try:
+        metrics = run.train(**options)
+    except TrainingStopped as stopped:
+        print(stopped)
+        return None, stopped.exit_status
+    if metrics.pop("nothing_to_do", False):
+        print(f"nothing to do: {run.model_dir} is already trained to step {metrics['step']} "
+              f"(--train_steps={train_steps}); its metrics.json is kept")
+        return None, 0
+    return metrics, None
+
+
+def run_progress(train_steps, start_step, metric, units_per_step, verbose=1, unit="tokens"):
+    """The run's progress on stdout: a Keras bar on a terminal; in a log or a pipe one plain line
+    per host loop (a bar there is runs of backspaces, carriage returns and colour codes)."""
+    if stream_is_terminal(sys.stdout):
+        return ProgressBar(train_steps, start_step, metric, verbose)
+    return ProgressLines(train_steps, metric, units_per_step, verbose, unit)
+
+
+class TrainingRun:
+    """One training job: trains `task`'s model to `options.optimizer.train_steps`, checkpointing,
+    evaluating and recording it in `options.model_dir` (`train`).
+
+    The constructor reads and checks (the data, run.json's settings, a warm start's source) and
+    builds (the model, the train step, the evaluator, the checkpoint); it writes nothing.
+
+    Args:
+      task: a `tfxl.train.task.Task` (what is trained and how it is evaluated).
+      strategy: the tf.distribute strategy every model and step is built under.
+      options: a `RunOptions`.
+      log: where the constructor's notes go (the run's own: `train`'s log).
+    """
+
+    def __init__(self, task: Task, *, strategy, options: RunOptions, log=print):
+        self.task, self.strategy, self.options = task, strategy, options
+        self.config, self.model_dir = task.config, options.model_dir
+        self.global_batch, self.steps_per_loop = options.global_batch, options.steps_per_loop
+        self.train_steps, self.is_chief = options.optimizer.train_steps, options.is_chief
+        self.data = task.load_data(strategy, model_dir=options.model_dir, seed=options.seed)
+        # Same initial weights and dropout stream every run.
+        keras.config.set_dtype_policy(options.mixed_precision)
+        keras.utils.set_random_seed(options.seed)
+        resuming = bool(checkpoints_newest_first(ModelDir(options.model_dir).checkpoints))
+        # The run's recorded settings (run.json) decide the schedule's length; reads only.
+        settings = {**run_settings(options.optimizer, options.global_batch,
+                                   options.mixed_precision, options.seed, options.steps_per_loop,
+                                   strategy),
+                    **task.recorded_settings(self.data)}
+        self.run_record = RunRecord.resolve(options.model_dir, settings, self.train_steps,
+                                            resuming=resuming,
+                                            allow_changes=options.allow_run_changes)
+        optimizer = dataclasses.replace(options.optimizer,
+                                        schedule_steps=self.run_record.schedule_steps)
+        self.model = task.build_model(strategy)
+        # The weights a new run started from (recorded in metrics.json), or None.
+        self.init_checkpoint = task.warm_start(self.model, self.data,
+                                               model_dir=options.model_dir, resuming=resuming,
+                                               log=log)
+        self.train_step = TrainStep(task, self.model, strategy=strategy, data=self.data,
+                                    global_batch=options.global_batch, optimizer=optimizer,
+                                    mixed_precision=options.mixed_precision,
+                                    jit_compile=options.jit_compile)
+        # Evaluations inside a run are quiet: the run's own progress is on screen.
+        self.evaluator = task.build_evaluator(self.model, strategy, self.data,
+                                              global_batch=options.global_batch,
+                                              steps_per_loop=options.steps_per_loop,
+                                              jit_compile=options.jit_compile)
+        self.checkpoint = TrainingCheckpoint(
+            self.model, self.train_step.optimizer, self.train_step.memory, options.model_dir,
+            worker_id=None if options.is_chief else strategy.cluster_resolver.task_id)
+
+    @property
+    def metric(self):
+        """The metric shown beside the training loss ("bpc", "ppl"), or None."""
+        return self.task.metric(self.data)
+
+    def evaluate(self, split="valid", **settings):
+        """The task's evaluation of `split` with the current weights (settings: the task's, e.g.
+        the language model's batch_size, tgt_len, mem_len, max_batches)."""
+        return self.task.evaluate(self.evaluator, self.data, split, **settings)
+
+    def restore(self, log=print):
+        """Restores the newest readable checkpoint (see TrainingCheckpoint); the input then
+        continues at the restored step."""
+        restored = self.checkpoint.restore(log)
+        self.train_step.rewind_input()
+        return restored
+
+    def train(self, *, save_every=None, eval_every=None, max_eval_batches=None, log=print):
+        """Trains to `train_steps`; returns the final metrics dict (also in metrics.json).
+
+        A model_dir already at `train_steps` has nothing to train: its metrics.json (the results of
+        the run that did the work) is kept and returned with "nothing_to_do": True added.
+
+        SIGTERM or SIGINT (in the main thread) stops the run at the end of the host loop in flight,
+        on every worker at the same step: that step's checkpoint is saved and `TrainingStopped`
+        raised (its text says where to resume); no metrics.json is written (train/preemption.py).
+
+        Every check that can refuse the run comes before anything is written into the model_dir:
+        the data (manifest, shard sizes, evaluation shards' CRCs), the model (config.json), the
+        run's settings (run.json, in the constructor), another live trainer (lease.json), the
+        checkpoint (restored: it must fit) and the train input (built at the restored step, which
+        reads its shards' CRCs). Then the lease is taken and the model_dir claimed.
+        """
+        self.task.check_data(self.data, global_batch=self.global_batch,
+                             evaluates=bool(eval_every))
+        lease = Lease(self.model_dir, self.options.lease, log) if self.is_chief else None
+        if self.is_chief:
+            check_or_store_config(self.model_dir, self.config, store=False)
+            lease.check()
+        restored = self.restore(log)
+        step = self.train_step.step
+        metrics_path = ModelDir(self.model_dir).metrics
+        if step >= self.train_steps:
+            done = (read_json(metrics_path, "metrics") if tf.io.gfile.exists(metrics_path)
+                    else {"step": step})
+            return {**done, "nothing_to_do": True}
+        self.train_step.train_loop_begin()  # the train input at `step`: its shards' CRCs are read
+        for message in self.run_record.messages:
+            log(message)
+        if lease is not None:
+            lease.acquire()
+        try:
+            return self._train(restored, lease, save_every, eval_every, max_eval_batches, log)
+        finally:
+            # The input's tf.data threads end now, not whenever Python's cycle collector reaches
+            # the train step: a collection during a later trace under a MirroredStrategy waited
+            # 14-38 s on them (BUILD.md, "Tests"). The next train() rebuilds it at its step.
+            self.train_step.rewind_input()
+            if lease is not None:
+                lease.release()
+
+    def _train(self, restored, lease, save_every, eval_every, max_eval_batches, log):
+        """Train's second half: every check has passed and the lease is held."""
+        step = self.train_step.step
+        layout = ModelDir(self.model_dir)
+        if self.is_chief:  # every check has passed: only now is the model_dir claimed
+            self.task.claim_model_dir(self.model_dir, self.data)
+            self.run_record.store(step)
+        self.checkpoint.prepare_to_save(log)
+        if restored:
+            log(f"resumed from {restored} at step {step}")
+
+        metrics = {"start_step": step}
+        if self.init_checkpoint:
+            metrics["init_checkpoint"] = self.init_checkpoint
+        metric, shown = self.metric, self.task.eval_scalars(self.data)
+
+        def record_and_log(at_step, result):
+            log(f"step {at_step}: valid " + ", ".join(f"{name} {result[name]:.4f}"
+                                                      for name in shown))
+            metrics["valid"] = result
+
+        units_per_step = self.task.units_per_step(self.global_batch)
+        train_actions, eval_actions, tensorboard, train_log = [], [record_and_log], None, None
+        before_save, after_save = [], []  # hooks around every checkpoint save
+        if self.is_chief:
+            resume_train_log(self.model_dir, step, log)  # the log continues at `step`
+            train_log = TrainLog(self.model_dir, self.options.train_log_seconds)
+            tensorboard = TensorBoardScalars(layout.tensorboard, metric, units_per_step,
+                                             self.task.unit, shown)
+            # A trainer whose lease was taken over stops before it writes anything more.
+            train_actions += [lease.ensure_held, tensorboard, train_log]
+            eval_actions.insert(0, tensorboard.eval_action)
+            before_save += [lease.ensure_held, train_log.flush]
+            after_save += [train_log.merge]
+        self.checkpoint.before_save += before_save
+        self.checkpoint.after_save += after_save
+        progress = run_progress(self.train_steps, step, metric, units_per_step,
+                                verbose=1 if self.is_chief else 0, unit=self.task.unit)
+        train_actions.append(progress)
+        stops = StopRequests(self.strategy)
+        controller = Controller(
+            self.train_step, self.checkpoint, train_steps=self.train_steps,
+            steps_per_loop=self.steps_per_loop, save_every=save_every, eval_every=eval_every,
+            evaluate=lambda: self.evaluate("valid", max_batches=max_eval_batches),
+            train_actions=train_actions, eval_actions=eval_actions,
+            stop_requested=stops.agreed, short_first_loops=self.options.short_first_loops)
+        started = time.perf_counter()
+        try:
+            with stops.signals:  # SIGTERM/SIGINT: checkpoint and stop at a host loop's end
+                last = controller.train()
+        except TrainingStopped:
+            progress.end()  # the line that says where to resume starts on a line of its own
+            raise
+        except TrainingDiverged as err:
+            raise TrainingDiverged(f"{err}; training stopped, the last good checkpoint in "
+                                   f"{self.model_dir}/checkpoints is kept") from None
+        finally:
+            for hooks, ours in ((self.checkpoint.before_save, before_save),
+                                (self.checkpoint.after_save, after_save)):
+                hooks[:] = [hook for hook in hooks if hook not in ours]
+            if tensorboard:
+                tensorboard.close()
+            if train_log and not lease.lost:  # the steps done so far, also when failing
+                train_log.close()
+        trained = self.train_step.step - step
+        metrics.update(step=self.train_step.step, train_loss=float(last["loss"][-1]),
+                       **{f"train_{self.task.unit}_per_second": trained * units_per_step
+                          / (time.perf_counter() - started)})
+        if self.is_chief:
+            self.task.publish_results(self.model, self.model_dir, metrics)
+            write_json_atomically(layout.metrics, metrics)  # last: the run is finished
+        return metrics
