@@ -14,9 +14,6 @@ import tensorflow as tf
 
 from backends import JAX_XLA_FLAGS
 from gcs_emulator import gcs  # noqa: F401  (the fixture, for every test file)
-# The markers `subprocess` and `expensive`, kept true as the suite runs: its hooks and fixture.
-import marker_check
-from marker_check import *  # noqa: F403
 
 # Read when JAX creates its CPU client, at the first computation: after this.
 if keras.backend.backend() == "jax":
@@ -61,7 +58,6 @@ _iterators_without_autotuning()
 def pytest_collection_modifyitems(config, items):
     """On a backend other than TensorFlow (`KERAS_BACKEND=jax make test`'s second run), only the
     modules marked `every_backend` run, without their tests marked `tensorflow_only`."""
-    marker_check.pytest_collection_modifyitems(config, items)
     if keras.backend.backend() == "tensorflow":
         return
     keep = [item for item in items if item.get_closest_marker("every_backend")]

@@ -17,7 +17,7 @@ import pytest
 
 from backends import WITHOUT_TENSORFLOW
 
-pytestmark = [pytest.mark.every_backend, pytest.mark.subprocess]
+pytestmark = [pytest.mark.every_backend, pytest.mark.large, pytest.mark.subprocess]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -35,8 +35,9 @@ def token_rows(rows, seed=0):
 
 
 # -- batch size: every entry, eager and traced ----------------------------------------------
-@pytest.mark.parametrize("entry", ["fit", "evaluate", "predict"])
-@pytest.mark.parametrize("run_eagerly", [False, True])
+@pytest.mark.parametrize("run_eagerly,entry", [
+    pytest.param(False, "fit", marks=pytest.mark.large), (False, "evaluate"), (False, "predict"),
+    (True, "fit"), (True, "evaluate"), (True, "predict")])
 def test_stateful_refuses_a_batch_of_another_size_with_its_own_message(entry, run_eagerly):
     model = stateful(run_eagerly=run_eagerly)
     x = token_rows(2 * B - 1)
@@ -79,6 +80,7 @@ def fit_on_arrays():
     return model, (initial, model.get_weights()), x, y, history
 
 
+@pytest.mark.large
 def test_stateful_fit_on_arrays_keeps_stream_order_and_refuses_shuffle(fit_on_arrays):
     on_arrays, (initial, fitted), x, y, _ = fit_on_arrays
     on_batches = stateful()
@@ -107,6 +109,7 @@ def small_bytes_data(root):
     return str(root / "data")
 
 
+@pytest.mark.large
 def test_correct_tf_data_input_gets_no_keras_warning(tmp_path):
     """input_fn's training stream is endless (steps_per_epoch), its evaluation splits finite:
     Keras read their unknown length as "input ran out of data", and fit's default shuffle=True
@@ -211,6 +214,7 @@ def readme_snippet(heading):
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.large
 def test_readme_inference_snippet_runs_on_a_fresh_model_with_the_evaluation_settings():
     # Evaluation settings unlike training's, so that mixing the two shows in the NLL.
     config = tiny_config(vocab_size=V, eval_tgt_len=3, eval_mem_len=6, eval_clamp_len=2,

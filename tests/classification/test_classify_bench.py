@@ -90,6 +90,7 @@ def test_probe_label_is_set_by_the_first_and_last_marker_runs_alone(marker):
     assert classify_bench.probe_documents(5, 300, seed=0, marker=marker) == documents[:5]
 
 
+@pytest.mark.large
 def test_probe_trains_on_its_curriculum_in_order_and_tests_every_length(tmp_path):
     from benchmarks.classify_demo import SIZES
     sizes = dataclasses.replace(SIZES["smallest"], probe_train=8, probe_test=6, probe_marker=2,
@@ -113,6 +114,7 @@ def test_probe_trains_on_its_curriculum_in_order_and_tests_every_length(tmp_path
     assert "| accuracy by document length (bytes) | 40 | 80 |" in tables
 
 
+@pytest.mark.large
 def test_demo_at_its_smallest_size_prints_the_three_readings_and_plots(library, tmp_path):
     out = tmp_path / "demo"
     result = run_in_process("benchmarks.classify_demo", f"--out={out}", "--size=smallest",
