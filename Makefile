@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # No TF_CPP_MIN_LOG_LEVEL here: the tools are quiet by themselves (tfxl/cli/quiet.py) and an
 # exported level would replace their default of 3; tests/conftest.py sets its own.
 
-.PHONY: test test-expensive test-all test-jax test-torch lint demo demo-classify install clean
+.PHONY: test test-large test-expensive test-jax test-torch lint demo demo-classify install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,45 +31,36 @@ $(STAMP): $(PY) setup.cfg pyproject.toml
 
 install: $(STAMP)  ## create .venv and install tfxl with its test extra
 
-# The suite is split by measured cost (BUILD.md "Tests"): `make test` is every test but those
-# listed in tests/expensive_tests.txt (for the JAX pass, tests/expensive_tests_jax.txt), whose
-# call took over 3 s in a whole run (two workers preempted and resumed, the README workflow on
-# gs://, kill -9 during a save, the tools as processes, ...), on all three backends;
-# `make test-expensive` is those; .ci/run runs both, so CI runs every test. Files go to two
-# workers whole, largest measured cost first (tests/marker_check.py), so both finish together.
-PYTEST_TF := $(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q --durations=20
+# `make test` is every test not marked `large` (@pytest.mark.large: an end-to-end run such as two
+# workers preempted and resumed, kill -9 during a save, the tools as processes; or a first XLA
+# compile of a kind on JAX), on all three backends; `make test-large` is the large ones; .ci/run
+# runs both, so CI runs every test. Whole files go to two workers (each file stays in one process:
+# the multi-device tests and the module fixtures need it).
+PYTEST := $(PY) -m pytest -n 2 --dist loadfile -q
+PYTEST_TF := $(PYTEST) --durations=20
 
 # The modules marked every_backend again on JAX (tests/conftest.py selects them, and sets XLA's
-# flags for JAX's per-op compiles: tests/backends.py). JAX compiles every eager op of a new
-# shape, so its costly tests are not TensorFlow's: they have their own list, measured on JAX.
-PYTEST_JAX := KERAS_BACKEND=jax JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 --dist loadfile -q \
-	-o expensive_list=tests/expensive_tests_jax.txt
+# flags for JAX's per-op compiles: tests/backends.py).
+PYTEST_JAX := KERAS_BACKEND=jax JAX_PLATFORMS=cpu $(PYTEST)
 
-test: $(STAMP)     ## the suite on TensorFlow, JAX and PyTorch, without the expensive tests
-	$(PYTEST_TF) -m "not expensive" $(PYTEST_ARGS) tests
+test: $(STAMP)     ## the suite on TensorFlow, JAX and PyTorch, without the tests marked large
+	$(PYTEST_TF) -m "not large" $(PYTEST_ARGS) tests
 	$(MAKE) test-jax
 	$(MAKE) test-torch
 
-test-expensive: $(STAMP) ## the tests measured over 3 s (tests/expensive_tests*.txt), on TensorFlow and JAX
-	$(PYTEST_TF) -m expensive $(PYTEST_ARGS) tests
-	$(PYTEST_JAX) -m expensive $(PYTEST_ARGS) tests
+test-large: $(STAMP) ## the tests marked large, on TensorFlow and JAX
+	$(PYTEST_TF) -m large $(PYTEST_ARGS) tests
+	$(PYTEST_JAX) -m large $(PYTEST_ARGS) tests
 
-# The same tests as `make test` and `make test-expensive` together (.ci/run runs those two), with
-# the TensorFlow pass and the JAX pass each in one run: what `PYTEST_ARGS=--update-expensive`
-# needs to measure every test as the lists' seconds were measured.
-test-all: $(STAMP) ## every test, the TensorFlow ones and the JAX ones each in one run (--update-expensive's)
-	$(PYTEST_TF) $(PYTEST_ARGS) tests
-	$(PYTEST_JAX) $(PYTEST_ARGS) tests
-	$(MAKE) test-torch
+test-expensive: test-large  ## the former name of test-large
 
-test-jax: $(STAMP) ## the every_backend tests under KERAS_BACKEND=jax, without its expensive ones
-	$(PYTEST_JAX) -m "not expensive" $(PYTEST_ARGS) tests
+test-jax: $(STAMP) ## the every_backend tests under KERAS_BACKEND=jax, without the large ones
+	$(PYTEST_JAX) -m "not large" $(PYTEST_ARGS) tests
 
-# The same modules on PyTorch (eager: nothing to compile). One intra-op thread per worker: two
-# workers share the cores, and the tests' ops are small.
+# The same modules on PyTorch, the large ones included: eager, nothing to compile, the whole pass
+# ~20 s. One intra-op thread per worker: two workers share the cores, and the tests' ops are small.
 test-torch: $(STAMP) ## the every_backend tests under KERAS_BACKEND=torch
-	KERAS_BACKEND=torch OMP_NUM_THREADS=1 \
-	$(PY) -m pytest -n 2 --dist loadfile -q -o expensive_seconds=inf $(PYTEST_ARGS) tests
+	KERAS_BACKEND=torch OMP_NUM_THREADS=1 $(PYTEST) $(PYTEST_ARGS) tests
 
 lint: $(STAMP)     ## ruff, configured in pyproject.toml
 	$(PY) -m ruff check tfxl train tpu tests benchmarks

@@ -14,9 +14,6 @@ import tensorflow as tf
 
 from backends import JAX_XLA_FLAGS
 from gcs_emulator import gcs  # noqa: F401  (the fixture, for every test file)
-# The markers `subprocess` and `expensive`, kept true as the suite runs: its hooks and fixture.
-import marker_check
-from marker_check import *  # noqa: F403
 
 # Read when JAX creates its CPU client, at the first computation: after this.
 if keras.backend.backend() == "jax":
@@ -32,36 +29,9 @@ except RuntimeError:  # devices already initialised by an earlier import: keep w
     pass
 
 
-def _iterators_without_autotuning():
-    """Every tf.data iterator a test process makes runs without tf.data's autotuning thread.
-
-    tfxl's own pipelines already do (`tfxl.data.pipeline.pipeline_options`: deleting an iterator
-    can wait up to 60 s for that thread, a TensorFlow 2.21 race). The iterators that Keras makes
-    for array input (fit/evaluate/predict), and the per-device iterators of a MirroredStrategy's
-    distributed input, have default options that cannot be passed in, and a garbage collection
-    that frees one of them later, in whatever test runs then, waited for the thread: 40-51 s in
-    one of `test_hub.py`'s first generate tests in three whole runs of 2026-11-28 (37 s of one
-    test's time inside collections); with this, no collection took over 1.3 s and the
-    TensorFlow pass took 401-407 s instead of 459 s (BUILD.md "Suite time"). Tests that check
-    tfxl's own options read `dataset.options()`, which this does not change."""
-    from tensorflow.python.data.ops import iterator_ops
-    from tfxl.data.pipeline import pipeline_options
-    options = pipeline_options()  # tfxl's: no autotuning thread (and its deterministic order)
-    create = iterator_ops.OwnedIterator._create_iterator
-
-    def create_without_autotuning(self, dataset):
-        return create(self, dataset.with_options(options))
-
-    iterator_ops.OwnedIterator._create_iterator = create_without_autotuning
-
-
-_iterators_without_autotuning()
-
-
 def pytest_collection_modifyitems(config, items):
     """On a backend other than TensorFlow (`KERAS_BACKEND=jax make test`'s second run), only the
     modules marked `every_backend` run, without their tests marked `tensorflow_only`."""
-    marker_check.pytest_collection_modifyitems(config, items)
     if keras.backend.backend() == "tensorflow":
         return
     keep = [item for item in items if item.get_closest_marker("every_backend")]

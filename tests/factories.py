@@ -315,13 +315,13 @@ def prepare_labelled(root, documents, **config):
 # The worker's loop: one JSON request a line on stdin, one JSON reply a line on a private copy of
 # its stdout (fd 1 itself goes to stderr, so no stray write lands in the replies).
 _GCS_WORKER = r"""
-import contextlib, io, json, os, sys, time, traceback
+import contextlib, io, json, os, sys, traceback
 sys.path.insert(0, sys.argv[1])
 from factories import run_in_process
 replies = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
 for line in sys.stdin:
-    request, started = json.loads(line), time.process_time()
+    request = json.loads(line)
     os.chdir(request["cwd"])
     if "module" in request:
         done = run_in_process(request["module"], *request["args"])
@@ -335,7 +335,6 @@ for line in sys.stdin:
             code = 1
             err.write(traceback.format_exc())
         reply = dict(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
-    reply["cpu"] = time.process_time() - started
     replies.write(json.dumps(reply) + "\n")
     replies.flush()
 """
@@ -380,7 +379,7 @@ class GcsWorker:
         self.close()
 
     def close(self):
-        """Ends the worker (its CPU is then counted as this process's children's)."""
+        """Ends the worker."""
         import subprocess
         try:
             self.process.stdin.close()
@@ -412,10 +411,8 @@ class GcsWorker:
             raise RuntimeError(f"the gs:// worker gave no reply ({timeout} s allowed; exit status "
                                f"{self.process.returncode}): {self._log.read()[-5000:]}")
         reply = json.loads(line)
-        done = subprocess.CompletedProcess(self._request, reply["returncode"], reply["stdout"],
+        return subprocess.CompletedProcess(self._request, reply["returncode"], reply["stdout"],
                                            reply["stderr"])
-        done.cpu = reply["cpu"]  # the worker's CPU seconds for it
-        return done
 
     def tool(self, module, *args, cwd, timeout=300):
         """`run_in_process(module, *args)` in the worker, in `cwd`: its CompletedProcess."""

@@ -2,7 +2,7 @@
 item 5), kept working by CI: its smoke path runs under JAX in a process where TensorFlow cannot
 be imported, as on the GPU machine (JAX and PyTorch, no TensorFlow), and measures every phase.
 
-Runs in the JAX pass (listed as expensive there, so `make test-expensive` runs it); the
+Runs in the JAX pass (marked large, so `make test-large` runs it); the
 TensorFlow and PyTorch passes skip it (the child process is the same in each).
 """
 
@@ -17,7 +17,7 @@ import pytest
 
 from backends import WITHOUT_TENSORFLOW
 
-pytestmark = [pytest.mark.every_backend, pytest.mark.subprocess]
+pytestmark = [pytest.mark.every_backend, pytest.mark.large, pytest.mark.subprocess]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

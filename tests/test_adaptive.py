@@ -89,7 +89,8 @@ def nll_and_gradients(softmax, hidden, targets, path, monkeypatch):
     return value_and_gradients(loss, [*softmax.trainable_variables, hidden])
 
 
-@pytest.mark.parametrize("paths", [("full", "static"), ("full", "sparse")])
+@pytest.mark.parametrize("paths", [pytest.param(("full", "static"), marks=pytest.mark.large),
+                                   ("full", "sparse")])
 def test_the_tail_paths_give_the_full_softmaxs_nll_and_gradients(paths, monkeypatch):
     """Both tail paths of the NLL against the full log-probabilities: the same loss and the same
     gradients for every weight and the hidden states. The static path in chunks of 5 rows of the
@@ -123,6 +124,7 @@ def test_no_cutoffs_is_a_dense_softmax():
     np.testing.assert_allclose(to_numpy(softmax(hidden)), log_softmax, atol=1e-5)
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("div_val,tie_projs", [(1, (False, False, False)), (2, (False, True, True)),
                                                (2, (True, True, True))])
 def test_tied_weights_and_projections_in_the_language_model(div_val, tie_projs):

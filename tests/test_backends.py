@@ -19,7 +19,7 @@ from factories import tiny_lm
 from tfxl.layers import AdaptiveSoftmax, TransformerXLBlock, attention_mask
 from tfxl.models.scoring import score_document
 
-pytestmark = pytest.mark.subprocess
+pytestmark = [pytest.mark.large, pytest.mark.subprocess]
 
 # The child: loads what the parent saved under TensorFlow and writes its outputs.
 ON_ANOTHER_BACKEND = WITHOUT_TENSORFLOW + """

@@ -31,6 +31,7 @@ def test_prepare_help_opens_with_an_example():
         line.strip().startswith("tfxl-prepare --") for line in first), first
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_tfxl_train_help_groups_its_flags_under_headings():
     shown = subprocess.run([console_script("tfxl-train"), "--help"], capture_output=True,

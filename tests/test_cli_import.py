@@ -28,6 +28,7 @@ print(json.dumps(seen))
 """
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_import_tfxl_loads_no_tensorflow_and_starts_nothing(tmp_path):
     program = tmp_path / "tfxl-train"

@@ -65,6 +65,7 @@ def test_a_run_shows_a_bar_on_a_terminal_and_plain_lines_in_a_log(monkeypatch, t
         "step 6/6: loss 2.0000, bpc 2.8854, 256 tokens/s"]
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_tfxl_train_logs_plain_lines_and_tfxl_eval_shows_its_bar_on_a_terminal(tmp_path):
     data = random_bytes_data(tmp_path, tgt_len=8, num_streams=2, train_bytes=4000)

@@ -389,6 +389,7 @@ def test_cli_tf1_preset_overrides_and_bad_input(tmp_path, capsys):
         assert err[-1].startswith("error: ")
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_cli_subprocess_flag_error_exits_2(tmp_path):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}

@@ -85,6 +85,7 @@ def test_examples_of_finds_only_the_fenced_python_after_examples():
     assert examples_of(tfxl.get_preset) == []
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("code", [code for _, code in EXAMPLES],
                          ids=[name for name, _ in EXAMPLES])
 def test_every_docstring_example_runs(code, tmp_path, monkeypatch):

@@ -81,6 +81,7 @@ SETTINGS = {
 
 
 # Every pair of (strategy, settings, XLA) values once: the 2x2x2 grid's orthogonal half.
+@pytest.mark.large
 @pytest.mark.parametrize("strategy_name,settings,jit_compile", [
     ("default", "training settings", False),
     ("default", "longer memory, re-cut, same_length, clamp", True),

@@ -90,6 +90,7 @@ def test_generate_refuses_what_the_command_line_and_the_signatures_refuse(bad, m
     assert not getattr(lm, "_generate_loops", None)
 
 
+@pytest.mark.large
 def test_generate_accepts_the_edges_of_each_range():
     lm = small_lm()
     assert lm.generate([[0, 10]], 1, temperature=0.0, top_k=0, top_p=1.0).shape == (1, 1)

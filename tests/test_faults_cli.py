@@ -116,6 +116,7 @@ def test_export_and_generate_refuse_another_vocabulary(trained, tmp_path):
                    str(trained["other_size"]), "vocabulary of")
 
 
+@pytest.mark.large
 def test_generate_from_an_export_needs_no_data_dir(trained, tmp_path):
     exports = tmp_path / "exports"
     made = run_in_process("tfxl.serving.export_main", f"--model={trained['model']}",
@@ -134,6 +135,7 @@ def test_generate_from_an_export_needs_no_data_dir(trained, tmp_path):
 
 
 # --------------------------------------------------------------------------- point 10
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_tools_are_quiet_unless_verbose(trained):
     model_dir = trained["model"]
@@ -150,6 +152,7 @@ def test_tools_are_quiet_unless_verbose(trained):
     assert "I0000" in verbose.stderr
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_training_hides_the_savers_info_but_not_its_own_progress(trained, tmp_path):
     model_dir = tmp_path / "model"

@@ -235,6 +235,7 @@ def test_a_finished_run_keeps_its_metrics_and_says_it_had_nothing_to_do(data_dir
     assert "nothing to do" in again.stdout
 
 
+@pytest.mark.large
 def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path, monkeypatch):
     # The demo's steps without XLA: what is checked here (the results kept, the retracing hint
     # hidden) does not depend on it, and its compiles (one train step, one forward per memory
@@ -323,6 +324,7 @@ def straight_run(straight_run_dir):
     return logged_losses(straight_run_dir)
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("module,function", [
     # ckpt-20's tensors are written into ckpt-20_temp/, not yet merged into place
     ("tensorflow.python.ops.gen_io_ops", "merge_v2_checkpoints"),

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.subprocess
+pytestmark = [pytest.mark.large, pytest.mark.subprocess]
 
 CORPUS = "".join(f"def f{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(300))
 # The flagfile asks for far more steps than any run here makes: the stopped run is still training

@@ -50,8 +50,8 @@ def layer_input_generation(lm, prompt, n, temperature, top_k, top_p, seed, mem_l
     return np.stack(out, axis=1), step
 
 
-@pytest.mark.parametrize("temperature,top_k,top_p,seed", [(0.0, 0, 1.0, 0), (1.0, 10, 0.9, 7),
-                                                          (0.7, 0, 1.0, 3)])
+@pytest.mark.parametrize("temperature,top_k,top_p,seed", [
+    pytest.param(0.0, 0, 1.0, 0, marks=pytest.mark.large), (1.0, 10, 0.9, 7), (0.7, 0, 1.0, 3)])
 def test_key_value_generation_gives_the_tokens_of_the_layer_input_path(lm, temperature, top_k,
                                                                        top_p, seed):
     prompt = np.random.default_rng(seed).integers(0, 41, (2, 5)).astype(np.int32)

@@ -85,6 +85,7 @@ def assert_same_memory(got, want):
     np.testing.assert_array_equal(to_numpy(got.valid), to_numpy(want.valid))
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("sampling", [(0.0, 0, 1.0, 0), SAMPLED], ids=["greedy", "sampled"])
 def test_generation_gives_the_tokens_and_memory_of_the_step_by_step_loop(lm, prompt, reference,
                                                                         monkeypatch, sampling):
@@ -95,6 +96,7 @@ def test_generation_gives_the_tokens_and_memory_of_the_step_by_step_loop(lm, pro
     assert_same_memory(memory, want_memory)  # the loop's before it read the last token
 
 
+@pytest.mark.large
 def test_compiled_generation_and_the_generate_method_give_the_same_tokens(lm, prompt, reference,
                                                                           compiled_generate):
     want, want_memory = reference(*SAMPLED)
@@ -105,6 +107,7 @@ def test_compiled_generation_and_the_generate_method_give_the_same_tokens(lm, pr
     np.testing.assert_array_equal(lm.generate(prompt, NEW, *SAMPLED), want)
 
 
+@pytest.mark.large
 def test_non_finite_log_probs_are_refused_eagerly_and_marked_when_compiled(lm, prompt,
                                                                            compiled_generate,
                                                                            monkeypatch):
@@ -132,6 +135,7 @@ def test_non_finite_log_probs_are_refused_eagerly_and_marked_when_compiled(lm, p
     del lm._generate_loops[MEM + 1]
 
 
+@pytest.mark.large
 def test_score_document_equals_segment_by_segment_model_calls(lm):
     """Two rows of 11 tokens: 10 targets in segments of T = 4 (the last one padded) on a memory of
     6, eagerly and compiled, against the model called segment by segment; a target mask only

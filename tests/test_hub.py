@@ -51,6 +51,7 @@ def random_prompts(vocab_size, lengths=PROMPT_LENGTHS, seed=0):
     return [rng.integers(0, vocab_size, n).astype(np.int32) for n in lengths]
 
 
+@pytest.mark.large
 @pytest.mark.tensorflow_only
 @pytest.mark.parametrize("settings,mem_len", [
     (dict(), None),  # every prompt token sees the whole prompt before it
@@ -82,6 +83,7 @@ def test_greedy_generate_is_tfxls_greedy_generation_token_for_token(settings, me
                                       got["token_ids"][row, :kept])
 
 
+@pytest.mark.large
 @pytest.mark.tensorflow_only
 def test_generate_compiled_with_xla_gives_the_same_tokens():
     lm = language_model(eval_same_length=True)
@@ -119,6 +121,7 @@ def test_contrastive_sampler_is_refused_with_tfxls_message(sampler):
     assert isinstance(causal_lm.sampler, keras_hub.samplers.GreedySampler)  # kept
 
 
+@pytest.mark.large
 @pytest.mark.tensorflow_only
 def test_switching_samplers_does_not_warn_of_retracing():
     """Each compile traces its own generate function once: no "triggered tf.function retracing"
@@ -160,6 +163,7 @@ def tfxl_step_log_probs(lm, prompts, continuations):
     return np.stack(steps, axis=1)
 
 
+@pytest.mark.large
 def test_the_hub_models_give_the_tfxl_models_outputs_and_greedy_generation_its_argmax():
     """On every backend: the backbone's hidden states and the CausalLM's log-probabilities are
     the tfxl model's on the same padded segment; greedy `generate` picks, at every step, the
@@ -188,6 +192,7 @@ def test_the_hub_models_give_the_tfxl_models_outputs_and_greedy_generation_its_a
     assert to_numpy(classifier(x)).shape == (len(prompts), 3)
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("settings", [dict(), dict(eval_same_length=True, eval_clamp_len=3)])
 def test_cache_steps_give_tfxls_log_probabilities(settings):
     # Greedy tokens of a random model settle on a few tokens; this checks every step's numbers.
@@ -212,6 +217,7 @@ def test_cache_steps_give_tfxls_log_probabilities(settings):
                                    want, atol=2e-5)
 
 
+@pytest.mark.large
 def test_beam_search_finds_the_most_likely_continuation():
     # Vocabulary 4 and 16 beams: after two steps every two-token prefix is a beam, so the third
     # step picks the best of all 64 continuations, which the caches reordered along the batch
@@ -231,6 +237,7 @@ def test_beam_search_finds_the_most_likely_continuation():
         np.testing.assert_array_equal(generated, every[np.argmax(scores)])
 
 
+@pytest.mark.large
 @pytest.mark.tensorflow_only
 def test_preset_round_trip_of_a_trained_model_gives_identical_outputs(tmp_path):
     text = "the cat sat on the mat\nand the dog sat on the log\n"
@@ -264,6 +271,7 @@ def test_preset_round_trip_of_a_trained_model_gives_identical_outputs(tmp_path):
         TransfoXLCausalLM.from_preset(preset)
 
 
+@pytest.mark.large
 @pytest.mark.tensorflow_only
 def test_text_generation_is_tfxl_generation_of_eod_and_the_encoded_prompt():
     tokenizer = BytesTokenizer()
@@ -328,6 +336,7 @@ def test_converter_reads_a_keras_file_or_a_model_dir_with_its_data_dir(tmp_path)
         causal_lm_from_model_dir(other, data_dir)
 
 
+@pytest.mark.large
 @pytest.mark.tensorflow_only
 @pytest.mark.subprocess
 def test_tfxl_imports_without_keras_hub():

@@ -53,6 +53,7 @@ def as_dataset(x, y):
     return tf.data.Dataset.from_tensor_slices((x, y))  # one [B, T] batch per element, in order
 
 
+@pytest.mark.large
 @pytest.mark.tensorflow_only
 def test_stateful_fit_carries_memory_and_matches_the_stateless_model(tmp_path):
     x, y = stream_batches(60)

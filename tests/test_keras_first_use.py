@@ -31,8 +31,9 @@ def token_rows(rows, seed=0):
 
 
 # -- batch size: every entry, eager and traced ----------------------------------------------
-@pytest.mark.parametrize("entry", ["fit", "evaluate", "predict"])
-@pytest.mark.parametrize("run_eagerly", [False, True])
+@pytest.mark.parametrize("run_eagerly,entry", [
+    pytest.param(False, "fit", marks=pytest.mark.large), (False, "evaluate"), (False, "predict"),
+    (True, "fit"), (True, "evaluate"), (True, "predict")])
 def test_stateful_refuses_a_batch_of_another_size_with_its_own_message(entry, run_eagerly):
     model = stateful(run_eagerly=run_eagerly)
     x = token_rows(2 * B - 1)
@@ -75,6 +76,7 @@ def fit_on_arrays():
     return model, (initial, model.get_weights()), x, y, history
 
 
+@pytest.mark.large
 def test_stateful_fit_on_arrays_keeps_stream_order_and_refuses_shuffle(fit_on_arrays):
     on_arrays, (initial, fitted), x, y, _ = fit_on_arrays
     on_batches = stateful()
@@ -103,6 +105,7 @@ def small_bytes_data(root):
     return str(root / "data")
 
 
+@pytest.mark.large
 def test_correct_tf_data_input_gets_no_keras_warning(tmp_path):
     """input_fn's training stream is endless (steps_per_epoch), its evaluation splits finite:
     Keras read their unknown length as "input ran out of data", and fit's default shuffle=True

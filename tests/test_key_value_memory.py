@@ -26,7 +26,9 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+@pytest.mark.parametrize("case", [
+    pytest.param(name, id=name, marks=[pytest.mark.large] if name == "adaptive div_val 2" else [])
+    for name in CASES])
 def test_key_value_path_equals_layer_input_path_and_oracle(case):
     lm = lm_for(**CASES[case])
     c = lm.config
@@ -60,6 +62,7 @@ def test_key_value_path_equals_layer_input_path_and_oracle(case):
     assert key_value.to_dict()["values"].shape == (2, c.n_layer, c.n_head, c.mem_len, c.d_head)
 
 
+@pytest.mark.large
 def test_reset_rows_and_padding_follow_the_layer_input_path():
     lm = lm_for(mem_len=6, cutoffs=(8, 15), div_val=2)
     rng = np.random.default_rng(1)

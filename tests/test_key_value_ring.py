@@ -19,6 +19,7 @@ CASES = {  # T, M (ring size S: the smallest multiple of T >= M + T) and setting
     "M=0": dict(tgt_len=3, mem_len=0),
     "pre_lnorm untie_r": dict(tgt_len=4, mem_len=5, pre_lnorm=True, untie_r=True),
 }
+LARGE_CASES = {"M<T", "M=T", "M%T!=0 same_length clamp"}
 SEGMENTS = 5  # more than S / T for every case: every slot is rewritten at least once
 
 
@@ -60,7 +61,9 @@ def _assert_same_memory(got, want):
                                    to_numpy(w) * valid[:, None, :, None], atol=1e-5)
 
 
-@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+@pytest.mark.parametrize("case", [
+    pytest.param(name, id=name, marks=[pytest.mark.large] if name in LARGE_CASES else [])
+    for name in CASES])
 def test_ring_equals_key_value_memory_segment_by_segment(case):
     lm = tiny_lm(**CASES[case])
     want, want_memory = _run(lm, lm.init_key_value_memory(2))

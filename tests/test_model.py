@@ -21,8 +21,9 @@ def built_backbone(config, batch=2):
 
 
 @pytest.mark.parametrize("mem_len,same_length,clamp_len,untie_r,pre_lnorm,d_embed", [
-    (0, False, -1, False, False, None),
-    (2, False, -1, True, False, None),     # memory shorter than the segment
+    pytest.param(0, False, -1, False, False, None, marks=pytest.mark.large),
+    pytest.param(2, False, -1, True, False, None,  # memory shorter than the segment
+                 marks=pytest.mark.large),
     (4, True, -1, False, False, 12),       # = segment, projected embedding
     (7, True, 3, True, False, None),       # longer than the segment, clamped distances
     (7, False, -1, False, True, None),     # pre-LN
@@ -42,6 +43,7 @@ def test_backbone_matches_naive_segment_by_segment(mem_len, same_length, clamp_l
                                    err_msg=f"segment {s}")
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("tgt_len", [1, 3, 6])
 def test_segments_with_long_memory_equal_one_full_pass(tgt_len):
     total = 12
@@ -93,6 +95,7 @@ def test_memory_update_keeps_last_positions_and_static_shapes():
     np.testing.assert_allclose(to_numpy(m2.states)[:, :, :2], to_numpy(m1.states)[:, :, -2:])
 
 
+@pytest.mark.large
 def test_no_gradient_flows_into_memory():
     config = tiny_config(mem_len=4)
     lm = TransfoXLLM(config)
@@ -133,6 +136,7 @@ def test_call_time_eval_settings_equal_a_model_configured_with_them():
     assert np.abs(to_numpy(got) - to_numpy(plain)).max() > 1e-4
 
 
+@pytest.mark.large
 def test_left_padding_is_invisible_to_real_tokens_and_memory():
     config = tiny_config(mem_len=6)
     backbone = built_backbone(config)
@@ -148,6 +152,7 @@ def test_left_padding_is_invisible_to_real_tokens_and_memory():
                                to_numpy(backbone(nxt, want_memory)[0]), atol=1e-6)
 
 
+@pytest.mark.large
 @pytest.mark.skipif(BACKEND == "torch", reason="no compiled step on PyTorch (backends.compiled)")
 def test_xla_step_equals_eager():
     config = adaptive_config(same_length=True, clamp_len=4)
@@ -167,6 +172,7 @@ def test_xla_step_equals_eager():
                                    to_numpy(b).astype(np.float32), atol=1e-5)
 
 
+@pytest.mark.large
 def test_mixed_bfloat16_runs_finite_and_close_to_float32():
     config = adaptive_config()
     ids = np.random.randint(0, config.vocab_size, (2, 6))
@@ -185,6 +191,7 @@ def test_mixed_bfloat16_runs_finite_and_close_to_float32():
     assert np.isfinite(to_numpy(nll16b)).all()
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("memory_kind", ["layer_input", "key_value"])
 def test_backbone_keras_contract(memory_kind):
     config = tiny_config(mem_len=3, cutoffs=(8, 15), div_val=2, d_embed=12)

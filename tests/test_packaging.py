@@ -45,6 +45,7 @@ def test_every_console_script_is_a_tfxl_cli_scripts_entry_point():
         assert module == "tfxl.cli.scripts" and callable(getattr(scripts, function)), name
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_installed_names_are_tfxl_train_and_tfxl_tpu_only(tmp_path):
     """From outside the repository (no source folder on sys.path), as an installed user sees it."""

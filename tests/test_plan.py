@@ -173,6 +173,7 @@ def test_cli_dry_run_prints_the_plan_and_writes_nothing(data_dir, tmp_path):
     assert json.loads((tmp_path / "m" / "metrics.json").read_text())["step"] == 2
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 @pytest.mark.parametrize("name,policy,jit", [("bench", "float32", False),
                                              ("bench", "mixed_bfloat16", True)])

@@ -155,6 +155,7 @@ def assert_stopped_at_a_host_loop_end(model_dir, signum, code, out, err):
     return step
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_a_signal_saves_at_the_end_of_the_host_loop_and_the_rerun_resumes_exactly(
         data_dir, tmp_path, reference):
@@ -201,6 +202,7 @@ run()
 """
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_a_second_ctrl_c_aborts_in_the_middle_of_a_host_loop(data_dir, tmp_path):
     """Python runs a signal handler only once the main thread is back in Python, i.e. after the
@@ -245,6 +247,7 @@ def start_workers(flags):
         for index in range(2)]
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_and_both_resume_exactly(
         data_dir, tmp_path, reference):

@@ -56,6 +56,7 @@ def test_python_blocks_finds_each_block_under_its_heading():
     assert len(README_BLOCKS) >= 8  # one per job at least
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("code", [code for _, code in README_BLOCKS],
                          ids=block_ids(README_BLOCKS))
 def test_every_python_block_of_the_readme_runs_as_pasted(code, tmp_path):
@@ -71,6 +72,7 @@ def readme_block(heading):
     return blocks[0]
 
 
+@pytest.mark.large
 def test_the_evaluation_snippet_reads_with_the_evaluation_settings_throughout():
     """Its memory length, clamp_len and same_length all come from config.eval_settings(), which
     differ from training's in every field: mixing them would show in the loss."""

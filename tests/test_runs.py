@@ -230,6 +230,7 @@ def straight_cli(straight_cli_dir):
     return logged(straight_cli_dir)
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 @pytest.mark.parametrize("checkpoint", ["ckpt-10", "ckpt-20"])
 def test_kill_9_between_the_log_and_its_checkpoint_logs_each_step_once(data_dir, tmp_path,
@@ -370,6 +371,7 @@ def test_the_lease_is_held_while_training_and_released_when_it_fails(data_dir, t
     assert not (model_dir / "lease.json").exists()
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_a_second_tfxl_train_is_refused_and_a_dead_ones_lease_taken_over(data_dir, tmp_path):
     model_dir = tmp_path / "m"
@@ -467,6 +469,7 @@ def test_a_manifest_with_a_bad_field_type_is_refused_before_anything_is_written(
 
 # -- recorded runs -------------------------------------------------------------------------------
 
+@pytest.mark.large
 def test_extending_train_steps_keeps_the_learning_rate_curve(data_dir, tmp_path):
     model_dir = tmp_path / "m"
     lr, ratio = 3e-3, 0.1
@@ -553,6 +556,7 @@ print(json.dumps(read_train_log({model_dir!r})))
 """
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_on_a_bucket_the_log_lease_and_record_work_without_append_or_rename(gcs, gcs_worker,
                                                                             data_dir, tmp_path,

@@ -44,6 +44,7 @@ def test_config_rejects_unknown_fields():
         TransfoXLConfig.from_dict({"n_layers": 3})
 
 
+@pytest.mark.large
 def test_keras_file_round_trip_gives_identical_outputs(tmp_path):
     lm = TransfoXLLM(adaptive_config())
     ids = np.random.randint(0, 40, (2, 6))

@@ -221,6 +221,7 @@ def test_model_export_runs_every_signature_without_tfxl(model_exported, client_r
     assert tf.io.gfile.exists(str(model_exported / "assets.extra" / "tfxl_data.json"))
 
 
+@pytest.mark.large
 def test_stateful_model_export_is_the_stateless_tokenizer_less_signatures(model, tmp_path):
     stateful = StatefulTransfoXLLM(model.config, batch_size=2)
     stateful.build()
@@ -469,6 +470,7 @@ def test_sampling_rules_are_shared_by_the_command_line():
             check_sampling(*args)
 
 
+@pytest.mark.large
 def test_score_top_k_export_and_versions(model, exported, tmp_path, monkeypatch):
     base = os.path.dirname(exported)
     assert next_version(base) == 2
@@ -517,6 +519,7 @@ def test_greedy_cached_generation_equals_full_recompute(model):
     assert int(memory.valid.numpy().sum()) == 4 + 10 - 1
 
 
+@pytest.mark.large
 def test_export_and_generate_command_lines(model, tmp_path):
     from tfxl.data.prepare import PrepareConfig, prepare
     text = tmp_path / "corpus.txt"
@@ -587,6 +590,7 @@ def test_generate_from_a_model_traces_its_one_token_step_once(model):
     assert step._generate.experimental_get_tracing_count() == 1
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_generate_names_a_prompt_or_seed_it_cannot_use(tmp_path):
     """Refused before any model is loaded: a --prompt of bytes that are not UTF-8 (Python sees
@@ -687,6 +691,7 @@ def test_object_store_export_copies_saved_model_pb_last(model, tmp_path, monkeyp
                                atol=1e-5)
 
 
+@pytest.mark.large
 def test_object_store_export_failing_midway_leaves_no_version(model, tmp_path, monkeypatch,
                                                               traced_once):
     copied = as_object_store(monkeypatch, tmp_path)
@@ -709,6 +714,7 @@ def test_object_store_export_failing_midway_leaves_no_version(model, tmp_path, m
     assert tf.io.gfile.exists(str(base / "1" / "saved_model.pb"))
 
 
+@pytest.mark.large
 def test_local_export_is_built_aside_and_renamed_into_place(model, tmp_path, monkeypatch,
                                                             traced_once):
     import tfxl.models.export as export_lib
@@ -758,6 +764,7 @@ export_lib.export_saved_model(tiny_lm(), output_dir)
 """
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_export_killed_before_publishing_leaves_no_version(model, tmp_path, traced_once):
     """kill -9 of an export leaves only its ".tmp-export-1-..." directory, which neither TF
@@ -792,6 +799,7 @@ def test_versions_are_positive_integers_and_never_overwritten(model, tmp_path):
     assert next_version(str(base)) == 4  # TF Serving may have seen 3: never reused
 
 
+@pytest.mark.large
 def test_export_to_a_remote_file_system_goes_through_gfile(model, tmp_path, monkeypatch,
                                                            traced_once):
     """ram:// (TensorFlow's in-memory file system) stands for a bucket: the export is uploaded

@@ -17,6 +17,8 @@ import pytest
 from factories import tiny_lm
 from tfxl.data.prepare import PrepareConfig, prepare
 
+pytestmark = pytest.mark.large
+
 ROOT = "serve"
 
 

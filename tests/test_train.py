@@ -79,6 +79,7 @@ def plain_run(copy_data, tmp_path_factory):
     return losses, runner, model_dir
 
 
+@pytest.mark.large
 def test_memory_solves_the_copy_task_that_no_memory_cannot(copy_data, tmp_path):
     steps = 400  # in host loops of 100 steps: the same losses as loops of 10, less host work
     with_memory, runner, _ = train_losses(copy_data, tmp_path / "mem", steps=steps, mem_len=T,
@@ -94,6 +95,7 @@ def test_memory_solves_the_copy_task_that_no_memory_cannot(copy_data, tmp_path):
     assert with_memory[-50:].mean() < without[-50:].mean() - 0.4
 
 
+@pytest.mark.large
 def test_mirrored_two_replicas_equal_one_device(copy_data, tmp_path, mirrored, plain_run):
     one = plain_run[0]
     two, runner, _ = train_losses(copy_data, tmp_path / "two", strategy=mirrored,
@@ -105,6 +107,7 @@ def test_mirrored_two_replicas_equal_one_device(copy_data, tmp_path, mirrored, p
     assert len(per_replica) == 2 and per_replica[0].shape == (STREAMS // 2, T)
 
 
+@pytest.mark.large
 def test_resume_under_mirrored_continues_step_for_step(copy_data, tmp_path, mirrored):
     """Two replicas on one host: the resumed input position counts both replicas' batches."""
     def run(model_dir, steps):
@@ -126,6 +129,7 @@ def test_resume_under_mirrored_continues_step_for_step(copy_data, tmp_path, mirr
         assert resumed[step] == pytest.approx(straight[step], abs=1e-5), step
 
 
+@pytest.mark.large
 def test_jit_compile_agrees_with_eager_steps(copy_data, tmp_path, plain_run):
     plain = plain_run[0]
     xla, _, _ = train_losses(copy_data, tmp_path / "xla", steps=PLAIN_STEPS, jit_compile=True)
@@ -170,6 +174,7 @@ def logged_losses(model_dir):
     return {r["step"]: r["loss"] for r in read_train_log(str(model_dir))}
 
 
+@pytest.mark.large
 def test_nan_loss_stops_with_the_step_and_keeps_the_checkpoint(copy_data, tmp_path):
     model_dir = tmp_path / "nan"
     flags = common_flags(copy_data, model_dir, 200)
@@ -337,6 +342,7 @@ def spy_on_shapes(function, seen):
     return spy
 
 
+@pytest.mark.large
 @pytest.mark.parametrize("strategy_name", ["default", "mirrored"])
 def test_every_tensor_that_reaches_a_step_has_a_static_shape(copy_data, tmp_path, mirrored,
                                                              strategy_name):
@@ -360,6 +366,7 @@ def test_every_tensor_that_reaches_a_step_has_a_static_shape(copy_data, tmp_path
         assert specs and all(s.shape.is_fully_defined() for s in specs), spec
 
 
+@pytest.mark.large
 def test_train_and_eval_steps_compile_as_one_xla_computation(copy_data, tmp_path):
     """Forward, backward, gradient all-reduce, clipping, optimizer update and memory read and
     write in one jit_compile=True function (the one-device strategy: its all-reduce is the

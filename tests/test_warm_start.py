@@ -130,6 +130,7 @@ def test_a_damaged_newest_checkpoint_of_the_source_is_skipped(data_dir, source, 
     assert any("skipping damaged checkpoint" in m and "ckpt-10" in m for m in messages)
 
 
+@pytest.mark.large
 def test_a_run_with_checkpoints_resumes_and_ignores_the_flag(data_dir, source, tmp_path):
     model_dir = tmp_path / "m"
     runner(data_dir, model_dir, 5).train(save_every=5, log=lambda *a: None)

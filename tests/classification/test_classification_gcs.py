@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-pytestmark = pytest.mark.subprocess
+pytestmark = [pytest.mark.large, pytest.mark.subprocess]
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BACKBONE = dict(n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32, tgt_len=8, mem_len=8,

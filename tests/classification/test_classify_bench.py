@@ -92,6 +92,7 @@ def test_probe_label_is_set_by_the_first_and_last_marker_runs_alone(marker):
     assert classify_demo.probe_documents(5, 300, seed=0, marker=marker) == documents[:5]
 
 
+@pytest.mark.large
 def test_probe_trains_on_its_curriculum_in_order_and_tests_every_length(tmp_path):
     sizes = dataclasses.replace(classify_demo.SIZES["smallest"], probe_train=8, probe_test=6,
                                 probe_marker=2, probe_stages=((12, 1), (40, 2)),
@@ -115,6 +116,7 @@ def test_probe_trains_on_its_curriculum_in_order_and_tests_every_length(tmp_path
     assert "| accuracy by document length (bytes) | 40 | 80 |" in tables
 
 
+@pytest.mark.large
 def test_demo_at_its_smallest_size_prints_the_three_readings_and_plots(library, tmp_path):
     out = tmp_path / "demo"
     result = run_in_process("tfxl.train.classify_demo", f"--out={out}", "--size=smallest",

@@ -30,6 +30,7 @@ def data_and_model(tmp_path_factory):
     return root
 
 
+@pytest.mark.large
 def test_the_tool_prints_evaluate_classifiers_result_by_label_name(data_and_model, tmp_path):
     root = data_and_model
     output = tmp_path / "result.json"

@@ -120,6 +120,7 @@ def test_the_logged_evaluation_is_evaluate_classifiers(uninterrupted, data_dir):
     assert "nothing to do" in again.stdout and (model_dir / "metrics.json").read_bytes() == metrics
 
 
+@pytest.mark.large
 def test_stopped_and_resumed_equals_uninterrupted_bitwise(uninterrupted, trained_copy, data_dir):
     """Stopped at step 5 (in the first pass), resumed to 12 (across the reshuffled second pass,
     dropout on): every weight equal to the uninterrupted run's, bit for bit."""
@@ -175,6 +176,7 @@ def test_a_language_model_is_the_starting_backbone(data_dir, tmp_path):
                               lm.backbone.get_weights()[0])
 
 
+@pytest.mark.large
 def test_mirrored_equals_one_device_for_one_step(data_dir, mirrored, tmp_path):
     """One step on two replicas (2 logical CPUs, 2 documents each) equals one on one device to
     1e-5; the step changed the weights. Documents cut to 8 tokens: two segments, the first read

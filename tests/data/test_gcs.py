@@ -19,6 +19,8 @@ import pytest
 from data_helpers import sample_text
 from tfxl.data.staging import manifest_files
 
+pytestmark = pytest.mark.large
+
 PREPARE = [sys.executable, "-m", "tfxl.data.prepare"]
 # What tfxl-train and tfxl-eval read of a data directory: the manifest, every token of a split
 # through input_fn, and the tokenizer.

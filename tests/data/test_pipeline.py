@@ -164,17 +164,6 @@ def test_pipelines_run_without_the_autotuning_thread(bytes_dir):
         assert dataset.options().deterministic is True
 
 
-def test_iterators_tfxl_does_not_configure_run_without_autotuning_in_tests():
-    """tests/conftest.py gives every iterator of a test process the option: Keras' iterators over
-    arrays and a MirroredStrategy's per-device ones take TensorFlow's defaults, and a garbage
-    collection that freed one waited 40-51 s for its thread in an unrelated test."""
-    plain = tf.data.Dataset.range(4).map(lambda x: x + 1)  # no options, as Keras builds them
-    assert plain.options().autotune.enabled is None
-    iterator = iter(plain)
-    assert next(iterator).numpy() == 1
-    assert iterator._dataset.options().autotune.enabled is False  # the dataset it runs
-
-
 def test_flag_and_manifest_mismatches_fail_before_reading(bytes_dir):
     data_dir, _ = bytes_dir
     base = InputParams(data_dir=data_dir, batch_size=4, training=True)

@@ -485,6 +485,7 @@ def _env():
     return env
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_cli_subprocess_error_line_and_unknown_flag(tmp_path):
     cmd = [sys.executable, "-m", "tfxl.data.prepare"]
@@ -501,6 +502,7 @@ def test_cli_subprocess_error_line_and_unknown_flag(tmp_path):
     assert unknown.returncode != 0 and "no_such_flag" in unknown.stderr
 
 
+@pytest.mark.large
 @pytest.mark.subprocess
 def test_kill_during_prepare_leaves_no_manifest(tmp_path):
     src = tmp_path / "big.bin"
