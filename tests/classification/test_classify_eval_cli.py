@@ -3,6 +3,7 @@
 `error:` line, exit 2, with nothing written."""
 
 import json
+import zipfile
 
 import keras
 import pytest
@@ -68,4 +69,20 @@ def test_a_model_that_does_not_fit_the_data_is_one_error_line(data_and_model, tm
     assert_one_error_line(run_in_process(TOOL, f"--model={root / 'classifier.keras'}",
                                          data[0]), "split 'test' is not in the manifest")
     assert_one_error_line(run_in_process(TOOL, *data), "--model is required")
+    assert not output.exists()
+
+
+def test_a_keras_file_with_one_byte_flipped_is_one_error_line(data_and_model, tmp_path):
+    root = data_and_model
+    damaged = tmp_path / "damaged.keras"
+    content = bytearray((root / "classifier.keras").read_bytes())
+    with zipfile.ZipFile(root / "classifier.keras") as archive:
+        weights = archive.getinfo("model.weights.h5")
+    # One byte inside the stored weights: the archive's CRC-32 of that member no longer holds.
+    content[weights.header_offset + 30 + len(weights.filename) + weights.compress_size // 2] ^= 1
+    damaged.write_bytes(bytes(content))
+    output = tmp_path / "result.json"
+    assert_one_error_line(run_in_process(TOOL, f"--model={damaged}", f"--data_dir={root / 'data'}",
+                                         "--split=train", f"--output={output}"),
+                          str(damaged), "damaged")
     assert not output.exists()
