@@ -8,7 +8,7 @@ import zipfile
 import keras
 import pytest
 
-from factories import assert_one_error_line, run_in_process, tiny_config, tiny_lm
+from factories import assert_one_error_line, run_in_process, run_tool, tiny_config, tiny_lm
 from tfxl.classification import DocumentClassifier, evaluate_classifier
 from tfxl.data.classification import (ClassificationConfig, classification_dataset,
                                       prepare_classification)
@@ -86,3 +86,31 @@ def test_a_keras_file_with_one_byte_flipped_is_one_error_line(data_and_model, tm
                                          "--split=train", f"--output={output}"),
                           str(damaged), "damaged")
     assert not output.exists()
+
+
+def test_a_batch_no_machine_holds_is_refused_before_anything_is_allocated(data_and_model,
+                                                                          tmp_path):
+    from tfxl.classification.evaluate_main import evaluation_batch
+    # A batch beyond the split's documents reads as the split: no rows of padding are made.
+    assert evaluation_batch(100_000_000, documents=7, replicas=1) == 7
+    assert evaluation_batch(100_000_000, documents=7, replicas=2) == 8
+    assert evaluation_batch(3, documents=7, replicas=1) == 3
+    root = data_and_model
+    output = tmp_path / "result.json"
+    # Documents of 10^12 tokens (--max_tokens) in batches of 7: the estimate names what to lower.
+    assert_one_error_line(run_in_process(TOOL, f"--model={root / 'classifier.keras'}",
+                                         f"--data_dir={root / 'data'}", "--split=train",
+                                         "--batch_size=100000000", "--max_tokens=1000000000000",
+                                         f"--output={output}"),
+                          "--batch_size", "--max_tokens", "exceeds")
+    assert not output.exists()
+
+
+@pytest.mark.large
+@pytest.mark.subprocess
+def test_a_huge_batch_size_evaluates_the_split_instead_of_aborting(data_and_model):
+    root = data_and_model
+    done = run_tool(TOOL, f"--model={root / 'classifier.keras'}", f"--data_dir={root / 'data'}",
+                    "--split=train", "--batch_size=100000000")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["documents"] == 7

@@ -16,6 +16,8 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
     quiet_tensorflow()
 
 
+import os
+
 from absl import flags
 
 from tfxl import cli
@@ -54,6 +56,57 @@ def load_classifier(path):
         raise ValueError(f"--model={err}") from None
 
 
+def evaluation_batch(batch_size, *, documents, replicas):
+    """The global batch of an evaluation: --batch_size, but never more rows than the split's
+    documents (rounded up to a multiple of the replicas), since every batch is padded to it."""
+    return min(batch_size, -(-documents // replicas) * replicas)
+
+
+def host_memory_bytes():
+    """The host's physical memory, or the container's cgroup limit when that is lower (as the
+    training plan reads it; tfxl/classification never imports the trainer)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                limit = f.read().strip()
+        except OSError:
+            continue
+        if limit.isdigit():
+            total = min(total, int(limit))
+    return total
+
+
+def evaluation_bytes(model, rows, tokens):
+    """An estimate of what evaluating `rows` documents of `tokens` tokens (a multiple of the
+    segment length T) at once holds: the weights, the padded batch and its aligned copies
+    (int32 and bool [rows, tokens], about six of them), the memory between segments
+    ([rows, M, D] per layer) and one segment's attention ([rows, heads, T, M + T], a few
+    float32 copies) and feed-forward activations. A bound for refusing sizes no machine holds,
+    not a measurement."""
+    c, T, M = model.config, model.segment_len, model.mem_len
+    return (4 * model.count_params() + 24 * rows * tokens
+            + 4 * (c.n_layer + 1) * rows * M * c.d_model
+            + 12 * rows * c.n_head * T * (M + T)
+            + 8 * rows * T * max(c.d_inner, 3 * c.n_head * c.d_head))
+
+
+def check_evaluation_size(model, batch, replicas, tokens, limit=None):
+    """ValueError naming --batch_size and --max_tokens when one replica's share of a batch of
+    `batch` documents of `tokens` tokens would not fit this host's memory (`limit` bytes), before
+    anything is allocated (tfxl-eval refuses sizes no machine holds the same way)."""
+    tokens = -(-tokens // model.segment_len) * model.segment_len
+    rows = max(1, batch // replicas)
+    need = replicas * evaluation_bytes(model, rows, tokens)
+    limit = host_memory_bytes() if limit is None else limit
+    if need > limit:
+        raise ValueError(f"the estimated memory of this evaluation, {need / 2**30:,.1f} GiB "
+                         f"({rows} documents of {tokens:,} tokens per replica, {replicas} "
+                         f"replica{'s' * (replicas > 1)}), exceeds this host's "
+                         f"{limit / 2**30:.1f} GiB; lower --batch_size ({batch}) or "
+                         f"--max_tokens ({tokens:,})")
+
+
 def evaluate_from_flags():
     for name in ("model", "data_dir"):
         if not FLAGS[name].value:
@@ -67,10 +120,14 @@ def evaluate_from_flags():
         model = load_classifier(FLAGS.model)
     check_classifier_fits(model, manifest, FLAGS.model, FLAGS.data_dir)
     labels = manifest["labels"]
-    dataset = classification_dataset(FLAGS.data_dir, FLAGS.split, FLAGS.batch_size,
+    replicas = strategy.num_replicas_in_sync
+    batch = evaluation_batch(FLAGS.batch_size, documents=documents, replicas=replicas)
+    tokens = FLAGS.max_tokens or split_info(manifest, FLAGS.split)["max_length"]
+    check_evaluation_size(model, batch, replicas, tokens)  # before any batch is made
+    dataset = classification_dataset(FLAGS.data_dir, FLAGS.split, batch,
                                      model.segment_len, max_tokens=FLAGS.max_tokens,
                                      manifest=manifest)
-    metrics = evaluate_classifier(model, dataset, FLAGS.batch_size, strategy)
+    metrics = evaluate_classifier(model, dataset, batch, strategy)
     assert metrics.documents == documents, (metrics.documents, documents)  # every one, once
     return {"split": FLAGS.split, **metrics.to_dict(labels), "max_tokens": FLAGS.max_tokens}
 
