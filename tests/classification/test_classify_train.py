@@ -321,3 +321,12 @@ def test_the_two_tasks_train_under_the_same_training_run(data_dir, tmp_path):
         assert json.loads((model_dir / "metrics.json").read_text())["step"] == 1
         assert f"train_{task.unit}_per_second" in metrics
     assert [task.unit for task in tasks] == ["tokens", "documents"]
+
+
+def test_segment_attention_on_one_segment_per_document_trains(data_dir, tmp_path):
+    # The truncation baseline (--max_tokens = --tgt_len, one segment): the query's gradient is
+    # zero, not None, which stopped the run ("None values not supported").
+    model_dir = tmp_path / "m"
+    done = train(data_dir, model_dir, 2, "--pooling=segment_attention", "--grad_segments=1",
+                 "--max_tokens=4")
+    assert "done: step 2" in done.stdout

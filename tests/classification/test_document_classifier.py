@@ -181,3 +181,36 @@ def test_segment_attention_over_one_segment_is_its_summary_without_a_warning():
         pooled = keras.ops.convert_to_numpy(layer(summaries, valid))
     np.testing.assert_allclose(pooled[0], summaries[0, 0], atol=1e-6)
     np.testing.assert_array_equal(pooled[1], 0.0)
+
+
+def test_segment_attention_on_one_segment_trains_every_weight_without_a_none_gradient():
+    # Documents that fit one segment (or --max_tokens = T): the query has nothing to weigh, so
+    # its gradient is zero, not None (tape.gradient's None stopped the trainer; Keras `fit`
+    # warned "Gradients do not exist"); every other weight learns.
+    model = classifier(pooling="segment_attention")
+    inputs = documents([4, 2, 3], T)
+    labels = np.array([0, 1, 2])
+    with tf.GradientTape() as tape:
+        logits = model(inputs, training=True)
+        loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    gradients = dict(zip((w.path for w in model.trainable_weights),
+                         tape.gradient(loss, model.trainable_weights)))
+    assert all(g is not None for g in gradients.values()), [
+        path for path, g in gradients.items() if g is None]
+    np.testing.assert_array_equal(gradients[model.segment_attention.query.path], 0.0)
+    assert all(np.any(tf.convert_to_tensor(g).numpy() != 0) for path, g in gradients.items()
+               if "segment_attention" not in path and "r_r_bias" not in path
+               and "r_w_bias" not in path)
+
+
+@pytest.mark.large
+def test_keras_fit_on_one_segment_documents_warns_of_no_missing_gradient():
+    model = classifier(pooling="segment_attention")
+    inputs, labels = documents([4, 2, 3], T), np.array([0, 1, 2])
+    model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    dataset = tf.data.Dataset.from_tensors((inputs, labels)).repeat(8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        losses = model.fit(dataset, epochs=1, verbose=0, shuffle=False).history["loss"]
+    assert np.isfinite(losses).all()
