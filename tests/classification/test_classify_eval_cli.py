@@ -114,3 +114,34 @@ def test_a_huge_batch_size_evaluates_the_split_instead_of_aborting(data_and_mode
                     "--split=train", "--batch_size=100000000")
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["documents"] == 7
+
+
+def test_the_tool_reads_as_the_model_was_trained_unless_told_and_shows_progress(data_and_model,
+                                                                                 tmp_path):
+    root = data_and_model
+    keras.utils.set_random_seed(4)
+    model = DocumentClassifier(tiny_config(vocab_size=258, init_std=0.5), 3, segment_len=4,
+                               pooling="segment_attention", max_tokens=4)
+    model.save(tmp_path / "first4.keras")
+    data = str(root / "data")
+
+    def evaluated(*more):
+        done = run_in_process(TOOL, f"--model={tmp_path / 'first4.keras'}", f"--data_dir={data}",
+                              "--split=train", "--batch_size=4", *more)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout), done.stderr
+
+    def want(max_tokens, reading="memory"):
+        model.set_reading(reading=reading, max_tokens=max_tokens, whole=max_tokens is None)
+        return evaluate_classifier(model, classification_dataset(data, "train", 7, 4), 7)
+
+    result, stderr = evaluated()
+    assert (result["reading"], result["max_tokens"]) == ("memory", 4)
+    assert result["loss"] == pytest.approx(want(4).loss, abs=1e-6)
+    assert "documents 7/7 (100%)" in stderr and "documents/s" in stderr
+    whole, _ = evaluated("--max_tokens=0")
+    assert whole["max_tokens"] is None and whole["tokens_read"] > 4
+    assert whole["loss"] == pytest.approx(want(None).loss, abs=1e-6)
+    alone, _ = evaluated("--reading=no_memory", "--max_tokens=8")
+    assert (alone["reading"], alone["max_tokens"]) == ("no_memory", 8)
+    assert alone["loss"] == pytest.approx(want(8, "no_memory").loss, abs=1e-5)

@@ -214,3 +214,48 @@ def test_keras_fit_on_one_segment_documents_warns_of_no_missing_gradient():
         warnings.simplefilter("error")
         losses = model.fit(dataset, epochs=1, verbose=0, shuffle=False).history["loss"]
     assert np.isfinite(losses).all()
+
+
+def test_the_reading_is_saved_and_an_old_file_without_it_reads_whole_documents(tmp_path):
+    model = classifier(reading="truncation", max_tokens=6)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert (loaded.reading, loaded.max_tokens, loaded.tokens_read) == ("truncation", 6, 6)
+    old = {k: v for k, v in model.get_config().items() if k not in ("reading", "max_tokens")}
+    old_model = DocumentClassifier.from_config(old)
+    assert (old_model.reading, old_model.max_tokens, old_model.tokens_read) == (
+        "memory", None, None)
+    assert classifier(reading="truncation").tokens_read == T  # the first segment
+    with pytest.raises(ValueError, match="reading must be one of"):
+        classifier(reading="bag_of_words")
+    with pytest.raises(ValueError, match="max_tokens must be >= 1"):
+        classifier(max_tokens=0)
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_max_tokens_reads_the_first_tokens_as_a_cut_document_reads(pooling):
+    inputs = documents([11, 5, 2], 12)
+    cut = {TOKEN_IDS: inputs[TOKEN_IDS][:, :6], LENGTHS: np.minimum(inputs[LENGTHS], 6)}
+    model = classifier(pooling=pooling, max_tokens=6)
+    whole = classifier(pooling=pooling)
+    whole.set_weights(model.get_weights())
+    np.testing.assert_allclose(model(inputs), whole(cut), atol=1e-5)
+    model.set_reading(whole=True)
+    np.testing.assert_allclose(model(inputs), whole(inputs), atol=1e-5)
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_no_memory_averages_the_probabilities_of_each_segment_read_alone(pooling):
+    inputs = documents([11, 4, 1], 12)
+    model = classifier(pooling=pooling, reading="no_memory", grad_segments=2)
+    alone = classifier(pooling=pooling, mem_len=0)  # one segment on no memory: read alone
+    alone.set_weights(model.get_weights())
+    want = []
+    for ids, n in zip(inputs[TOKEN_IDS], inputs[LENGTHS]):
+        starts = range(0, n, T)
+        probs = [keras.ops.convert_to_numpy(keras.ops.softmax(alone(
+            {TOKEN_IDS: ids[None, s:s + T], LENGTHS: np.array([min(T, n - s)])})))[0]
+            for s in starts]
+        want.append(np.mean(probs, axis=0))
+    got = keras.ops.convert_to_numpy(keras.ops.softmax(model(inputs)))
+    np.testing.assert_allclose(got, np.array(want), atol=1e-5)
