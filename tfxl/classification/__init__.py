@@ -18,7 +18,8 @@ _EVALUATION = ("ClassificationMetrics", "ClassifierEvaluator", "evaluate_classif
                "metrics_from_confusion")
 
 __all__ = ["ClassificationMetrics", "ClassifierEvaluator", "DocumentClassifier", "LENGTHS",
-           "MEMORY", "NO_MEMORY", "POOLINGS", "READINGS", "TRUNCATION", "SegmentAttentionPooling", "TOKEN_IDS", "align_to_last_segment",
+           "MEMORY", "NO_MEMORY", "POOLINGS", "READINGS", "SegmentAttentionPooling", "TOKEN_IDS",
+           "TRUNCATION", "align_to_last_segment",
            "evaluate_classifier", "metrics_from_confusion"]
 
 
