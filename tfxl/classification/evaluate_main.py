@@ -9,8 +9,8 @@ directory of tfxl-prepare-classification whose labels are the model's classes. D
 read as the model was trained to read them (its reading and max_tokens, saved with it; a file
 saved without them: whole documents on the memory), on its segment and memory lengths;
 --reading and --max_tokens override. Progress (documents, documents/s) goes to stderr; stdout
-carries only the result as one JSON line (per-class F1 and the confusion matrix by label name; rows are the
-true labels); --output writes it to a file too.
+carries only the result as one JSON line (per-class F1 and the confusion matrix by label name;
+rows are the true labels); --output writes it to a file too.
 """
 
 if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
