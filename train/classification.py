@@ -31,7 +31,7 @@ import keras
 import tensorflow as tf
 
 from tfxl.classification import ClassifierEvaluator, DocumentClassifier
-from tfxl.classification.classifier import LENGTHS
+from tfxl.classification.classifier import LENGTHS, MEMORY
 from tfxl.data.classification import classification_dataset, load_classification_manifest
 from tfxl.data.manifest import split_info
 from tfxl.data.pipeline import verify_shards
@@ -43,6 +43,9 @@ __all__ = ["CLASSIFIER_FILE", "ClassificationTask", "DocumentData"]
 
 CLASSIFIER_FILE = "classifier.keras"  # the trained classifier, in the model_dir, at the end
 HEAD_SETTINGS = ("num_classes", "pooling", "grad_segments", "head_dropout")
+# The classifier's own arguments beyond HEAD_SETTINGS (its reading; `max_tokens` is recorded on
+# its own), and each one's value in a run recorded before it existed.
+READING_SETTINGS = {"reading": MEMORY}
 
 
 class DocumentData:
@@ -51,14 +54,25 @@ class DocumentData:
 
     max_tokens: each document's first tokens read (None: whole documents); batches are padded
     to it (default the split's longest document), rounded up to `segment_len`.
+    eval_max_tokens: the same for evaluation (None: as training reads, max_tokens or the train
+    split's longest document; 0: whole documents), a bound on the tokens an evaluation inside a
+    run reads of each document.
     """
 
-    def __init__(self, strategy, data_dir, manifest, segment_len, seed=0, max_tokens=None):
+    def __init__(self, strategy, data_dir, manifest, segment_len, seed=0, max_tokens=None,
+                 eval_max_tokens=None):
         self.strategy, self.data_dir, self.manifest = strategy, data_dir, manifest
         self.segment_len, self.seed, self.max_tokens = segment_len, seed, max_tokens
+        self.eval_max_tokens = eval_max_tokens
 
     def length(self, split):
         """The tokens each document of `split` is padded or cut to (before rounding up to T)."""
+        if split != "train":
+            if self.eval_max_tokens == 0:
+                return split_info(self.manifest, split)["max_length"]
+            if self.eval_max_tokens is not None:
+                return self.eval_max_tokens
+            return self.length("train")
         return self.max_tokens or split_info(self.manifest, split)["max_length"]
 
     def check_splits(self, *splits):
@@ -142,7 +156,8 @@ class ClassificationTask(Task):
       config: the backbone's `TransfoXLConfig` (its tgt_len and mem_len are the classifier's
         segment and memory lengths); stored as config.json.
       data_dir: tfxl-prepare-classification's output.
-      head: {num_classes, pooling, grad_segments, head_dropout}; recorded in run.json with the
+      head: {num_classes, pooling, grad_segments, head_dropout} and optionally the classifier's
+        reading and max_tokens (saved in classifier.keras); recorded in run.json with the
         run's settings (a resumed run with others is refused, as a changed learning rate is).
       max_tokens: see `DocumentData`.
       language_model: a `TransfoXLLM` whose backbone a new run starts from (ignored, with a
@@ -152,9 +167,10 @@ class ClassificationTask(Task):
     unit = "documents"
 
     def __init__(self, config, *, data_dir: str, head: dict, max_tokens: int | None = None,
-                 language_model=None, init_checkpoint: str | None = None):
+                 language_model=None, init_checkpoint: str | None = None,
+                 eval_max_tokens: int | None = None):
         super().__init__(config, data_dir=data_dir)
-        self.head, self.max_tokens = head, max_tokens
+        self.head, self.max_tokens, self.eval_max_tokens = head, max_tokens, eval_max_tokens
         self.language_model, self.init_checkpoint = language_model, init_checkpoint
 
     def check_manifest(self, manifest):
@@ -178,10 +194,13 @@ class ClassificationTask(Task):
         self.check_manifest(manifest)
         check_data_fingerprint(model_dir, manifest, self.data_dir)
         return DocumentData(strategy, self.data_dir, manifest, self.config.tgt_len, seed,
-                            self.max_tokens)
+                            self.max_tokens, self.eval_max_tokens)
 
     def recorded_settings(self, data):
-        return {**{name: self.head[name] for name in HEAD_SETTINGS},
+        # A reading as a run recorded before it existed read is left out: such runs resume.
+        reading = {name: self.head[name] for name, old in READING_SETTINGS.items()
+                   if self.head.get(name, old) != old}
+        return {**{name: self.head[name] for name in HEAD_SETTINGS}, **reading,
                 "max_tokens": self.max_tokens, "labels": list(data.manifest["labels"])}
 
     def build_model(self, strategy):

@@ -56,6 +56,7 @@ import keras
 from absl import flags
 
 from tfxl import cli
+from tfxl.classification.classifier import READINGS as CLASSIFIER_READINGS
 from tfxl.data.stdlib_classification import STDLIB_PACKAGES
 from tfxl.files import write_json_atomically
 
@@ -100,7 +101,9 @@ class Sizes:
 
 BENCH_SIZES = Sizes()
 
-MEMORY, SEGMENTS, TRUNCATION = "memory", "no_memory", "truncation"
+# The classifier's own readings (`DocumentClassifier(reading=...)`, tfxl-classify-train's and
+# tfxl-classify-eval's --reading): the demo and the benchmark read as the tools do.
+MEMORY, SEGMENTS, TRUNCATION = CLASSIFIER_READINGS
 READINGS = (MEMORY, SEGMENTS, TRUNCATION)
 READING_NAMES = {MEMORY: "with memory", SEGMENTS: "no memory (mean of segment probabilities)",
                  TRUNCATION: "truncation (first T)"}  # in every table and plot
@@ -201,6 +204,8 @@ def pretrain(lm_dir, model_dir, sizes, log=print):
 
     manifest = load_manifest(lm_dir)
     config = lm_config(sizes, manifest["vocab_size"])
+    log(f"pretraining the language model: {sizes.lm_steps} steps of {sizes.lm_batch} x "
+        f"{sizes.lm_segment_len} tokens")
     opt = OptimizerParams(learning_rate=2e-3, warmup_steps=min(100, sizes.lm_steps // 10),
                           min_lr_ratio=0.05, train_steps=sizes.lm_steps, clip=0.25)
     runner = TrainingRun(
@@ -222,7 +227,7 @@ def classifier(reading, sizes, num_classes, lm_model_dir, vocab_size):
     from tfxl.classification import DocumentClassifier
     kwargs = dict(num_classes=num_classes, pooling=sizes.pooling, segment_len=sizes.segment_len,
                   mem_len=sizes.mem_len if reading == MEMORY else 0,
-                  grad_segments=sizes.grad_segments if reading == MEMORY else 1)
+                  grad_segments=sizes.grad_segments if reading == MEMORY else 1, reading=reading)
     if lm_model_dir:
         return DocumentClassifier.from_language_model(lm_model_dir, **kwargs)
     keras.utils.set_random_seed(sizes.seed)  # the fresh backbones start the same
@@ -253,7 +258,11 @@ def training_dataset(reading, data_dir, sizes, train_tokens):
 
 
 class EpochSeconds(keras.callbacks.Callback):
-    """The wall time of each epoch of a `fit`."""
+    """The wall time of each epoch of a `fit`, and a progress line per epoch through `log`."""
+
+    def __init__(self, log=None, what="fine-tuning"):
+        super().__init__()
+        self.log, self.what = log, what
 
     def on_train_begin(self, logs=None):
         self.seconds = []
@@ -263,6 +272,9 @@ class EpochSeconds(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.seconds.append(time.perf_counter() - self.start)
+        if self.log is not None:
+            self.log(f"{self.what}: epoch {epoch + 1}/{self.params['epochs']}, loss "
+                     f"{(logs or {}).get('loss', float('nan')):.3f}, {self.seconds[-1]:.0f} s")
 
 
 def compile_for_fine_tuning(model, sizes):
@@ -273,10 +285,10 @@ def compile_for_fine_tuning(model, sizes):
                   jit_compile=False, run_eagerly=sizes.eager)
 
 
-def fine_tune(model, dataset, epochs):
+def fine_tune(model, dataset, epochs, log=None, what="fine-tuning"):
     """Keras `fit` of a compiled model; returns the seconds and the training loss of each
-    epoch."""
-    times = EpochSeconds()
+    epoch (each also a progress line through `log`)."""
+    times = EpochSeconds(log, what)
     # shuffle=False: the dataset shuffles itself (Keras' own flag would only warn)
     history = model.fit(dataset, epochs=epochs, verbose=0, shuffle=False, callbacks=[times])
     return times.seconds, [float(x) for x in history.history["loss"]]
@@ -300,7 +312,6 @@ def probabilities(model, reading, data_dir, n_tokens, sizes, step=None):
     """(probabilities [D, C], labels [D]) of the test split's documents read as `reading` does
     on their first `n_tokens` tokens (truncation: the first T whatever n_tokens)."""
     import numpy as np
-    import tensorflow as tf
 
     from tfxl.data.classification import classification_dataset
     T = sizes.segment_len
@@ -309,18 +320,9 @@ def probabilities(model, reading, data_dir, n_tokens, sizes, step=None):
     probs, labels = [], []
     for features, label in classification_dataset(data_dir, "test", sizes.batch, T,
                                                   max_tokens=n, pad_to_max_tokens=True):
-        if reading != SEGMENTS:
-            probs.append(step(features).numpy())
-        else:  # every T-token segment alone, then the mean over the document's non-empty ones
-            ids, lengths = features["token_ids"], features["lengths"]
-            segments = n // T
-            seg_lengths = tf.clip_by_value(lengths[:, None] - tf.range(segments)[None, :] * T,
-                                           0, T)
-            p = step({"token_ids": tf.reshape(ids, (-1, T)),
-                      "lengths": tf.reshape(seg_lengths, (-1,))}).numpy()
-            p = p.reshape(ids.shape[0], segments, -1)
-            used = (seg_lengths.numpy() > 0)[:, :, None]
-            probs.append((p * used).sum(axis=1) / used.sum(axis=1))
+        # No memory: the classifier reads every T-token segment alone and averages the
+        # probabilities over the document's non-empty ones (reading="no_memory").
+        probs.append(step(features).numpy())
         labels.append(label.numpy())
     return np.concatenate(probs), np.concatenate(labels)
 
@@ -384,7 +386,8 @@ def run_task(task, sizes, lm_model_dir, log=print):
         entry = {"stages": [], task.by: {}}
         for data_dir, epochs, train_tokens in task.stages:
             epoch_seconds, losses = fine_tune(
-                model, training_dataset(reading, data_dir, sizes, train_tokens), epochs)
+                model, training_dataset(reading, data_dir, sizes, train_tokens), epochs, log,
+                f"{task.name} {reading}, {train_tokens}-token documents")
             documents = load_classification_manifest(data_dir)["splits"]["train"]["documents"]
             entry["stages"].append({"train_tokens": train_tokens, "documents": documents,
                                     "epoch_seconds": epoch_seconds, "losses": losses})

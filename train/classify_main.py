@@ -22,6 +22,7 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
 from absl import flags, logging
 
 from tfxl import cli
+from tfxl.classification.classifier import MEMORY, NO_MEMORY, READINGS, TRUNCATION
 from tfxl.classification.pooling import POOLINGS
 from tfxl.data.classification import load_classification_manifest
 from tfxl.model_dir import check_data_fingerprint, check_or_store_config
@@ -50,11 +51,20 @@ def define_flags():
     flags.DEFINE_integer("grad_segments", 1, "Trailing segments read with gradient (through "
                          "the memory between them); the segments before are read without.")
     flags.DEFINE_float("head_dropout", 0.0, "Dropout on the pooled features.")
+    flags.DEFINE_enum("reading", MEMORY, READINGS, "How a document is read: memory (segment by "
+                      "segment on the memory), no_memory (each segment alone, the segments' "
+                      "probabilities averaged) or truncation (the first --max_tokens tokens, "
+                      "default one segment). Saved in classifier.keras with --max_tokens: "
+                      "tfxl-classify-eval and tfxl-export read the same way.")
     flags.DEFINE_integer("max_tokens", None, "Read each document's first N tokens only "
-                         "(default: whole documents; every batch is padded to the longest).")
+                         "(default: whole documents, every batch padded to the longest; "
+                         "--reading=truncation: --tgt_len).", lower_bound=1)
     train_flags.define_training_flags(rows="documents")
     flags.DEFINE_integer("eval_every", 0, "Evaluate every document of the valid split every "
                          "this many steps (0: never): loss, accuracy, macro-F1.")
+    flags.DEFINE_integer("eval_max_tokens", None, "Tokens of each valid document read in those "
+                         "evaluations, its first (default: as training reads, --max_tokens or "
+                         "the longest training document; 0: whole documents).", lower_bound=0)
     train_flags.define_step_flags()
     define_strategy_flags()
     run_record.define_flags()  # --schedule_steps, --allow_run_changes
@@ -96,17 +106,26 @@ def main(argv):
     chief = is_chief(strategy)
     if chief:
         check_or_store_config(FLAGS.model_dir, config, store=False)
+    max_tokens = FLAGS.max_tokens
+    if FLAGS.reading == TRUNCATION and max_tokens is None:
+        max_tokens = config.tgt_len  # the first segment
     head = {"num_classes": len(manifest["labels"]), "pooling": FLAGS.pooling,
-            "grad_segments": FLAGS.grad_segments, "head_dropout": FLAGS.head_dropout}
+            "grad_segments": FLAGS.grad_segments, "head_dropout": FLAGS.head_dropout,
+            "reading": FLAGS.reading, "max_tokens": max_tokens}
     task = ClassificationTask(config, data_dir=FLAGS.data_dir, head=head,
-                              max_tokens=FLAGS.max_tokens, language_model=language_model,
-                              init_checkpoint=FLAGS.init_checkpoint)
+                              max_tokens=max_tokens, language_model=language_model,
+                              init_checkpoint=FLAGS.init_checkpoint,
+                              eval_max_tokens=FLAGS.eval_max_tokens)
     task.check_manifest(manifest)
+    document_tokens = task.document_tokens(manifest)
+    planned = dict(head)
+    if FLAGS.reading == NO_MEMORY:  # every segment read alone, each with gradient
+        planned["grad_segments"] = document_tokens // config.tgt_len
     # The plan before anything is built: a size no machine holds is refused here, before
     # anything is written (--ignore_memory_estimate runs it anyway).
     plan = training_plan.ClassificationPlan.for_strategy(
         config, strategy, FLAGS.train_batch_size, FLAGS.mixed_precision, FLAGS.optimizer,
-        head=head, document_tokens=task.document_tokens(manifest), jit_compile=FLAGS.jit_compile)
+        head=planned, document_tokens=document_tokens, jit_compile=FLAGS.jit_compile)
     training_plan.print_plan(plan, FLAGS.memory_limit_gib, FLAGS.ignore_memory_estimate)
     if FLAGS.dry_run:
         print("dry run: nothing written")
@@ -136,11 +155,12 @@ def help_groups():
     return [
         ("data and model_dir", ["data_dir", "model_dir"]),
         ("classifier (the backbone: --init_checkpoint's, under the model flags)",
-         ["init_checkpoint", "pooling", "grad_segments", "head_dropout", "max_tokens"]),
+         ["init_checkpoint", "reading", "pooling", "grad_segments", "head_dropout",
+          "max_tokens"]),
         ("model (without --init_checkpoint: --preset, then --config, then these; --tgt_len "
          "and --mem_len are the segment and memory lengths the documents are read with)", model),
         train_flags.TRAINING_HELP_GROUP,
-        ("evaluation and checkpoints", ["eval_every", "save_every"]),
+        ("evaluation and checkpoints", ["eval_every", "eval_max_tokens", "save_every"]),
         train_flags.DEVICES_HELP_GROUP,
         ("run management", ["dry_run", "memory_limit_gib", "ignore_memory_estimate",
                             *train_flags.RUN_MANAGEMENT_FLAGS]),

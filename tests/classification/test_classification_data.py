@@ -202,3 +202,11 @@ def test_overwrite_replaces_the_shards_of_earlier_data(tmp_path):
     assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [
         "manifest.json", "train.documents-00000-of-00001.tfrecord",
         "valid.documents-00000-of-00001.tfrecord"]
+
+
+def test_the_manifest_records_only_the_fractions_that_drew_a_split(tmp_path):
+    manifest, _ = prepare(tmp_path, test_fraction=0.2, valid_fraction=0.1)
+    # --valid was given, test drawn: valid_fraction was not used, test_fraction was.
+    assert manifest["source"]["valid_fraction"] is None
+    assert manifest["source"]["test_fraction"] == 0.2
+    assert load_classification_manifest(str(tmp_path / "data"))["source"]["valid_fraction"] is None

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from factories import (assert_one_error_line, assert_refused_at_the_entry, load_as_served,
-                       prepare_labelled, run_in_process, tiny_config)
+                       prepare_labelled, run_in_process, tiny_config, tiny_lm)
 import tfxl.models.export as export_lib
 from tfxl.classification import POOLINGS, DocumentClassifier
 from tfxl.classification.classifier import LENGTHS, TOKEN_IDS
@@ -239,3 +239,29 @@ def test_model_export_writes_these_signatures_at_a_path(monkeypatch, tmp_path):
         model.export(str(tmp_path / "export"), tokenizer=tokenizer)
     with pytest.raises(ValueError, match="3 classes, but 2 label names"):
         model.export(str(tmp_path / "export"), tokenizer=tokenizer, labels=LABELS[:2])
+
+
+@pytest.mark.large
+def test_the_export_reads_as_the_model_was_trained_unless_told(tmp_path):
+    # A classifier saved with its reading (the first 2T tokens, no memory): classify_document
+    # reads that way; tfxl-export --max_tokens=0 --reading=memory reads whole documents.
+    model = new_classifier(pooling="last", reading="no_memory", max_tokens=2 * T)
+    model.save(tmp_path / "c.keras")
+    rng = np.random.default_rng(3)
+    token_ids, lengths = rng.integers(0, V, (2, 5 * T)).astype("int32"), [5 * T, T + 1]
+    for flags, reading, max_tokens in (((), "no_memory", 2 * T),
+                                       (("--max_tokens=0", "--reading=memory"), "memory", None)):
+        exports = tmp_path / f"exports_{reading}"
+        done = run_in_process(TOOL, f"--model={tmp_path / 'c.keras'}", f"--output_dir={exports}",
+                              *flags)
+        assert done.returncode == 0, done.stderr[-3000:]
+        model.set_reading(reading=reading, max_tokens=max_tokens, whole=max_tokens is None)
+        out = tf.saved_model.load(str(exports / "1")).signatures["classify_document"](
+            token_ids=tf.constant(token_ids), lengths=tf.constant(lengths, tf.int32))
+        np.testing.assert_allclose(out["probabilities"].numpy(),
+                                   probabilities(model, token_ids, lengths), atol=1e-5)
+    lm = tmp_path / "lm.keras"
+    tiny_lm().save(lm)
+    assert_one_error_line(run_in_process(TOOL, f"--model={lm}", f"--output_dir={tmp_path / 'x'}",
+                                         "--max_tokens=8"), "--max_tokens",
+                          "DocumentClassifier only")

@@ -126,6 +126,10 @@ def test_demo_at_its_smallest_size_prints_the_three_readings_and_plots(library, 
                 "truncation (first T)"):
         assert f"| {row} " in result.stdout
     assert (out / "accuracy_vs_tokens.png").read_bytes().startswith(PNG_SIGNATURE)
+    # Progress while it runs: a line per epoch of each reading; no missing-gradient warning.
+    for reading in classify_demo.READINGS:
+        assert f"stdlib {reading}, 32-token documents: epoch 1/1, loss" in result.stdout
+    assert "Gradients do not exist" not in result.stderr
     results = json.loads((out / "results.json").read_text())
     readings = results["stdlib"]["readings"]
     assert sorted(readings) == sorted(classify_demo.READINGS)

@@ -3,11 +3,12 @@
 `error:` line, exit 2, with nothing written."""
 
 import json
+import zipfile
 
 import keras
 import pytest
 
-from factories import assert_one_error_line, run_in_process, tiny_config, tiny_lm
+from factories import assert_one_error_line, run_in_process, run_tool, tiny_config, tiny_lm
 from tfxl.classification import DocumentClassifier, evaluate_classifier
 from tfxl.data.classification import (ClassificationConfig, classification_dataset,
                                       prepare_classification)
@@ -69,3 +70,78 @@ def test_a_model_that_does_not_fit_the_data_is_one_error_line(data_and_model, tm
                                          data[0]), "split 'test' is not in the manifest")
     assert_one_error_line(run_in_process(TOOL, *data), "--model is required")
     assert not output.exists()
+
+
+def test_a_keras_file_with_one_byte_flipped_is_one_error_line(data_and_model, tmp_path):
+    root = data_and_model
+    damaged = tmp_path / "damaged.keras"
+    content = bytearray((root / "classifier.keras").read_bytes())
+    with zipfile.ZipFile(root / "classifier.keras") as archive:
+        weights = archive.getinfo("model.weights.h5")
+    # One byte inside the stored weights: the archive's CRC-32 of that member no longer holds.
+    content[weights.header_offset + 30 + len(weights.filename) + weights.compress_size // 2] ^= 1
+    damaged.write_bytes(bytes(content))
+    output = tmp_path / "result.json"
+    assert_one_error_line(run_in_process(TOOL, f"--model={damaged}", f"--data_dir={root / 'data'}",
+                                         "--split=train", f"--output={output}"),
+                          str(damaged), "damaged")
+    assert not output.exists()
+
+
+def test_a_batch_no_machine_holds_is_refused_before_anything_is_allocated(data_and_model,
+                                                                          tmp_path):
+    from tfxl.classification.evaluate_main import evaluation_batch
+    # A batch beyond the split's documents reads as the split: no rows of padding are made.
+    assert evaluation_batch(100_000_000, documents=7, replicas=1) == 7
+    assert evaluation_batch(100_000_000, documents=7, replicas=2) == 8
+    assert evaluation_batch(3, documents=7, replicas=1) == 3
+    root = data_and_model
+    output = tmp_path / "result.json"
+    # Documents of 10^12 tokens (--max_tokens) in batches of 7: the estimate names what to lower.
+    assert_one_error_line(run_in_process(TOOL, f"--model={root / 'classifier.keras'}",
+                                         f"--data_dir={root / 'data'}", "--split=train",
+                                         "--batch_size=100000000", "--max_tokens=1000000000000",
+                                         f"--output={output}"),
+                          "--batch_size", "--max_tokens", "exceeds")
+    assert not output.exists()
+
+
+@pytest.mark.large
+@pytest.mark.subprocess
+def test_a_huge_batch_size_evaluates_the_split_instead_of_aborting(data_and_model):
+    root = data_and_model
+    done = run_tool(TOOL, f"--model={root / 'classifier.keras'}", f"--data_dir={root / 'data'}",
+                    "--split=train", "--batch_size=100000000")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["documents"] == 7
+
+
+def test_the_tool_reads_as_the_model_was_trained_unless_told_and_shows_progress(data_and_model,
+                                                                                 tmp_path):
+    root = data_and_model
+    keras.utils.set_random_seed(4)
+    model = DocumentClassifier(tiny_config(vocab_size=258, init_std=0.5), 3, segment_len=4,
+                               pooling="segment_attention", max_tokens=4)
+    model.save(tmp_path / "first4.keras")
+    data = str(root / "data")
+
+    def evaluated(*more):
+        done = run_in_process(TOOL, f"--model={tmp_path / 'first4.keras'}", f"--data_dir={data}",
+                              "--split=train", "--batch_size=4", *more)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout), done.stderr
+
+    def want(max_tokens, reading="memory"):
+        model.set_reading(reading=reading, max_tokens=max_tokens, whole=max_tokens is None)
+        return evaluate_classifier(model, classification_dataset(data, "train", 7, 4), 7)
+
+    result, stderr = evaluated()
+    assert (result["reading"], result["max_tokens"]) == ("memory", 4)
+    assert result["loss"] == pytest.approx(want(4).loss, abs=1e-6)
+    assert "documents 7/7 (100%)" in stderr and "documents/s" in stderr
+    whole, _ = evaluated("--max_tokens=0")
+    assert whole["max_tokens"] is None and whole["tokens_read"] > 4
+    assert whole["loss"] == pytest.approx(want(None).loss, abs=1e-6)
+    alone, _ = evaluated("--reading=no_memory", "--max_tokens=8")
+    assert (alone["reading"], alone["max_tokens"]) == ("no_memory", 8)
+    assert alone["loss"] == pytest.approx(want(8, "no_memory").loss, abs=1e-5)

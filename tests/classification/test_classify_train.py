@@ -321,3 +321,36 @@ def test_the_two_tasks_train_under_the_same_training_run(data_dir, tmp_path):
         assert json.loads((model_dir / "metrics.json").read_text())["step"] == 1
         assert f"train_{task.unit}_per_second" in metrics
     assert [task.unit for task in tasks] == ["tokens", "documents"]
+
+
+def test_segment_attention_on_one_segment_per_document_trains(data_dir, tmp_path):
+    # The truncation baseline (--max_tokens = --tgt_len, one segment): the query's gradient is
+    # zero, not None, which stopped the run ("None values not supported").
+    model_dir = tmp_path / "m"
+    done = train(data_dir, model_dir, 2, "--pooling=segment_attention", "--grad_segments=1",
+                 "--max_tokens=4")
+    assert "done: step 2" in done.stdout
+
+
+def test_the_reading_is_saved_with_the_classifier(data_dir, tmp_path):
+    # tfxl-classify-eval and tfxl-export read as the run trained: the classifier carries it.
+    train(data_dir, tmp_path / "t", 2, "--reading=truncation", "--pooling=segment_attention")
+    model = keras.saving.load_model(tmp_path / "t" / "classifier.keras")
+    assert (model.reading, model.max_tokens, model.tokens_read) == ("truncation", 4, 4)
+    train(data_dir, tmp_path / "n", 2, "--reading=no_memory", "--max_tokens=8")
+    model = keras.saving.load_model(tmp_path / "n" / "classifier.keras")
+    assert (model.reading, model.max_tokens) == ("no_memory", 8)
+    record = json.loads((tmp_path / "n" / "run.json").read_text())["settings"]
+    assert record["reading"] == "no_memory" and record["max_tokens"] == 8
+
+
+def test_evaluation_inside_a_run_reads_a_bounded_number_of_tokens(data_dir):
+    manifest = load_classification_manifest(data_dir)
+    longest = {s: manifest["splits"][s]["max_length"] for s in ("train", "valid")}
+
+    def data(**kwargs):
+        return DocumentData(None, data_dir, manifest, 4, **kwargs)
+    assert data().length("valid") == longest["train"]  # as training reads
+    assert data(max_tokens=6).length("valid") == 6
+    assert data(max_tokens=6, eval_max_tokens=3).length("valid") == 3
+    assert data(max_tokens=6, eval_max_tokens=0).length("valid") == longest["valid"]  # whole

@@ -181,3 +181,81 @@ def test_segment_attention_over_one_segment_is_its_summary_without_a_warning():
         pooled = keras.ops.convert_to_numpy(layer(summaries, valid))
     np.testing.assert_allclose(pooled[0], summaries[0, 0], atol=1e-6)
     np.testing.assert_array_equal(pooled[1], 0.0)
+
+
+def test_segment_attention_on_one_segment_trains_every_weight_without_a_none_gradient():
+    # Documents that fit one segment (or --max_tokens = T): the query has nothing to weigh, so
+    # its gradient is zero, not None (tape.gradient's None stopped the trainer; Keras `fit`
+    # warned "Gradients do not exist"); every other weight learns.
+    model = classifier(pooling="segment_attention")
+    inputs = documents([4, 2, 3], T)
+    labels = np.array([0, 1, 2])
+    with tf.GradientTape() as tape:
+        logits = model(inputs, training=True)
+        loss = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+    gradients = dict(zip((w.path for w in model.trainable_weights),
+                         tape.gradient(loss, model.trainable_weights)))
+    assert all(g is not None for g in gradients.values()), [
+        path for path, g in gradients.items() if g is None]
+    np.testing.assert_array_equal(gradients[model.segment_attention.query.path], 0.0)
+    assert all(np.any(tf.convert_to_tensor(g).numpy() != 0) for path, g in gradients.items()
+               if "segment_attention" not in path and "r_r_bias" not in path
+               and "r_w_bias" not in path)
+
+
+@pytest.mark.large
+def test_keras_fit_on_one_segment_documents_warns_of_no_missing_gradient():
+    model = classifier(pooling="segment_attention")
+    inputs, labels = documents([4, 2, 3], T), np.array([0, 1, 2])
+    model.compile(optimizer=keras.optimizers.Adam(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    dataset = tf.data.Dataset.from_tensors((inputs, labels)).repeat(8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        losses = model.fit(dataset, epochs=1, verbose=0, shuffle=False).history["loss"]
+    assert np.isfinite(losses).all()
+
+
+def test_the_reading_is_saved_and_an_old_file_without_it_reads_whole_documents(tmp_path):
+    model = classifier(reading="truncation", max_tokens=6)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert (loaded.reading, loaded.max_tokens, loaded.tokens_read) == ("truncation", 6, 6)
+    old = {k: v for k, v in model.get_config().items() if k not in ("reading", "max_tokens")}
+    old_model = DocumentClassifier.from_config(old)
+    assert (old_model.reading, old_model.max_tokens, old_model.tokens_read) == (
+        "memory", None, None)
+    assert classifier(reading="truncation").tokens_read == T  # the first segment
+    with pytest.raises(ValueError, match="reading must be one of"):
+        classifier(reading="bag_of_words")
+    with pytest.raises(ValueError, match="max_tokens must be >= 1"):
+        classifier(max_tokens=0)
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_max_tokens_reads_the_first_tokens_as_a_cut_document_reads(pooling):
+    inputs = documents([11, 5, 2], 12)
+    cut = {TOKEN_IDS: inputs[TOKEN_IDS][:, :6], LENGTHS: np.minimum(inputs[LENGTHS], 6)}
+    model = classifier(pooling=pooling, max_tokens=6)
+    whole = classifier(pooling=pooling)
+    whole.set_weights(model.get_weights())
+    np.testing.assert_allclose(model(inputs), whole(cut), atol=1e-5)
+    model.set_reading(whole=True)
+    np.testing.assert_allclose(model(inputs), whole(inputs), atol=1e-5)
+
+
+@pytest.mark.parametrize("pooling", POOLINGS)
+def test_no_memory_averages_the_probabilities_of_each_segment_read_alone(pooling):
+    inputs = documents([11, 4, 1], 12)
+    model = classifier(pooling=pooling, reading="no_memory", grad_segments=2)
+    alone = classifier(pooling=pooling, mem_len=0)  # one segment on no memory: read alone
+    alone.set_weights(model.get_weights())
+    want = []
+    for ids, n in zip(inputs[TOKEN_IDS], inputs[LENGTHS]):
+        starts = range(0, n, T)
+        probs = [keras.ops.convert_to_numpy(keras.ops.softmax(alone(
+            {TOKEN_IDS: ids[None, s:s + T], LENGTHS: np.array([min(T, n - s)])})))[0]
+            for s in starts]
+        want.append(np.mean(probs, axis=0))
+    got = keras.ops.convert_to_numpy(keras.ops.softmax(model(inputs)))
+    np.testing.assert_allclose(got, np.array(want), atol=1e-5)

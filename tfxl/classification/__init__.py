@@ -7,7 +7,8 @@ package; their data is `tfxl.data.classification`'s, which only the command-line
 `evaluate_main` (tfxl-classify-eval) reads (tests/test_layering.py).
 """
 
-from tfxl.classification.classifier import (LENGTHS, TOKEN_IDS, DocumentClassifier,
+from tfxl.classification.classifier import (LENGTHS, MEMORY, NO_MEMORY, READINGS, TOKEN_IDS,
+                                            TRUNCATION, DocumentClassifier,
                                             align_to_last_segment)
 from tfxl.classification.pooling import POOLINGS, SegmentAttentionPooling
 
@@ -17,7 +18,8 @@ _EVALUATION = ("ClassificationMetrics", "ClassifierEvaluator", "evaluate_classif
                "metrics_from_confusion")
 
 __all__ = ["ClassificationMetrics", "ClassifierEvaluator", "DocumentClassifier", "LENGTHS",
-           "POOLINGS", "SegmentAttentionPooling", "TOKEN_IDS", "align_to_last_segment",
+           "MEMORY", "NO_MEMORY", "POOLINGS", "READINGS", "SegmentAttentionPooling", "TOKEN_IDS",
+           "TRUNCATION", "align_to_last_segment",
            "evaluate_classifier", "metrics_from_confusion"]
 
 

@@ -46,6 +46,13 @@ from tfxl.config import TransfoXLConfig
 from tfxl.layers.transformer_xl_block import attention_class
 from tfxl.models.backbone import TransfoXLBackbone, as_config, default_name
 
+# How a classifier reads a document (`reading=`; the names of tfxl-classify-train's and
+# tfxl-classify-eval's --reading, the README and BENCHMARKS.md):
+MEMORY = "memory"          # segment by segment on the memory (the first max_tokens, or whole)
+NO_MEMORY = "no_memory"    # each segment alone, the segments' probabilities averaged
+TRUNCATION = "truncation"  # the first max_tokens tokens only (default one segment, T)
+READINGS = (MEMORY, NO_MEMORY, TRUNCATION)
+
 # The input's keys (the same names as `tfxl.data.classification`'s reader yields; the data
 # package knows nothing of the model, so a test keeps the two equal).
 TOKEN_IDS = "token_ids"
@@ -92,6 +99,15 @@ class DocumentClassifier(keras.Model):
       grad_segments: K >= 1, the trailing segments read with gradient (module docstring).
       segment_len: T (default config.tgt_len). mem_len: M (default config.mem_len).
       head_dropout: dropout rate on the pooled features.
+      reading: how a document is read (`READINGS`): "memory" (module docstring), "no_memory"
+        (each T-token segment read alone on an empty memory, pooled and classified; the logits
+        are the log of the mean of the non-empty segments' probabilities, so softmax gives that
+        mean; every segment read with gradient) or "truncation" (the first `max_tokens` tokens,
+        default T, read as "memory" reads).
+      max_tokens: the tokens of each document read (its first; None: the whole document, for
+        "truncation" T). Saved with the model: evaluation and serving read as it was trained
+        (`set_reading` changes it). A .keras file saved without these reads whole documents
+        on the memory, as it did.
       backbone: optional, a built `TransfoXLBackbone` of `config` to read with, shared rather
         than created (not serialised: the owner recreates it; `tfxl.hub`'s text classifier
         shares its keras-hub backbone's this way).
@@ -120,7 +136,7 @@ class DocumentClassifier(keras.Model):
 
     def __init__(self, config, num_classes, pooling=LAST, grad_segments=1, segment_len=None,
                  mem_len=None, head_dropout=0.0, attention_cls=None, backbone=None, name=None,
-                 **kwargs):
+                 reading=MEMORY, max_tokens=None, **kwargs):
         super().__init__(name=name or default_name("document_classifier"), **kwargs)
         self.config = as_config(config)
         if backbone is not None:
@@ -134,6 +150,7 @@ class DocumentClassifier(keras.Model):
         self.mem_len = int(self.config.mem_len if mem_len is None else mem_len)
         self.head_dropout = float(head_dropout)
         self.attention_cls = attention_class(attention_cls)
+        self.set_reading(reading=reading, max_tokens=max_tokens)
         for what, value, least in (("num_classes", self.num_classes, 2),
                                    ("grad_segments", self.grad_segments, 1),
                                    ("segment_len", self.segment_len, 1),
@@ -185,7 +202,47 @@ class DocumentClassifier(keras.Model):
         return classifier
 
     # -- reading --------------------------------------------------------------------------------
-    def read(self, token_ids, lengths=None, training=None, key_value_memory=False):
+    def set_reading(self, *, reading=None, max_tokens=None, whole=False):
+        """Sets how documents are read (`reading`, `max_tokens`: the constructor's; None keeps
+        the current one; whole=True: whole documents, max_tokens None). Read when a call is
+        traced: evaluation and an export read this way; `get_config` saves it."""
+        if reading is not None:
+            if reading not in READINGS:
+                raise ValueError(f"reading must be one of {', '.join(READINGS)}, got "
+                                 f"{reading!r}")
+            self.reading = reading
+        if whole:
+            self.max_tokens = None
+        elif max_tokens is not None:
+            if int(max_tokens) < 1:
+                raise ValueError(f"DocumentClassifier: max_tokens must be >= 1 (or None: whole "
+                                 f"documents), got {max_tokens}")
+            self.max_tokens = int(max_tokens)
+        elif not hasattr(self, "max_tokens"):
+            self.max_tokens = None
+
+    @property
+    def tokens_read(self):
+        """The tokens of each document read (its first), or None: the whole document."""
+        if self.max_tokens is None and self.reading == TRUNCATION:
+            return self.segment_len
+        return self.max_tokens
+
+    def first_tokens(self, token_ids, lengths=None):
+        """(token_ids, lengths) cut to the first `tokens_read` tokens (the columns to whole
+        segments of T); unchanged when documents are read whole."""
+        n = self.tokens_read
+        if n is None:
+            return token_ids, lengths
+        columns = -(-n // self.segment_len) * self.segment_len
+        if lengths is None:
+            lengths = ops.full((_dim(token_ids, 0),), _dim(token_ids, 1), dtype="int32")
+        if not isinstance(token_ids.shape[1], int) or token_ids.shape[1] > columns:
+            token_ids = token_ids[:, :columns]
+        return token_ids, ops.minimum(ops.cast(lengths, "int32"), n)
+
+    def read(self, token_ids, lengths=None, training=None, key_value_memory=False,
+             mem_len=None):
         """Reads the documents. Returns (hidden [B, T, D] of the last segment, its valid [B, T],
         segment summaries [B, S, D] and their valid [B, S]; the summaries are None unless the
         pooling uses them).
@@ -196,16 +253,17 @@ class DocumentClassifier(keras.Model):
         weights it holds what the layer-input memory would be projected to, so the logits are
         the same (tested to 1e-5); the serving signatures read this way.
         """
-        K = self.grad_segments
+        K = self.grad_segments if mem_len != 0 else 1  # alone: one segment, nothing before
+        mem_len = self.mem_len if mem_len is None else mem_len
         segments, valid = align_to_last_segment(token_ids, lengths, self.segment_len, K)
         num_segments = _dim(segments, 1)
         run = {}
         if key_value_memory:
             memory = self.backbone.init_key_value_ring(_dim(segments, 0), self.segment_len,
-                                                       self.mem_len)
-            run["position_keys"] = self.backbone.position_keys(self.mem_len + self.segment_len)
+                                                       mem_len)
+            run["position_keys"] = self.backbone.position_keys(mem_len + self.segment_len)
         else:
-            memory = self.backbone.init_memory(_dim(segments, 0), self.mem_len)
+            memory = self.backbone.init_memory(_dim(segments, 0), mem_len)
         summarise = self.pooling == SEGMENT_ATTENTION
 
         def read_segment(s, memory, gradient):
@@ -243,21 +301,50 @@ class DocumentClassifier(keras.Model):
                 ops.any(valid, axis=2))
 
     def features(self, inputs, training=None, key_value_memory=False):
-        """The pooled features [B, D] of `inputs` (as `call` takes them)."""
+        """The pooled features [B, D] of `inputs` (as `call` takes them), read on the memory
+        (the "no_memory" reading pools each segment alone: `call`)."""
         token_ids, lengths = (inputs[TOKEN_IDS], inputs.get(LENGTHS)) if isinstance(
             inputs, dict) else (inputs, None)
+        return self._pool(*self.first_tokens(token_ids, lengths), training, key_value_memory)
+
+    def _pool(self, token_ids, lengths, training, key_value_memory, mem_len=None):
         hidden, valid, summaries, summary_valid = self.read(token_ids, lengths, training,
-                                                            key_value_memory)
+                                                            key_value_memory, mem_len)
         if self.pooling == LAST:
             return last_valid_state(hidden, valid)
         if self.pooling == LAST_SEGMENT_MEAN:
             return valid_mean(hidden, valid)[0]
         return self.segment_attention(summaries, summary_valid)
 
+    def _logits(self, pooled, training):
+        return ops.cast(self.head(self.dropout(pooled, training=training)), "float32")
+
+    def _segments_alone(self, token_ids, lengths, training):
+        """The "no_memory" reading: logits [B, C] = log of the mean, over each document's
+        non-empty T-token segments, of the probabilities of each segment read alone (a document
+        without a token: uniform)."""
+        T, C = self.segment_len, self.num_classes
+        segments, valid = align_to_last_segment(token_ids, lengths, T)  # [B, S, T]: its own
+        num_segments = _dim(segments, 1)
+        segment_lengths = ops.sum(ops.cast(valid, "int32"), axis=2)  # [B, S]
+        pooled = self._pool(ops.reshape(segments, (-1, T)), ops.reshape(segment_lengths, (-1,)),
+                            training, False, mem_len=0)
+        probabilities = ops.reshape(ops.softmax(self._logits(pooled, training)),
+                                    (-1, num_segments, C))
+        used = ops.cast(segment_lengths > 0, "float32")[:, :, None]
+        count = ops.sum(used, axis=1)
+        mean = ops.sum(probabilities * used, axis=1) / ops.maximum(count, 1.0)
+        mean = ops.where(count > 0, mean, 1.0 / C)
+        return ops.log(ops.maximum(mean, 1e-30))
+
     def call(self, inputs, training=None, key_value_memory=False):
-        pooled = self.dropout(self.features(inputs, training, key_value_memory),
-                              training=training)
-        return ops.cast(self.head(pooled), "float32")
+        token_ids, lengths = (inputs[TOKEN_IDS], inputs.get(LENGTHS)) if isinstance(
+            inputs, dict) else (inputs, None)
+        token_ids, lengths = self.first_tokens(token_ids, lengths)
+        if self.reading == NO_MEMORY:  # no memory: the key/value one is not needed either
+            return self._segments_alone(token_ids, lengths, training)
+        return self._logits(self._pool(token_ids, lengths, training, key_value_memory),
+                            training)
 
     def compute_output_spec(self, inputs, training=None, key_value_memory=False):
         token_ids = inputs[TOKEN_IDS] if isinstance(inputs, dict) else inputs
@@ -282,6 +369,7 @@ class DocumentClassifier(keras.Model):
                 "num_classes": self.num_classes, "pooling": self.pooling,
                 "grad_segments": self.grad_segments, "segment_len": self.segment_len,
                 "mem_len": self.mem_len, "head_dropout": self.head_dropout,
+                "reading": self.reading, "max_tokens": self.max_tokens,
                 "attention_cls": keras.saving.get_registered_name(self.attention_cls)}
 
     @classmethod

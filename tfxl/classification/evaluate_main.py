@@ -6,9 +6,11 @@ over every document of a split.
 
 --model is a `.keras` file of a `DocumentClassifier` (local or gs://); --data_dir a data
 directory of tfxl-prepare-classification whose labels are the model's classes. Documents are
-read whole (up to --max_tokens) on the model's segment and memory lengths. stdout carries only
-the result as one JSON line (per-class F1 and the confusion matrix by label name; rows are the
-true labels); --output writes it to a file too.
+read as the model was trained to read them (its reading and max_tokens, saved with it; a file
+saved without them: whole documents on the memory), on its segment and memory lengths;
+--reading and --max_tokens override. Progress (documents, documents/s) goes to stderr; stdout
+carries only the result as one JSON line (per-class F1 and the confusion matrix by label name;
+rows are the true labels); --output writes it to a file too.
 """
 
 if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
@@ -16,10 +18,13 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
     quiet_tensorflow()
 
 
+import os
+import sys
+
 from absl import flags
 
 from tfxl import cli
-from tfxl.classification.classifier import DocumentClassifier
+from tfxl.classification.classifier import READINGS, DocumentClassifier
 from tfxl.classification.evaluation import evaluate_classifier
 from tfxl.data.classification import classification_dataset, load_classification_manifest
 from tfxl.data.manifest import split_info
@@ -29,7 +34,7 @@ from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strat
 
 FLAGS = flags.FLAGS
 HELP_GROUPS = (("model and data", ("model", "data_dir", "split")),
-               ("reading", ("batch_size", "max_tokens")),
+               ("reading", ("reading", "max_tokens", "batch_size")),
                ("devices", ("strategy", "tpu", "num_gpus")),
                ("result", ("output",)))
 
@@ -40,8 +45,12 @@ def define_flags():
     flags.DEFINE_enum("split", "test", ["train", "valid", "test"], "Split to evaluate.")
     flags.DEFINE_integer("batch_size", 8, "Documents per global batch (a multiple of the "
                          "replicas).", lower_bound=1)
+    flags.DEFINE_enum("reading", None, READINGS, "How a document is read: memory, no_memory "
+                      "(each segment alone, probabilities averaged) or truncation (default: "
+                      "the model's, as it was trained).")
     flags.DEFINE_integer("max_tokens", None, "Read each document's first N tokens only "
-                         "(default: whole documents).", lower_bound=1)
+                         "(default: the model's, as it was trained; 0: whole documents).",
+                         lower_bound=0)
     define_strategy_flags()
     flags.DEFINE_string("output", None, "Also write the result as JSON to this file.")
 
@@ -52,6 +61,72 @@ def load_classifier(path):
         return load_keras_model(path, DocumentClassifier)
     except ValueError as err:
         raise ValueError(f"--model={err}") from None
+
+
+def evaluation_batch(batch_size, *, documents, replicas):
+    """The global batch of an evaluation: --batch_size, but never more rows than the split's
+    documents (rounded up to a multiple of the replicas), since every batch is padded to it."""
+    return min(batch_size, -(-documents // replicas) * replicas)
+
+
+def host_memory_bytes():
+    """The host's physical memory, or the container's cgroup limit when that is lower (as the
+    training plan reads it; tfxl/classification never imports the trainer)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                limit = f.read().strip()
+        except OSError:
+            continue
+        if limit.isdigit():
+            total = min(total, int(limit))
+    return total
+
+
+def evaluation_bytes(model, rows, tokens):
+    """An estimate of what evaluating `rows` documents of `tokens` tokens (a multiple of the
+    segment length T) at once holds: the weights, the padded batch and its aligned copies
+    (int32 and bool [rows, tokens], about six of them), the memory between segments
+    ([rows, M, D] per layer) and one segment's attention ([rows, heads, T, M + T], a few
+    float32 copies) and feed-forward activations. A bound for refusing sizes no machine holds,
+    not a measurement."""
+    c, T, M = model.config, model.segment_len, model.mem_len
+    return (4 * model.count_params() + 24 * rows * tokens
+            + 4 * (c.n_layer + 1) * rows * M * c.d_model
+            + 12 * rows * c.n_head * T * (M + T)
+            + 8 * rows * T * max(c.d_inner, 3 * c.n_head * c.d_head))
+
+
+def check_evaluation_size(model, batch, replicas, tokens, limit=None):
+    """ValueError naming --batch_size and --max_tokens when one replica's share of a batch of
+    `batch` documents of `tokens` tokens would not fit this host's memory (`limit` bytes), before
+    anything is allocated (tfxl-eval refuses sizes no machine holds the same way)."""
+    tokens = -(-tokens // model.segment_len) * model.segment_len
+    rows = max(1, batch // replicas)
+    need = replicas * evaluation_bytes(model, rows, tokens)
+    limit = host_memory_bytes() if limit is None else limit
+    if need > limit:
+        raise ValueError(f"the estimated memory of this evaluation, {need / 2**30:,.1f} GiB "
+                         f"({rows} documents of {tokens:,} tokens per replica, {replicas} "
+                         f"replica{'s' * (replicas > 1)}), exceeds this host's "
+                         f"{limit / 2**30:.1f} GiB; lower --batch_size ({batch}) or "
+                         f"--max_tokens ({tokens:,})")
+
+
+def progress_printer(total, seconds=10.0, out=None):
+    """A `progress(documents_done, elapsed_seconds)` for `evaluate_classifier` printing
+    `documents 40/97 (41%), 12.3 documents/s` to stderr at most every `seconds` (and at the
+    end)."""
+    last = [-seconds]
+
+    def progress(done, elapsed):
+        if elapsed - last[0] < seconds and done < total:
+            return
+        last[0] = elapsed
+        print(f"documents {done}/{total} ({100 * done // max(total, 1)}%), "
+              f"{done / max(elapsed, 1e-9):.1f} documents/s", file=out or sys.stderr, flush=True)
+    return progress
 
 
 def evaluate_from_flags():
@@ -66,13 +141,25 @@ def evaluate_from_flags():
     with strategy.scope():
         model = load_classifier(FLAGS.model)
     check_classifier_fits(model, manifest, FLAGS.model, FLAGS.data_dir)
+    model.set_reading(reading=FLAGS.reading, max_tokens=FLAGS.max_tokens or None,
+                      whole=FLAGS.max_tokens == 0)
     labels = manifest["labels"]
-    dataset = classification_dataset(FLAGS.data_dir, FLAGS.split, FLAGS.batch_size,
-                                     model.segment_len, max_tokens=FLAGS.max_tokens,
+    replicas = strategy.num_replicas_in_sync
+    batch = evaluation_batch(FLAGS.batch_size, documents=documents, replicas=replicas)
+    max_length = split_info(manifest, FLAGS.split)["max_length"]
+    tokens = min(model.tokens_read or max_length, max_length)
+    check_evaluation_size(model, batch, replicas, model.tokens_read or max_length)
+    dataset = classification_dataset(FLAGS.data_dir, FLAGS.split, batch,
+                                     model.segment_len, max_tokens=model.tokens_read,
                                      manifest=manifest)
-    metrics = evaluate_classifier(model, dataset, FLAGS.batch_size, strategy)
+    print(f"evaluating {documents} documents of --split={FLAGS.split}: {model.reading} reading, "
+          f"{'the first ' + format(model.tokens_read, ',') if model.tokens_read else 'all'} "
+          f"tokens of each, batches of {batch}", file=sys.stderr, flush=True)
+    metrics = evaluate_classifier(model, dataset, batch, strategy,
+                                  progress=progress_printer(documents))
     assert metrics.documents == documents, (metrics.documents, documents)  # every one, once
-    return {"split": FLAGS.split, **metrics.to_dict(labels), "max_tokens": FLAGS.max_tokens}
+    return {"split": FLAGS.split, **metrics.to_dict(labels), "reading": model.reading,
+            "max_tokens": model.tokens_read, "tokens_read": tokens}
 
 
 def main(argv):

@@ -23,6 +23,7 @@ trainer.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import List, Optional, Sequence
 
 import keras
@@ -95,8 +96,8 @@ def padded_batches(dataset: tf.data.Dataset, batch_size: int) -> tf.data.Dataset
 
 
 def evaluate_classifier(model, dataset: tf.data.Dataset, batch_size: int,
-                        strategy: Optional[tf.distribute.Strategy] = None
-                        ) -> ClassificationMetrics:
+                        strategy: Optional[tf.distribute.Strategy] = None,
+                        progress=None) -> ClassificationMetrics:
     """Evaluates `model` (a `DocumentClassifier`, or any model of `num_classes` logits on these
     features) on every document of `dataset`, once.
 
@@ -104,8 +105,9 @@ def evaluate_classifier(model, dataset: tf.data.Dataset, batch_size: int,
       `classification_dataset(..., batch_size)` yields them (its last batch may be shorter).
     strategy: the model's (built under its scope); default the current one. batch_size must be
       a multiple of its replicas.
+    progress: called after each batch with (documents so far, seconds since the start).
     """
-    return ClassifierEvaluator(model, batch_size, strategy)(dataset)
+    return ClassifierEvaluator(model, batch_size, strategy)(dataset, progress)
 
 
 class ClassifierEvaluator:
@@ -136,16 +138,19 @@ class ClassifierEvaluator:
         sums = self.strategy.run(self._replica_sums, args=batch)
         return [self.strategy.reduce(tf.distribute.ReduceOp.SUM, s, axis=None) for s in sums]
 
-    def __call__(self, dataset: tf.data.Dataset) -> ClassificationMetrics:
+    def __call__(self, dataset: tf.data.Dataset, progress=None) -> ClassificationMetrics:
         num_classes = self.model.num_classes
         distributed = self.strategy.experimental_distribute_dataset(
             padded_batches(dataset, self.batch_size))  # every batch batch_size rows: one trace
         loss_sum, confusion, documents = 0.0, np.zeros((num_classes, num_classes), np.int64), 0
+        start = time.perf_counter()
         for batch in distributed:
             batch_loss, batch_confusion, batch_documents = self.step(batch)
             loss_sum += float(batch_loss)  # float64 across batches
             confusion += np.rint(batch_confusion.numpy()).astype(np.int64)
             documents += int(round(float(batch_documents)))
+            if progress is not None:
+                progress(documents, time.perf_counter() - start)
         if int(confusion.sum()) != documents:  # one_hot of a label outside [0, C) is all zeros
             raise ValueError(f"evaluation: {documents - int(confusion.sum())} of {documents} "
                              f"documents have a label outside the model's {num_classes} classes")

@@ -65,8 +65,10 @@ class SegmentAttentionPooling(keras.layers.Layer):
         score = ops.where(summary_valid, score, -1e30)
         if summaries.shape[1] == 1:
             # One segment (a truncated reading): the softmax is 1, and Keras warns about a
-            # softmax over an axis of size 1 on every trace.
-            weights = ops.ones_like(score)
+            # softmax over an axis of size 1 on every trace. The score stays on the path with
+            # weight 0: the query's gradient is zero, as the softmax's would be, not None (which
+            # stops a GradientTape step and makes Keras `fit` warn).
+            weights = ops.ones_like(score) + 0.0 * score
         else:
             weights = ops.softmax(score, axis=-1)
         weights = ops.where(summary_valid, weights, 0.0)  # a row with no summary: all zero

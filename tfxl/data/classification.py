@@ -224,8 +224,10 @@ def prepare_classification(config: ClassificationConfig, log=None) -> dict:
                        "features": RECORD_FEATURES},
             "source": {"format": config.format, "text_field": config.text_field,
                        "label_field": config.label_field, "tokenizer_dir": config.tokenizer_dir,
-                       "valid_fraction": config.valid_fraction,
-                       "test_fraction": config.test_fraction, "seed": config.seed,
+                       # A fraction only where it drew its split (a given file: None).
+                       "valid_fraction": None if config.valid else config.valid_fraction,
+                       "test_fraction": None if config.test else config.test_fraction,
+                       "seed": config.seed,
                        "errors": config.errors},
             "splits": splits,
         }

@@ -9,6 +9,7 @@ attributes: num_classes, config)."""
 
 import os
 import zipfile
+import zlib
 
 import keras
 import tensorflow as tf
@@ -76,6 +77,11 @@ def load_keras_model(path, model_class):
         # Keras reads a remote .keras file through tf.io.gfile (a copy in a local temporary
         # directory, removed after loading).
         model = keras.saving.load_model(path)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as err:
+        # An archive whose members fail their CRC-32 or do not inflate: a flipped byte, a copy
+        # cut short in a member. (Keras reads members lazily, so this surfaces while loading.)
+        raise ValueError(f"{path} is not a valid .keras file (damaged: {err}); copy or write "
+                         "it again") from None
     except (ValueError, OSError, KeyError, TypeError, tf.errors.OpError) as err:
         reason = (_not_a_zip(path) or f"{type(err).__name__}: "
                   f"{str(err).splitlines()[0] if str(err) else ''}")

@@ -36,6 +36,12 @@ def define_flags():
                         "tfxl-prepare-classification directory (tokenizer and label names, for "
                         "classify_text).")
     cli.define_eval_flags(note="; fixed in the export's signatures")
+    flags.DEFINE_enum("reading", None, ["memory", "no_memory", "truncation"], "A "
+                      "DocumentClassifier only: how its signatures read a document (default: "
+                      "the model's, as it was trained).")
+    flags.DEFINE_integer("max_tokens", None, "A DocumentClassifier only: the tokens of each "
+                         "document its signatures read, the first (default: the model's, as it "
+                         "was trained; 0: whole documents).", lower_bound=0)
     flags.DEFINE_integer("score_top_k", 16, "score returns the top-k ids/log-probs per "
                          "position; 0 returns full log-probs [B, T, V].")
 
@@ -51,6 +57,8 @@ def export_classifier_from_flags(model):
         raise ValueError(f"{', '.join(given)} does not apply to --model={FLAGS.model}, a "
                          f"DocumentClassifier: its export reads as the model does (segments of "
                          f"{model.segment_len} tokens on {model.mem_len} memory slots)")
+    model.set_reading(reading=FLAGS.reading, max_tokens=FLAGS.max_tokens or None,
+                      whole=FLAGS.max_tokens == 0)
     tokenizer = labels = None
     if FLAGS.data_dir:
         tokenizer, labels = load_classifier_data(FLAGS.data_dir, model, FLAGS.model)
@@ -77,6 +85,10 @@ def main(argv):
     if isinstance(model, DocumentClassifier):
         print(export_classifier_from_flags(model))
         return 0
+    given = [f"--{name}" for name in ("reading", "max_tokens") if FLAGS[name].present]
+    if given:
+        raise ValueError(f"{', '.join(given)} applies to a DocumentClassifier only; "
+                         f"--model={FLAGS.model} is a language model")
     tokenizer = None
     if FLAGS.data_dir:
         tokenizer = load_checked_tokenizer(FLAGS.data_dir, FLAGS.model, model.config.vocab_size)
