@@ -215,3 +215,13 @@ def test_a_prompt_the_memory_holds_gives_the_tokens_of_one_segment(lm, same_leng
     np.testing.assert_array_equal(segments.numpy(), one.numpy())
     for a, b in zip(memory.keys, one_memory.keys):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+
+
+def test_generate_method_refuses_sizes_no_machine_holds_before_building_anything(lm):
+    """A memory or a token buffer over 2 GiB is a ValueError naming the argument, before any
+    tensor of that size is allocated (not an out-of-memory error from deep inside)."""
+    prompt = np.array([[1, 2, 3]], np.int32)
+    with pytest.raises(ValueError, match=r"^mem_len=1000000000: a key/value memory of "):
+        lm.generate(prompt, 2, mem_len=10**9)
+    with pytest.raises(ValueError, match=r"^max_new_tokens=1000000000: at most 536870912 new"):
+        lm.generate(prompt, 10**9)

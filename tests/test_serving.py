@@ -590,6 +590,49 @@ def test_generate_from_a_model_traces_its_one_token_step_once(model):
     assert step._generate.experimental_get_tracing_count() == 1
 
 
+def test_generate_reads_a_long_prompt_in_segments_on_the_memory(model):
+    """tfxl-generate's first call reads a prompt longer than memory + segment (60 > 24 + 6) in
+    segments of the eval tgt_len: its memory after the prompt is that of reading the prompt
+    segment by segment (a P x P attention, 180k x 180k for a 180 KB prompt, is never built)."""
+    from tfxl.serving.generate_main import _ModelStepper
+    prompt = np.random.default_rng(4).integers(0, 258, (1, 60)).astype(np.int32)
+    step = _ModelStepper(model, None)
+    step(prompt, 1.0, 0, 1.0, 0)
+    want = model.init_key_value_memory(1, mem_len=MEM)
+    for start in range(0, 60, T):
+        _, want = model(prompt[:, start:start + T], want)
+    for got, expected in zip(step.memory.keys, want.keys):
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), atol=1e-5)
+
+
+def test_generate_bounds_its_sizes_before_building_anything(model, tmp_path):
+    """--mem_len, --max_new_tokens and --prompt_file are bounded, the flag named: a memory of
+    10^9 slots or a 1 GiB prompt file is one error line, not an out-of-memory error or a
+    1 GiB read (the file's size is read, not the file)."""
+    path = tmp_path / "tiny.keras"
+    model.save(path)
+    flags = [f"--model={path}", f"--data_dir={tmp_path / 'never_read'}"]
+    huge = run_in_process("tfxl.serving.generate_main", *flags, "--prompt=a",
+                          "--mem_len=1000000000")
+    assert huge.returncode == 2, huge.stderr[-2000:]
+    line = huge.stderr.splitlines()[-1]
+    assert line.startswith("error: --mem_len=1000000000: a key/value memory of 1000000000 slots")
+    assert "GiB" in line and "slots fit in 2.0 GiB" in line
+    many = run_in_process("tfxl.serving.generate_main", *flags, "--prompt=a",
+                          "--max_new_tokens=2000000000")
+    assert many.returncode == 2
+    assert many.stderr.splitlines()[-1].startswith(
+        "error: --max_new_tokens=2000000000: at most 536870912 new tokens")
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:
+        f.truncate(2**30)  # sparse: 1 GiB of zero bytes, valid UTF-8
+    refused = run_in_process("tfxl.serving.generate_main", *flags, f"--prompt_file={big}")
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines()[-1] == (
+        f"error: --prompt_file={big} holds 1073741824 bytes; a prompt may hold at most "
+        "16777216 bytes (16 MiB)")
+
+
 @pytest.mark.large
 @pytest.mark.subprocess
 def test_generate_names_a_prompt_or_seed_it_cannot_use(tmp_path):

@@ -35,6 +35,52 @@ NOT_FINITE = ("generate: the next-token log-probabilities are not finite (NaN or
               "in, or an overflow of, the memory or the weights): no token can be drawn")
 
 
+# The most a generation may allocate for one of its sizes (a memory, one segment's attention
+# scores, the new tokens' buffer): 2 GiB, as the SavedModel signatures bound a request's memory
+# (`tfxl.models.export.MAX_MEMORY_BYTES`, a protobuf message's limit).
+MAX_GENERATION_BYTES = 2**31
+
+
+def _gib(size):
+    return f"{size / 2**30:.1f} GiB"
+
+
+def check_generation_sizes(config, batch, mem_len, tgt_len, max_new_tokens, names=None):
+    """Raises ValueError naming the size (by `names`: {"mem_len": "--mem_len", ...}, default the
+    argument names) when one of a generation's allocations would exceed MAX_GENERATION_BYTES:
+    the key/value memory with its recent window (batch x (M + W) slots of 8·L·N·H + 1 bytes),
+    one prompt segment's attention scores (batch x N x T x (M + T) float32 per layer) or the new
+    tokens' buffer (batch x max_new_tokens int32). Checked before anything is built, so that a
+    size no machine holds is one line naming it, not an out-of-memory error deep inside."""
+    names = {"batch": "batch", "mem_len": "mem_len", "tgt_len": "tgt_len",
+             "max_new_tokens": "max_new_tokens", **(names or {})}
+    limit = MAX_GENERATION_BYTES
+    slot = 8 * config.n_layer * config.n_head * config.d_head + 1
+    memory = batch * (mem_len + RECENT_WINDOW) * slot
+    if memory > limit:
+        raise ValueError(
+            f"{names['mem_len']}={mem_len}: a key/value memory of {mem_len} slots (+ "
+            f"{RECENT_WINDOW} for the recent window) x {batch} row(s) needs {_gib(memory)} for "
+            f"this model ({slot} bytes a slot: 8 x n_layer x n_head x d_head + 1); at most "
+            f"{max(0, limit // (batch * slot) - RECENT_WINDOW)} slots fit in {_gib(limit)}")
+    scores = 4 * batch * config.n_head * tgt_len * (mem_len + tgt_len)
+    if scores > limit:
+        raise ValueError(
+            f"{names['mem_len']}={mem_len} with {names['tgt_len']}={tgt_len}: one prompt "
+            f"segment's attention scores ({batch} x n_head {config.n_head} x {tgt_len} x "
+            f"{mem_len + tgt_len} float32) need {_gib(scores)}, over {_gib(limit)}; lower either")
+    check_new_tokens(batch, max_new_tokens, names["max_new_tokens"])
+
+
+def check_new_tokens(batch, max_new_tokens, name="max_new_tokens"):
+    """ValueError naming `name` when the new tokens' buffer, batch x max_new_tokens int32, would
+    exceed MAX_GENERATION_BYTES."""
+    limit = MAX_GENERATION_BYTES
+    if 4 * batch * max_new_tokens > limit:
+        raise ValueError(f"{name}={max_new_tokens}: at most {limit // (4 * batch)} new tokens "
+                         f"per row ({_gib(limit)} of int32 token ids for {batch} row(s))")
+
+
 def token_seed(seed, step):
     """The one seed -> stream rule: token `step` (0, 1, ...) of a generation seeded `seed` is drawn
     with the stateless seed (token_seed(seed, step), 0), where token_seed = seed + step *
