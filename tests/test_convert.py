@@ -511,3 +511,52 @@ def test_a_mismatch_is_one_short_line_and_listed_whole_with_verbosity_1(tmp_path
     start = listed.index(f"missing {missing} tensor(s):") + 1
     assert all(line.startswith("  layers.") for line in listed[start:start + missing])
     assert listed[-1] == error[0]
+
+
+def _npz_with_header(path, members):
+    """An .npz (a zip) of `members`: name -> bytes, written as they are."""
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+
+
+def _npy_header(shape, dtype="<f4"):
+    import io
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": dtype, "fortran_order": False,
+                                                  "shape": shape})
+    return buffer.getvalue()
+
+
+def test_npz_shapes_come_from_the_headers_and_lying_members_are_one_error_line(tmp_path,
+                                                                            capsys):
+    """The .npz reader learns each array's shape from its .npy header, loading nothing: a header
+    claiming 10^12 elements over a few bytes is refused naming the member, not a 3.64 TiB
+    allocation; a member that is not .npy is one line, not an AttributeError on bytes."""
+    from tfxl.convert.readers import read_npz
+    good = tmp_path / "good.npz"
+    np.savez(good, a=np.arange(6, dtype=np.float32).reshape(2, 3), b=np.zeros(4, np.int64))
+    source = read_npz(str(good))
+    assert source.shapes == {"a": (2, 3), "b": (4,)}
+    np.testing.assert_array_equal(source.get("a"), np.arange(6).reshape(2, 3))
+
+    huge = tmp_path / "huge.npz"
+    _npz_with_header(huge, {"w.npy": _npy_header((10**6, 10**6)) + b"\0" * 64})
+    with pytest.raises(ConversionError, match=r"huge.npz: w.npy declares shape \(1000000, "
+                       r"1000000\) float32, 4000000000000 bytes, but holds 64"):
+        read_npz(str(huge))
+    other = tmp_path / "other.npz"
+    _npz_with_header(other, {"a.npy": _npy_header((1,)) + b"\0" * 4, "notes.txt": b"hello"})
+    with pytest.raises(ConversionError, match=r"other.npz: member 'notes.txt' is not a .npy "
+                       r"array"):
+        read_npz(str(other))
+    garbled = tmp_path / "garbled.npz"
+    _npz_with_header(garbled, {"a.npy": b"not an array at all"})
+    with pytest.raises(ConversionError, match=r"garbled.npz: a.npy is not a .npy array"):
+        read_npz(str(garbled))
+    argv = ["--format=pytorch", f"--input={huge}", f"--output={tmp_path / 'x.keras'}",
+            "--preset=tiny"]
+    assert _cli(argv) == 2
+    error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "w.npy declares shape" in error[0], error
+    assert not os.path.exists(tmp_path / "x.keras")
