@@ -588,8 +588,8 @@ def test_the_mismatch_line_docs_convert_shows_is_the_one_printed(tmp_path, capsy
     more`, the size hint first, and the full list only with --verbosity=1 (it promised the
     full list in the line)."""
     shape = re.compile(r"^error: .+ does not match the config \(\w+\): (missing |unknown )?"
-                       r"\d+ [^:]+: .+ and \d+ more\. Hint: the config's size differs from the checkpoint's: .+ "
-                       r"\(--verbosity=1 lists every tensor\)$")
+                       r"\d+ [^:]+: .+ and \d+ more\. Hint: the config's size differs from "
+                       r"the checkpoint's: .+ \(--verbosity=1 lists every tensor\)$")
     checkpoint = tmp_path / "model.pt"
     hp = hparams()
     write_torch_zip(checkpoint, pytorch_state(hp))
