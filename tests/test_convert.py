@@ -3,6 +3,7 @@ of the original formulas on the original tensors (tests/convert_fixtures.py)."""
 
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -511,3 +512,95 @@ def test_a_mismatch_is_one_short_line_and_listed_whole_with_verbosity_1(tmp_path
     start = listed.index(f"missing {missing} tensor(s):") + 1
     assert all(line.startswith("  layers.") for line in listed[start:start + missing])
     assert listed[-1] == error[0]
+
+
+def _npz_with_header(path, members):
+    """An .npz (a zip) of `members`: name -> bytes, written as they are."""
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+
+
+def _npy_header(shape, dtype="<f4"):
+    import io
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": dtype, "fortran_order": False,
+                                                  "shape": shape})
+    return buffer.getvalue()
+
+
+def test_npz_shapes_come_from_the_headers_and_lying_members_are_one_error_line(tmp_path,
+                                                                            capsys):
+    """The .npz reader learns each array's shape from its .npy header, loading nothing: a header
+    claiming 10^12 elements over a few bytes is refused naming the member, not a 3.64 TiB
+    allocation; a member that is not .npy is one line, not an AttributeError on bytes."""
+    from tfxl.convert.readers import read_npz
+    good = tmp_path / "good.npz"
+    np.savez(good, a=np.arange(6, dtype=np.float32).reshape(2, 3), b=np.zeros(4, np.int64))
+    source = read_npz(str(good))
+    assert source.shapes == {"a": (2, 3), "b": (4,)}
+    np.testing.assert_array_equal(source.get("a"), np.arange(6).reshape(2, 3))
+
+    huge = tmp_path / "huge.npz"
+    _npz_with_header(huge, {"w.npy": _npy_header((10**6, 10**6)) + b"\0" * 64})
+    with pytest.raises(ConversionError, match=r"huge.npz: w.npy declares shape \(1000000, "
+                       r"1000000\) float32, 4000000000000 bytes, but holds 64"):
+        read_npz(str(huge))
+    other = tmp_path / "other.npz"
+    _npz_with_header(other, {"a.npy": _npy_header((1,)) + b"\0" * 4, "notes.txt": b"hello"})
+    with pytest.raises(ConversionError, match=r"other.npz: member 'notes.txt' is not a .npy "
+                       r"array"):
+        read_npz(str(other))
+    garbled = tmp_path / "garbled.npz"
+    _npz_with_header(garbled, {"a.npy": b"not an array at all"})
+    with pytest.raises(ConversionError, match=r"garbled.npz: a.npy is not a .npy array"):
+        read_npz(str(garbled))
+    argv = ["--format=pytorch", f"--input={huge}", f"--output={tmp_path / 'x.keras'}",
+            "--preset=tiny"]
+    assert _cli(argv) == 2
+    error = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "w.npy declares shape" in error[0], error
+    assert not os.path.exists(tmp_path / "x.keras")
+
+
+@pytest.mark.parametrize("changes,cause", [
+    (dict(d_model=32, d_embed=32), r"the config's d_model, d_embed 32 is 16 in the checkpoint"),
+    (dict(n_head=4), r"the config's n_head(, d_head)? 4 is 2 in the checkpoint"),
+    (dict(n_layer=40), r"the checkpoint has 2 layers, the config's n_layer 40"),
+    (dict(d_head=8, n_layer=3), r"the checkpoint has 2 layers, the config's n_layer 3; .*the "
+                                r"config's d_head 8 is 4 in the checkpoint"),
+])
+def test_a_config_of_another_size_is_hinted_as_its_size_not_untie_r(changes, cause):
+    """When most tensors differ in a dimension or in number, the hint names the config's size
+    (d_model, n_head, n_layer, ...) whose value the checkpoint's shapes contradict, first; the
+    untie_r hint only when the r biases differ in layout (name or rank), not in size."""
+    hp = hparams()
+    state = pytorch_state(hp)
+    with pytest.raises(ConversionError) as error:
+        convert_checkpoint("pytorch", state, tfxl_config(hp, **changes))
+    hint = str(error.value).split(". Hint: ", 1)[1]
+    assert re.search(r"^the config's size differs from the checkpoint's: .*" + cause, hint), hint
+    assert "untie_r" not in hint, hint
+
+
+def test_the_mismatch_line_docs_convert_shows_is_the_one_printed(tmp_path, capsys):
+    """docs/convert.md shows the mismatch refusal as printed: counts, 5 names a kind, `and N
+    more`, the size hint first, and the full list only with --verbosity=1 (it promised the
+    full list in the line)."""
+    shape = re.compile(r"^error: .+ does not match the config \(\w+\): (missing |unknown )?"
+                       r"\d+ [^:]+: .+ and \d+ more\. Hint: the config's size differs from "
+                       r"the checkpoint's: .+ \(--verbosity=1 lists every tensor\)$")
+    checkpoint = tmp_path / "model.pt"
+    hp = hparams()
+    write_torch_zip(checkpoint, pytorch_state(hp))
+    config = tmp_path / "deeper.json"
+    config.write_text(tfxl_config(hp, n_layer=40).to_json())
+    assert _cli(["--format=pytorch", f"--input={checkpoint}", f"--output={tmp_path / 'x.keras'}",
+                 f"--config={config}"]) == 2
+    printed = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert shape.match(printed[0]), printed
+    docs = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "convert.md").read_text()
+    documented = [line for line in docs.splitlines()
+                  if line.startswith("error:") and "does not match the config" in line]
+    assert documented and all(shape.match(line) for line in documented), documented
+    assert "--verbosity=1` prints the full list" in " ".join(docs.split())

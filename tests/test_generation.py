@@ -169,3 +169,59 @@ def test_one_token_per_call_with_token_seed_draws_the_tokens_of_one_call(lm, one
     np.testing.assert_array_equal(got, want[0])
     assert one_token_step.experimental_get_tracing_count() == 1
     assert generation.token_seed(seed, 5) == int(generation.token_seed(tf.constant(seed), 5))
+
+
+def read_in_segments(lm, prompt, segment_len, same_length):
+    """The reference reading of a prompt as evaluation reads a document: segments of
+    `segment_len` on a fresh key/value memory, the last one holding the 1..T tokens left."""
+    memory = lm.init_key_value_memory(len(prompt))
+    starts = list(range(0, prompt.shape[1] - 1, segment_len))
+    for start in starts:
+        log_probs, memory = lm(prompt[:, start:start + segment_len], memory, clamp_len=4,
+                               same_length=same_length)
+    return log_probs[:, -1], memory
+
+
+@pytest.mark.parametrize("same_length", [True, False])
+def test_a_long_prompt_is_read_in_segments_of_the_eval_tgt_len_on_the_memory(lm, same_length):
+    """A prompt longer than memory + segment is read segment by segment (T = the eval tgt_len,
+    4 here) on the memory, as score_document reads a document: attention over at most M + T
+    keys, never P x P. The memory after the prompt (max_new_tokens=1 reads nothing more) and
+    the greedy token are those of the segment-by-segment reading."""
+    prompt = np.random.default_rng(5).integers(0, 41, (2, 4 * 4 + 3)).astype(np.int32)
+    last, want = read_in_segments(lm, prompt, 4, same_length)
+    got, memory = generate(lm, prompt, lm.init_key_value_memory(2), 1, 0.0, clamp_len=4,
+                           same_length=same_length)
+    np.testing.assert_array_equal(got.numpy()[:, 0], np.argmax(last.numpy(), axis=-1))
+    for name in ("keys", "values"):
+        for layer, (a, b) in enumerate(zip(getattr(memory, name), getattr(want, name))):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5, err_msg=f"{name} {layer}")
+    np.testing.assert_array_equal(memory.valid.numpy(), want.valid.numpy())
+
+
+@pytest.mark.parametrize("same_length", [True, False])
+@pytest.mark.parametrize("length", [3, 4, MEM])
+def test_a_prompt_the_memory_holds_gives_the_tokens_of_one_segment(lm, same_length, length):
+    """Where a prompt fits both ways (P <= T: one segment either way; P <= M on a fresh memory:
+    every query sees every earlier token either way, with same_length too, whose M + 1 keys
+    reach back past the prompt's start), reading it in segments of T = 4 gives the tokens and
+    memory of reading it as one segment (tgt_len=P)."""
+    prompt = np.random.default_rng(length).integers(0, 41, (2, length)).astype(np.int32)
+    run = dict(clamp_len=4, same_length=same_length)
+    one, one_memory = generate(lm, prompt, lm.init_key_value_memory(2), 7, 0.8, 0, 1.0, 3,
+                               tgt_len=length, **run)
+    segments, memory = generate(lm, prompt, lm.init_key_value_memory(2), 7, 0.8, 0, 1.0, 3,
+                                tgt_len=4, **run)
+    np.testing.assert_array_equal(segments.numpy(), one.numpy())
+    for a, b in zip(memory.keys, one_memory.keys):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+
+
+def test_generate_method_refuses_sizes_no_machine_holds_before_building_anything(lm):
+    """A memory or a token buffer over 2 GiB is a ValueError naming the argument, before any
+    tensor of that size is allocated (not an out-of-memory error from deep inside)."""
+    prompt = np.array([[1, 2, 3]], np.int32)
+    with pytest.raises(ValueError, match=r"^mem_len=1000000000: a key/value memory of "):
+        lm.generate(prompt, 2, mem_len=10**9)
+    with pytest.raises(ValueError, match=r"^max_new_tokens=1000000000: at most 536870912 new"):
+        lm.generate(prompt, 10**9)

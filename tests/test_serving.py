@@ -430,6 +430,14 @@ BAD_REQUESTS = {
                                r"decode_ids: ids must have shape \[G\].*but got\] \[2 2\]"),
     "decode_ids: id >= V": ("decode_ids", dict(ids=[65, 258]),
                             r"decode_ids: ids must be token ids in \[0, 258\)"),
+    # A few bytes of request must not allocate [B, 2^30] int32 for the new tokens (8 GiB).
+    "generate: max_new_tokens 2**30": (
+        "generate", dict(prompt_ids=IDS, **MEMORY, **{**SAMPLING, "max_new_tokens": 2**30}),
+        r"generate: B x max_new_tokens must be at most 536870912 tokens \(2 GiB of int32 ids\)"
+        r".*but got B, max_new_tokens =\] \[2\] \[1073741824\]"),
+    "generate_text: max_new_tokens 2**30": (
+        "generate_text", dict(prompt=np.array([b"a"]), **{**SAMPLING, "max_new_tokens": 2**30}),
+        r"generate_text: B x max_new_tokens must be at most 536870912 tokens"),
     # Non-finite memory would give NaN log-probs (score) or an id outside [0, V) (generate).
     "score: NaN keys": ("score", dict(token_ids=IDS, **{**MEMORY, **VALID_MEMORY,
                                                            "keys": NAN_KEYS}),
@@ -446,6 +454,43 @@ def test_bad_requests_fail_at_the_signature_entry_as_served(serving_session, cas
     """One InvalidArgumentError from the entry checks (an assert), naming the input, the expected
     and the received shape or values: not an error from an op deep inside the model."""
     assert_refused_at_the_entry(serving_session, *BAD_REQUESTS[case])
+
+
+def test_generate_reads_a_long_prompt_in_segments_as_served(model, serving_session):
+    """`generate` and `generate_text` read a prompt longer than memory + segment (60 > 24 + 6)
+    in segments of the export's tgt_len on the memory, as score_document reads a document (a
+    100,000-token prompt read as one segment needed a [1, 2, 100000, 100000] attention, 80 GB):
+    the memory after the prompt is that of reading it segment by segment."""
+    prompt = np.random.default_rng(6).integers(1, 256, (1, 60)).astype(np.int32)
+    memory = model.init_key_value_memory(1, mem_len=MEM)
+    want = memory
+    for start in range(0, 60, T):
+        _, want = model(prompt[:, start:start + T], want)
+    out = serve(serving_session, "generate", prompt_ids=prompt,
+                **{k: np.asarray(v) for k, v in memory.to_dict().items()},
+                **{**SAMPLING, "max_new_tokens": np.int32(1)})
+    np.testing.assert_allclose(out["keys"], np.stack([k.numpy() for k in want.keys], 1),
+                               atol=1e-5)
+    text = serve(serving_session, "generate_text", prompt=np.array([bytes(prompt[0].tolist())]),
+                 **{**SAMPLING, "max_new_tokens": np.int32(4)})["text"]
+    assert text.shape == (1,)
+
+
+def test_the_prompt_bound_is_2_gib_of_request_tokens(model, monkeypatch):
+    """`generate`/`generate_text` refuse B x P (P in whole segments) over the tokens whose
+    working tensors fit 2 GiB, at the entry, as the classifier's signatures do (shown with
+    the limit lowered to 12 tokens' worth)."""
+    assert export_lib.Signatures(model).max_prompt_tokens == (
+        2**31 // export_lib.PROMPT_TOKEN_BYTES)
+    monkeypatch.setattr(export_lib, "MAX_MEMORY_BYTES", 12 * export_lib.PROMPT_TOKEN_BYTES)
+    signatures = export_lib.Signatures(model)
+    memory = model.init_key_value_memory(1, mem_len=MEM).to_dict()
+    sampling = {k: tf.constant(v) for k, v in {**SAMPLING, "max_new_tokens": np.int32(1)}.items()}
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"generate: B x P, P rounded up to whole segments of T=6, must be "
+                             r"at most 12 tokens .*but got B, P =\] \[1\] \[13\]"):
+        signatures.functions["generate"](prompt_ids=tf.ones((1, 13), tf.int32), **memory,
+                                         **sampling)
 
 
 def test_good_requests_pass_the_served_checks(model, serving_session):
@@ -588,6 +633,49 @@ def test_generate_from_a_model_traces_its_one_token_step_once(model):
     second = step(first.numpy(), 1.0, 0, 1.0, 1)
     assert first.shape == second.shape == (1, 1)
     assert step._generate.experimental_get_tracing_count() == 1
+
+
+def test_generate_reads_a_long_prompt_in_segments_on_the_memory(model):
+    """tfxl-generate's first call reads a prompt longer than memory + segment (60 > 24 + 6) in
+    segments of the eval tgt_len: its memory after the prompt is that of reading the prompt
+    segment by segment (a P x P attention, 180k x 180k for a 180 KB prompt, is never built)."""
+    from tfxl.serving.generate_main import _ModelStepper
+    prompt = np.random.default_rng(4).integers(0, 258, (1, 60)).astype(np.int32)
+    step = _ModelStepper(model, None)
+    step(prompt, 1.0, 0, 1.0, 0)
+    want = model.init_key_value_memory(1, mem_len=MEM)
+    for start in range(0, 60, T):
+        _, want = model(prompt[:, start:start + T], want)
+    for got, expected in zip(step.memory.keys, want.keys):
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), atol=1e-5)
+
+
+def test_generate_bounds_its_sizes_before_building_anything(model, tmp_path):
+    """--mem_len, --max_new_tokens and --prompt_file are bounded, the flag named: a memory of
+    10^9 slots or a 1 GiB prompt file is one error line, not an out-of-memory error or a
+    1 GiB read (the file's size is read, not the file)."""
+    path = tmp_path / "tiny.keras"
+    model.save(path)
+    flags = [f"--model={path}", f"--data_dir={tmp_path / 'never_read'}"]
+    huge = run_in_process("tfxl.serving.generate_main", *flags, "--prompt=a",
+                          "--mem_len=1000000000")
+    assert huge.returncode == 2, huge.stderr[-2000:]
+    line = huge.stderr.splitlines()[-1]
+    assert line.startswith("error: --mem_len=1000000000: a key/value memory of 1000000000 slots")
+    assert "GiB" in line and "slots fit in 2.0 GiB" in line
+    many = run_in_process("tfxl.serving.generate_main", *flags, "--prompt=a",
+                          "--max_new_tokens=2000000000")
+    assert many.returncode == 2
+    assert many.stderr.splitlines()[-1].startswith(
+        "error: --max_new_tokens=2000000000: at most 536870912 new tokens")
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:
+        f.truncate(2**30)  # sparse: 1 GiB of zero bytes, valid UTF-8
+    refused = run_in_process("tfxl.serving.generate_main", *flags, f"--prompt_file={big}")
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines()[-1] == (
+        f"error: --prompt_file={big} holds 1073741824 bytes; a prompt may hold at most "
+        "16777216 bytes (16 MiB)")
 
 
 @pytest.mark.large

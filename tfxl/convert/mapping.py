@@ -18,6 +18,7 @@ Layouts (see docs/convert.md for the full table):
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 from typing import Callable, Optional
@@ -47,8 +48,8 @@ class _Entry:
 class Plan:
     """Expected checkpoint tensors and how each model variable is built from them."""
 
-    def __init__(self, source, fmt):
-        self.source, self.fmt = source, fmt
+    def __init__(self, source, fmt, config=None):
+        self.source, self.fmt, self.config = source, fmt, config
         self.expected = {}                # name -> expected shape
         self.entries = []
         self.ignored = set()
@@ -111,7 +112,12 @@ class Plan:
             parts = [f"{title}: {', '.join(names[:SHOWN])}"
                      + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
                      for title, names in groups]
-            hints = _hints(self.fmt, missing + [m.split(' ')[0] for m in mismatched], unknown)
+            present = self.source.shapes
+            shapes = {n: (self.expected[n], present[n]) for n in self.expected
+                      if n in present and present[n] != self.expected[n]}
+            hints = "; ".join(filter(None, [
+                _size_hint(self.config, shapes, present, missing, len(self.expected)),
+                _hints(self.fmt, missing, unknown, shapes)]))
             listed = any(len(names) > SHOWN for _, names in groups)
             raise ConversionError(
                 f"{self.source.description or 'checkpoint'} does not match the config "
@@ -172,7 +178,50 @@ def _resolve(model, path):
     return obj
 
 
-def _hints(fmt, missing, unknown):
+# The config's sizes a checkpoint's shapes show, in the order a hint names them.
+_SIZE_FIELDS = ("d_model", "n_head", "d_head", "d_inner", "d_embed", "vocab_size")
+_LAYER_INDEX = re.compile(r"(?:^|\.|/)(?:layers\.|layer_)(\d+)[./]")
+
+
+def _layers(names):
+    """1 + the largest layer index among `names` (0: none)."""
+    return max((int(m.group(1)) + 1 for n in names for m in [_LAYER_INDEX.search(n)] if m),
+               default=0)
+
+
+def _size_hint(config, shapes, present, missing, expected_count):
+    """The likely cause when the config's size is wrong: another layer count (the layers the
+    checkpoint's names number), or most expected tensors misshaped, each differing dimension
+    counted and matched with the config's sizes of that value; '' otherwise.
+
+    shapes: {name: (expected, found)} of the misshaped; present: the checkpoint's names."""
+    if config is None:
+        return ""
+    causes = []
+    layers = _layers(present)
+    if layers and layers != config.n_layer:
+        causes.append(f"the checkpoint has {layers} layers, the config's n_layer "
+                      f"{config.n_layer}")
+    if shapes:
+        pairs = collections.Counter(
+            (e, f) for expected, found in shapes.values() if len(expected) == len(found)
+            for e, f in zip(expected, found) if e != f)
+        for (e, f), count in pairs.most_common():
+            fields = [name for name in _SIZE_FIELDS if getattr(config, name, None) == e]
+            if fields:
+                causes.append(f"the config's {', '.join(fields)} {e} is {f} in the checkpoint "
+                              f"({count} dimensions)")
+            if len(causes) == 3:
+                break
+    if not causes:
+        return ""
+    return ("the config's size differs from the checkpoint's: " + "; ".join(causes)
+            + " (compare d_model, n_head, d_head, d_inner and n_layer first)")
+
+
+def _hints(fmt, missing, unknown, shapes=None):
+    """Hints from the names that differ; `shapes`: {name: (expected, found)} of the misshaped."""
+    shapes = shapes or {}
     hints = []
     if any(re.search(r"(emb_projs|out_projs)\.\d+$", n) for n in unknown):
         hints.append("the checkpoint has projections the config does not (PyTorch/HF project "
@@ -181,7 +230,11 @@ def _hints(fmt, missing, unknown):
     if any(re.search(r"(proj_W|/proj)$", n) for n in unknown):
         hints.append("the checkpoint has projections the config does not (check d_embed, "
                      "proj_same_dim, tie_projs)")
-    if any(re.search(r"r_[wr]_bias", n) for n in missing + unknown):
+    # untie_r changes the r biases' layout (one per layer or shared: names or rank), not their
+    # size: a bias of another size says d_head/n_head, which the size hint names.
+    r_bias = re.compile(r"r_[wr]_bias")
+    if ((any(r_bias.search(n) for n in missing) and any(r_bias.search(n) for n in unknown))
+            or any(r_bias.search(n) and len(e) != len(f) for n, (e, f) in shapes.items())):
         hints.append("check untie_r")
     if any("out_layers" in n and n.endswith(".weight") for n in unknown):
         hints.append("the checkpoint has separate softmax weights: tie_weight=False")
@@ -226,7 +279,7 @@ def plan_pytorch(source, config, huggingface=False):
     state dict."""
     c = config
     fmt = "huggingface" if huggingface else "pytorch"
-    plan = Plan(source, fmt)
+    plan = Plan(source, fmt, config)
     P = "transformer." if huggingface else ""
     D, N, H, F, L = c.d_model, c.n_head, c.d_head, c.d_inner, c.n_layer
     clusters = _layout(c)
@@ -315,7 +368,7 @@ def plan_pytorch(source, config, huggingface=False):
 def plan_tf1(source, config):
     """Plan for an original TF1 checkpoint (`transformer/...` variables of tf/model.py)."""
     c = config
-    plan = Plan(source, "tf1")
+    plan = Plan(source, "tf1", config)
     plan.ignore_pattern = _TF1_IGNORED
     D, N, H, F, L = c.d_model, c.n_head, c.d_head, c.d_inner, c.n_layer
     clusters = _layout(c)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import io
+import math
 import os
 import pickle
 import re
@@ -349,19 +350,71 @@ def read_safetensors(path, name=None) -> TensorSource:
     return TensorSource(shapes, load, f"safetensors {name}")
 
 
+# Deflate inflates at most ~1032:1; a member whose stated size is beyond that is damaged.
+_DEFLATE_MAX_RATIO = 1100
+
+
+def _npy_header(archive, info, name):
+    """(shape, dtype, fortran_order) of the .npy member `info`, from its header alone; checked
+    against the bytes the member holds, so that loading it allocates no more than that."""
+    member = info.filename
+    try:
+        with archive.open(info) as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f".npy format version {version[0]}.{version[1]} is not read here")
+            header_len = f.tell()
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        raise ConversionError(f"{name}: {member} is not a .npy array ({one_line(e)})") from None
+    if dtype.hasobject:
+        raise ConversionError(f"{name}: {member} holds Python objects (pickles are not read)")
+    if (info.compress_type != zipfile.ZIP_STORED
+            and info.file_size > _DEFLATE_MAX_RATIO * info.compress_size + 2**16):
+        raise ConversionError(f"{name}: {member} states {info.file_size} bytes inflated from "
+                              f"{info.compress_size}, more than deflate gives: a damaged archive")
+    need = math.prod(shape) * dtype.itemsize
+    holds = info.file_size - header_len
+    if need != holds:
+        raise ConversionError(
+            f"{name}: {member} declares shape {tuple(shape)} {dtype.name}, {need} bytes, but "
+            f"holds {holds}: a damaged or forged .npy header")
+    return shape, dtype
+
+
 def read_npz(path, name=None) -> TensorSource:
-    """A numpy .npz archive; `name` (default `path`) is what messages call it."""
+    """A numpy .npz archive; `name` (default `path`) is what messages call it.
+
+    Each array's shape comes from its .npy header (nothing is loaded to learn it) and is
+    checked against the bytes the member holds before anything is read; a member that is not
+    .npy, or holds pickled objects, is a ConversionError naming it.
+    """
     name = name or path
     try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise ConversionError(f"{name}: cannot read as .npz ({e})") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise ConversionError(f"{name}: not an .npz archive")
-    shapes = {}
-    for key in archive.files:
-        shapes[key] = archive[key].shape
-    return TensorSource(shapes, lambda key: archive[key], f"npz {name}")
+        archive = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile, ValueError) as e:
+        raise ConversionError(f"{name}: cannot read as .npz ({one_line(e)})") from None
+    shapes, members = {}, {}
+    for info in archive.infolist():
+        if info.is_dir():
+            continue
+        if not info.filename.endswith(".npy"):
+            raise ConversionError(f"{name}: member {info.filename!r} is not a .npy array (an "
+                                  ".npz holds .npy files only)")
+        key = info.filename[:-len(".npy")]
+        shapes[key], _ = _npy_header(archive, info, name)
+        members[key] = info
+
+    def load(key):
+        with archive.open(members[key]) as f:
+            return np.lib.format.read_array(f, allow_pickle=False)
+
+    source = TensorSource(shapes, load, f"npz {name}")
+    source.archive = archive  # open as long as the source: tensors are read lazily
+    return source
 
 
 def read_tf1(path) -> TensorSource:

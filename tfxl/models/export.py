@@ -17,7 +17,9 @@ key/value memory of `tfxl.layers.memory`: keys float32 [B, L, N, H, M], values f
   init_memory: batch_size int32 [] -> keys, values, valid (no valid slot).
   generate: prompt_ids int32 [B, P], keys, values, valid, max_new_tokens int32 [],
       temperature float32 [], top_k int32 [], top_p float32 [], seed int32 []
-      -> generated_ids int32 [B, G], keys, values, valid. One tf.while_loop step per new token.
+      -> generated_ids int32 [B, G], keys, values, valid. The prompt is read in segments of T
+      on the memory (`tfxl.models.generation.read_prompt`, as score_document reads a document:
+      any P costs one segment's attention), then one tf.while_loop step per new token.
       The memory returned holds everything but the last generated token: continue by sending
       generated_ids[:, -1:] as the next prompt.
   score_document: token_ids int32 [B, S], S >= 2
@@ -29,7 +31,8 @@ key/value memory of `tfxl.layers.memory`: keys float32 [B, L, N, H, M], values f
       0 = don't, e.g. the right padding of shorter rows) -> the same, nll 0 where not counted.
 With a tokenizer:
   generate_text: prompt string [B], max_new_tokens, temperature, top_k, top_p, seed
-      -> text string [B] (the continuation). Prompts are left-padded and the padding masked.
+      -> text string [B] (the continuation). Prompts are left-padded and the padding masked,
+      and read in segments of T as generate reads them.
   score_text: text string [B] -> nll float32 [B, S - 1] (0 after a row's last token), tokens
       int32 [B], and bpc float32 [B] (character-level tokenizers) or perplexity float32 [B].
       A text is framed as tfxl-prepare frames a document: <eod>, then the tokenizer's ids of the
@@ -48,7 +51,10 @@ the expected and the received shape or value (`tfxl.models.request_checks`): TF 
 tensors into the graph unchecked. The batch bound: a signature that builds a memory from a few bytes
 (init_memory, generate_text, score_text, score_document*) would otherwise allocate B rows of it
 for a one-line request; max_batch_size is the largest B whose memory (keys, values, valid) fits
-in MAX_MEMORY_BYTES = 2 GiB, the most a protobuf response can carry back anyway.
+in MAX_MEMORY_BYTES = 2 GiB, the most a protobuf response can carry back anyway. Likewise
+generate and generate_text refuse B x P, P rounded up to whole segments of T, over
+max_prompt_tokens (the prompt's working tensors, PROMPT_TOKEN_BYTES a token, in 2 GiB), and
+B x max_new_tokens over the int32 ids that fit 2 GiB (the buffer the new tokens are written to).
 
 Code: each signature is a `Signatures` method marked `@signature(input=(shape, dtype), ...)`, the
 shape in the glossary's letters; `Signatures.functions` holds one tf.function per signature with
@@ -215,6 +221,12 @@ def most_that_fit(item_bytes):
     return max(1, MAX_MEMORY_BYTES // max(1, item_bytes))
 
 
+# Bytes per prompt token of generate's working tensors that grow with B x P: the ids received
+# or encoded (int32, int64 when encoded), their left-padded copy and its segments (int32), the
+# valid mask and its segments (bool).
+PROMPT_TOKEN_BYTES = 4 + 8 + 4 + 4 + 1 + 1
+
+
 def key_value_memory_row_bytes(config, mem_len):
     """Bytes of one row of a float32 key/value memory of `mem_len` slots (keys, values, valid)."""
     return 4 * 2 * config.n_layer * config.n_head * config.d_head * mem_len + mem_len
@@ -242,6 +254,23 @@ class Signatures(SignatureSet):
         mem_len = self.settings["mem_len"]
         super().__init__(model, tokenizer, dict(L=c.n_layer, N=c.n_head, H=c.d_head, M=mem_len),
                          most_that_fit(key_value_memory_row_bytes(c, mem_len)))
+        self.max_prompt_tokens = most_that_fit(PROMPT_TOKEN_BYTES)
+        self.max_new_tokens = most_that_fit(4)
+
+    def _prompt_size_rules(self, what, batch, length, max_new_tokens):
+        """B x P (P rounded up to whole segments of T) <= max_prompt_tokens and B x
+        max_new_tokens <= max_new_tokens (int32 scalars; max_new_tokens of any shape)."""
+        batch, length = tf.cast(batch, tf.int64), tf.cast(length, tf.int64)
+        segment_len = self.settings["tgt_len"]
+        padded = (length + segment_len - 1) // segment_len * segment_len
+        new_tokens = tf.cast(tf.reduce_max(flat(max_new_tokens)), tf.int64)
+        return [(batch * padded <= self.max_prompt_tokens,
+                 [f"{what}: B x P, P rounded up to whole segments of T={segment_len}, must be at "
+                  f"most {self.max_prompt_tokens} tokens (a request's working tensors of at most "
+                  "2 GiB), but got B, P =", batch, length]),
+                (batch * new_tokens <= self.max_new_tokens,
+                 [f"{what}: B x max_new_tokens must be at most {self.max_new_tokens} tokens "
+                  "(2 GiB of int32 ids), but got B, max_new_tokens =", batch, new_tokens])]
 
     # -- request checks (see tfxl.models.request_checks) ----------------------------------
     def _memory_rules(self, what, ids, keys, values, valid):
@@ -299,7 +328,9 @@ class Signatures(SignatureSet):
         prompt_ids, keys, values, valid, *sampling = checked(
             self._token_rules("generate: prompt_ids", prompt_ids, "P")
             + self._memory_rules("generate", prompt_ids, keys, values, valid)
-            + self._sampling_rules("generate", *sampling),
+            + self._sampling_rules("generate", *sampling)
+            + self._prompt_size_rules("generate", *tf.unstack(padded_shape(prompt_ids, 2)),
+                                      max_new_tokens),
             prompt_ids, keys, values, valid, *sampling)
         ids, memory = self._generate(prompt_ids, keys, values, valid,
                                      tf.ones_like(prompt_ids, tf.bool), *sampling)
@@ -312,7 +343,8 @@ class Signatures(SignatureSet):
         """`tfxl.models.generation.generate` on a memory as sent (generate, generate_text)."""
         ids, memory = generate(self.model, prompt_ids, self._memory(keys, values, valid),
                                max_new_tokens, temperature, top_k, top_p, seed,
-                               prompt_valid=prompt_valid, **self.run)
+                               prompt_valid=prompt_valid, tgt_len=self.settings["tgt_len"],
+                               **self.run)
         return ids, _wire(memory)
 
     @shared(token_ids=("B S", tf.int32), target_mask=("B S", tf.float32))
@@ -355,6 +387,11 @@ class Signatures(SignatureSet):
                                     + self._sampling_rules("generate_text", *sampling),
                                     prompt, *sampling)
         ids, lengths = self._encode("generate_text: prompt", prompt)
+        # Bounded before the padded [B, max length] copy is made.
+        lengths, values, *sampling = checked(self._prompt_size_rules(
+            "generate_text", tf.size(lengths), tf.reduce_max(lengths), sampling[0]),
+            lengths, ids.flat_values, *sampling)
+        ids = ids.with_flat_values(values)
         # Left-pad to a rectangle: the last column is every prompt's last token.
         padded = tf.reverse(tf.reverse(ids, axis=[1]).to_tensor(0), axis=[1])
         prompt_valid = tf.sequence_mask(lengths, tf.shape(padded)[1])[:, ::-1]

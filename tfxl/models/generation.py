@@ -3,9 +3,11 @@
 Shape glossary: B batch, P prompt length, N new tokens, L layers, M memory length, W recent window,
 D model size, H head size.
 
-The prompt is read on a `KeyValueMemory`; the new tokens on a `RecentWindowMemory`, which keeps
-that memory fixed and writes each token into a small window beside it (see the class: appending
-to the memory would copy it on every token).
+The prompt is read on a `KeyValueMemory` as evaluation reads a document (`read_prompt`: segments
+of T, the evaluation tgt_len, each attending to at most M + T keys, so a prompt of any length
+costs what one segment costs); the new tokens on a `RecentWindowMemory`, which keeps that memory
+fixed and writes each token into a small window beside it (see the class: appending to the
+memory would copy it on every token).
 
 `keras.ops` only, so it runs on every backend: the loop is `ops.while_loop` (TensorFlow's
 tf.while_loop, in-graph with a tensor N, as the SavedModel signatures call it; JAX's
@@ -33,6 +35,52 @@ NOT_FINITE = ("generate: the next-token log-probabilities are not finite (NaN or
               "in, or an overflow of, the memory or the weights): no token can be drawn")
 
 
+# The most a generation may allocate for one of its sizes (a memory, one segment's attention
+# scores, the new tokens' buffer): 2 GiB, as the SavedModel signatures bound a request's memory
+# (`tfxl.models.export.MAX_MEMORY_BYTES`, a protobuf message's limit).
+MAX_GENERATION_BYTES = 2**31
+
+
+def _gib(size):
+    return f"{size / 2**30:.1f} GiB"
+
+
+def check_generation_sizes(config, batch, mem_len, tgt_len, max_new_tokens, names=None):
+    """Raises ValueError naming the size (by `names`: {"mem_len": "--mem_len", ...}, default the
+    argument names) when one of a generation's allocations would exceed MAX_GENERATION_BYTES:
+    the key/value memory with its recent window (batch x (M + W) slots of 8·L·N·H + 1 bytes),
+    one prompt segment's attention scores (batch x N x T x (M + T) float32 per layer) or the new
+    tokens' buffer (batch x max_new_tokens int32). Checked before anything is built, so that a
+    size no machine holds is one line naming it, not an out-of-memory error deep inside."""
+    names = {"batch": "batch", "mem_len": "mem_len", "tgt_len": "tgt_len",
+             "max_new_tokens": "max_new_tokens", **(names or {})}
+    limit = MAX_GENERATION_BYTES
+    slot = 8 * config.n_layer * config.n_head * config.d_head + 1
+    memory = batch * (mem_len + RECENT_WINDOW) * slot
+    if memory > limit:
+        raise ValueError(
+            f"{names['mem_len']}={mem_len}: a key/value memory of {mem_len} slots (+ "
+            f"{RECENT_WINDOW} for the recent window) x {batch} row(s) needs {_gib(memory)} for "
+            f"this model ({slot} bytes a slot: 8 x n_layer x n_head x d_head + 1); at most "
+            f"{max(0, limit // (batch * slot) - RECENT_WINDOW)} slots fit in {_gib(limit)}")
+    scores = 4 * batch * config.n_head * tgt_len * (mem_len + tgt_len)
+    if scores > limit:
+        raise ValueError(
+            f"{names['mem_len']}={mem_len} with {names['tgt_len']}={tgt_len}: one prompt "
+            f"segment's attention scores ({batch} x n_head {config.n_head} x {tgt_len} x "
+            f"{mem_len + tgt_len} float32) need {_gib(scores)}, over {_gib(limit)}; lower either")
+    check_new_tokens(batch, max_new_tokens, names["max_new_tokens"])
+
+
+def check_new_tokens(batch, max_new_tokens, name="max_new_tokens"):
+    """ValueError naming `name` when the new tokens' buffer, batch x max_new_tokens int32, would
+    exceed MAX_GENERATION_BYTES."""
+    limit = MAX_GENERATION_BYTES
+    if 4 * batch * max_new_tokens > limit:
+        raise ValueError(f"{name}={max_new_tokens}: at most {limit // (4 * batch)} new tokens "
+                         f"per row ({_gib(limit)} of int32 token ids for {batch} row(s))")
+
+
 def token_seed(seed, step):
     """The one seed -> stream rule: token `step` (0, 1, ...) of a generation seeded `seed` is drawn
     with the stateless seed (token_seed(seed, step), 0), where token_seed = seed + step *
@@ -50,12 +98,53 @@ def token_seed(seed, step):
     return as_int32(unsigned)
 
 
+def read_prompt(model, prompt_ids, memory, segment_len, prompt_valid=None, clamp_len=None,
+                same_length=None):
+    """Reads `prompt_ids` [B, P] on the key/value `memory` in segments of `segment_len` (T), as
+    `score_document` reads a document: (P - 1) // T full segments in one loop
+    (`ops.while_loop`, the backbone only: no softmax), then the 1..T tokens left, whose last
+    log-probabilities are returned. Every segment attends to at most M + T keys, so memory use
+    does not grow with P. `prompt_valid` [B, P]: False at left padding.
+
+    Where the memory holds the whole prompt (P <= T, or a fresh memory with P <= M) this equals
+    reading it as one segment, same_length or not (each query sees every earlier token either
+    way); a longer prompt is read as evaluation reads, each token seeing at most M + T earlier.
+
+    Returns (log_probs [B, V] of the prompt's last token, key/value memory after the prompt).
+    """
+    memory = model.key_value_memory(memory)
+    run = dict(clamp_len=clamp_len, same_length=same_length)
+    batch, length = ops.shape(prompt_ids)[0], ops.shape(prompt_ids)[1]
+    full = (length - 1) // segment_len  # segments before the last, which holds 1..T tokens
+    head = full * segment_len
+
+    def segments(x):  # [B, P] -> [B, full, T]
+        return ops.reshape(x[:, :head], (batch, full, segment_len))
+
+    ids = segments(prompt_ids)
+    valid = None if prompt_valid is None else segments(ops.cast(prompt_valid, "bool"))
+    position_keys = model.position_keys(memory.key_length(segment_len), clamp_len)
+
+    def body(step, memory):
+        _, memory = model.backbone(ids[:, step], memory, position_keys=position_keys,
+                                   segment_valid=None if valid is None else valid[:, step], **run)
+        return step + 1, memory
+
+    _, memory = ops.while_loop(lambda step, *_: step < full, body,
+                               (ops.convert_to_tensor(0, "int32"), memory))
+    log_probs, memory = model(prompt_ids[:, head:], memory, **run, segment_valid=(
+        None if prompt_valid is None else prompt_valid[:, head:]))
+    return log_probs[:, -1], memory
+
+
 def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0,
-             seed=0, prompt_valid=None, clamp_len=None, same_length=None):
+             seed=0, prompt_valid=None, clamp_len=None, same_length=None, tgt_len=None):
     """Samples `max_new_tokens` (>= 1) tokens after `prompt_ids` [B, P], in one loop.
 
     `memory` is a key/value memory (a layer-input memory is converted first, exactly). The prompt
-    is read in one segment step on top of it; then every new token is one step (`ops.while_loop`)
+    is read on top of it in segments of `tgt_len` (default the config's evaluation tgt_len;
+    `read_prompt`), so any prompt length costs one segment's memory; then every new token is one
+    step (`ops.while_loop`)
     that projects only that token's keys and values, with the position keys computed once before
     the loop. `prompt_valid` [B, P] marks left padding (False) for prompts of different lengths.
     Token i is drawn with the stateless seed (token_seed(seed, i), 0): the same tokens on every
@@ -77,9 +166,9 @@ def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0
     `generated[:, -1:]` as the next prompt with this memory (how streaming clients call it one
     token at a time).
     """
-    memory = model.key_value_memory(memory)
-    log_probs, memory = model(prompt_ids, memory, segment_valid=prompt_valid, clamp_len=clamp_len,
-                              same_length=same_length)
+    segment_len = model.config.eval_settings(tgt_len=tgt_len)["tgt_len"]
+    last_log_probs, memory = read_prompt(model, prompt_ids, memory, segment_len, prompt_valid,
+                                         clamp_len, same_length)
     window = RecentWindowMemory.from_memory(memory, RECENT_WINDOW)
     position_keys = model.position_keys(window.key_length(1), clamp_len)  # once
     batch = ops.shape(prompt_ids)[0]
@@ -106,7 +195,7 @@ def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0
 
     step, last, window, failed, out = ops.while_loop(
         lambda step, *_: step < max_new_tokens - 1, body,
-        (ops.convert_to_tensor(0, "int32"), log_probs[:, -1], window,
+        (ops.convert_to_tensor(0, "int32"), last_log_probs, window,
          ops.zeros((batch,), "bool"), ops.zeros((batch, max_new_tokens), "int32")))
     token, failed = draw(step, last, failed)
     if not is_tensorflow() and is_concrete(failed) and ops.convert_to_numpy(ops.any(failed)):

@@ -107,12 +107,16 @@ class TransfoXLLM(keras.Model):
         prompt_ids: int [B, P] (or [P] for one prompt). temperature 0 is greedy; top_k 0 and
         top_p 1 switch those filters off; the same seed gives the same tokens. The memory length
         (default the config's eval_mem_len), clamp_len and same_length are the config's evaluation
-        settings. Runs as one compiled loop per memory length, traced on first use
+        settings; the prompt is read in segments of the evaluation tgt_len
+        (`generation.read_prompt`), so its length costs no memory. Runs as one compiled loop per
+        memory length, traced on first use
         (`generation.compiled_generate`: on TensorFlow one trace for every prompt shape and
         length, on JAX one compile per shape and max_new_tokens, on PyTorch eager). Returns the
         new tokens as a numpy int32 array [B, max_new_tokens] (or [max_new_tokens]). Raises
         ValueError (InvalidArgumentError on TensorFlow) where the log-probabilities are not
-        finite, so that no token can be drawn.
+        finite, so that no token can be drawn, and ValueError naming `mem_len` or
+        `max_new_tokens` where the memory or the tokens' buffer would exceed 2 GiB
+        (`generation.check_generation_sizes`).
         """
         ids = np.asarray(prompt_ids, np.int32)
         if ids.ndim not in (1, 2) or ids.shape[-1] == 0:
@@ -129,6 +133,9 @@ class TransfoXLLM(keras.Model):
                              f"[0, {self.config.vocab_size})")
         settings = self.config.eval_settings(mem_len=mem_len)
         mem_len = settings["mem_len"]
+        # Before anything is built: a size no machine holds is a ValueError naming it.
+        generation.check_generation_sizes(self.config, int(np.prod(ids.shape[:-1])), mem_len,
+                                          settings["tgt_len"], int(max_new_tokens))
         if not hasattr(self, "_generate_loops"):
             # Set past Keras/TensorFlow tracking: a tracked dict of tf.functions keyed by ints
             # would make every later SavedModel export of this model fail.

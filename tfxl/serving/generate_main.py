@@ -8,9 +8,13 @@ r"""`tfxl-generate`: sample text from a trained model, streamed to the terminal 
 (then only its `init_memory` and `generate` signatures are used, and, unless --data_dir is given,
 the tokenizer it carries when exported with --data_dir: `encode_text`/`decode_ids`). --data_dir
 must hold the vocabulary the model was trained on (checked against model_dir/data.json or the
-export's record). Every token is one segment step on the key/value memory. The same flags and
-seed give the same text, and the tokens `TransfoXLLM.generate` draws with that seed
-(`tfxl.models.generation.token_seed`).
+export's record). The prompt is read as evaluation reads a document: segments of the evaluation
+tgt_len on the key/value memory, so a long prompt costs one segment's memory; every new token is
+one step. Sizes are bounded before anything is built: --prompt_file at most MAX_PROMPT_BYTES
+(checked before it is read), --mem_len and --max_new_tokens at most 2 GiB of memory or token
+buffer (`tfxl.models.generation.check_generation_sizes`), each refusal naming the flag. The
+same flags and seed give the same text, and the tokens `TransfoXLLM.generate` draws with that
+seed (`tfxl.models.generation.token_seed`).
 """
 
 if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
@@ -116,15 +120,42 @@ def utf8_text(data, where):
                          f"{err.start} ({err.reason}); the tokenizers read UTF-8") from None
 
 
-def read_prompt(path):
-    """The text of --prompt_file (UTF-8), local or a bucket (tf.io.gfile)."""
+# The most a prompt file may hold: ample for any prompt (16 Mi byte tokens are 250k segments
+# of 64), and refused before it is read whole, so a huge file never reaches memory.
+MAX_PROMPT_BYTES = 16 * 2**20
+
+
+def read_prompt(path, limit=None):
+    """The text of --prompt_file (UTF-8), local or a bucket (tf.io.gfile); a file over `limit`
+    bytes (default MAX_PROMPT_BYTES) is refused from its size, before it is read, and a file
+    that grows past it (a pipe, a file still being written) after `limit` + 1 bytes."""
     import tensorflow as tf
+    limit = MAX_PROMPT_BYTES if limit is None else limit
+    too_large = (f"--prompt_file={path} holds {{}} bytes; a prompt may hold at most {limit} "
+                 f"bytes ({limit // 2**20} MiB)")
     try:
+        size = tf.io.gfile.stat(path).length
+        if size > limit:
+            raise ValueError(too_large.format(size))
         with tf.io.gfile.GFile(path, "rb") as f:
-            data = f.read()
+            data = f.read(limit + 1)
     except (OSError, tf.errors.OpError) as err:
         raise ValueError(f"--prompt_file={path}: cannot read ({cli.one_line(err)})") from None
+    if len(data) > limit:
+        raise ValueError(too_large.format(f"more than {limit}"))
     return utf8_text(data, f"--prompt_file={path}")
+
+
+def check_sizes(config):
+    """--mem_len (or the config's) and --max_new_tokens fit (check_generation_sizes), the flag
+    or the config field named: before any memory is built."""
+    from tfxl.models.generation import check_generation_sizes
+    sources = config.eval_settings_sources(mem_len=FLAGS.mem_len)
+    settings = {key: value for key, (value, _) in sources.items()}
+    names = {key: (f"--{key}" if source == "argument" else f"the config's {source}")
+             for key, (_, source) in sources.items()}
+    check_generation_sizes(config, 1, settings["mem_len"], settings["tgt_len"],
+                           FLAGS.max_new_tokens, {**names, "max_new_tokens": "--max_new_tokens"})
 
 
 def main(argv):
@@ -135,6 +166,8 @@ def main(argv):
         raise ValueError("give exactly one of --prompt and --prompt_file")
     from tfxl.models.sampling import check_sampling
     check_sampling(FLAGS.max_new_tokens, FLAGS.temperature, FLAGS.top_k, FLAGS.top_p)
+    from tfxl.models.generation import check_new_tokens
+    check_new_tokens(1, FLAGS.max_new_tokens, "--max_new_tokens")
     # A non-UTF-8 argument reaches Python as surrogate escapes (PEP 383): back to its bytes.
     prompt = (read_prompt(FLAGS.prompt_file) if FLAGS.prompt_file
               else utf8_text(os.fsencode(FLAGS.prompt), "--prompt"))
@@ -156,6 +189,7 @@ def main(argv):
             raise ValueError("--data_dir is required (only an export made with --data_dir "
                              "carries its tokenizer)")
         model = load_language_model(FLAGS.model)
+        check_sizes(model.config)
         tokenizer = load_checked_tokenizer(FLAGS.data_dir, FLAGS.model, model.config.vocab_size)
         step = _ModelStepper(model, FLAGS.mem_len)
     ids = tokenizer.encode(prompt)
