@@ -252,3 +252,19 @@ def test_error_lines_lose_tensorflows_function_node_prefix_and_verbosity_shows_t
     code, err = run_tool(monkeypatch, capsys, ValueError("--x=1 is wrong"), "--verbosity=1")
     assert code == 2 and err[0] == "Traceback (most recent call last):", err
     assert err[-2:] == ["ValueError: --x=1 is wrong", "error: --x=1 is wrong"], err
+
+
+def test_install_hints_say_how_tfxl_is_installed():
+    """tfxl is not on PyPI: a hint to `pip install tfxl` or `'tfxl[extra]'` fails. Every hint in
+    the code and the manual names the extra as installed from a clone (`pip install '.[hub]'`)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    wrong = re.compile(r"pip install (--\S+ )*['\"]?tfxl\b|tfxl\[")
+    files = [*root.glob("tfxl/**/*.py"), *root.glob("train/**/*.py"), *root.glob("tpu/**/*.py"),
+             *root.glob("docs/*.md"), root / "README.md", root / "BUILD.md", root / "Makefile"]
+    found = [f"{path.relative_to(root)}:{number}: {line.strip()}" for path in files
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if wrong.search(line)]
+    assert not found, "\n".join(found)
