@@ -3,6 +3,7 @@ recovered from, and nothing already written is overwritten or lost."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -379,3 +380,16 @@ def test_a_model_dir_entry_of_the_wrong_kind_is_refused_before_anything_changes(
     assert "dropped steps" not in result.stdout + result.stderr
     assert set(model_dir.rglob("*")) == paths  # nothing added or removed
     assert {p: p.read_bytes() for p in paths if p.is_file()} == kept
+
+
+def test_the_trainers_notes_are_plain_lines(data_dir, tmp_path, straight_run_dir):
+    """What a run says about itself (resumed from, run settings, a lease taken over) is the tool's
+    own line on stderr, not absl's log line with its date, thread and source file."""
+    model_dir = tmp_path / "m"
+    shutil.copytree(straight_run_dir, model_dir)
+    result = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 35))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert any(line.startswith(f"resumed from {model_dir}") for line in
+               result.stderr.splitlines()), result.stderr[-2000:]
+    absl_line = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ", re.M)
+    assert not absl_line.search(result.stderr + result.stdout), result.stderr[-2000:]
