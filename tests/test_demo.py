@@ -107,3 +107,28 @@ def test_make_demo_installs_only_what_the_demo_needs(tmp_path):
     tested = _make_demo_dry_run(tmp_path / "tested", (".installed",))
     assert "pip install" not in tested, tested
     assert "tfxl.train.demo" in tested and "tfxl.train.classify_demo" in tested
+
+
+@pytest.mark.large
+def test_the_demo_table_is_the_same_for_the_same_seed(tmp_path):
+    """The README's table is reproducible: the same data, Python, TensorFlow and CPU kernels give
+    the same bpc to the last digit (only the seconds vary with the machine and its load)."""
+    import shutil
+
+    import factories
+    from factories import run_in_process
+
+    (tmp_path / "prepared").mkdir()
+    data = factories.random_bytes_data(tmp_path / "prepared", 8, 4)
+    tables, evals = [], []
+    for name in ("first", "second"):
+        out = tmp_path / name
+        shutil.copytree(data, out / "data")  # prepared: the demo reuses it
+        result = run_in_process("tfxl.train.demo", f"--out={out}", "--train_steps=6",
+                                "--batch_size=4", "--eval_tgt_len=8", "--eval_mem_lens=0,16")
+        assert result.returncode == 0, result.stderr[-2000:]
+        tables.append([line for line in result.stdout.splitlines() if line.startswith("|")])
+        evals.append([(r["mem_len"], r["bpc"], r["tokens"]) for r in
+                      json.loads((out / "results.json").read_text())["eval"]])
+    assert len(tables[0]) == 5 and tables[0] == tables[1], tables
+    assert evals[0] == evals[1]
