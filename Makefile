@@ -31,6 +31,16 @@ $(STAMP): $(PY) setup.cfg pyproject.toml
 
 install: $(STAMP)  ## create .venv and install tfxl with its test extra
 
+# The demos run on TensorFlow only: their own install is tfxl with the plots extra (no torch, jax
+# or test tools, which make the test extra's .venv some 4 GB). A .venv that `make install` made
+# (it has the test extra, plots included) is used as it is.
+DEMO_STAMP := $(VENV)/.installed-demo
+DEMO_INSTALL := $(if $(wildcard $(STAMP)),$(STAMP),$(DEMO_STAMP))
+$(DEMO_STAMP): $(PY) setup.cfg pyproject.toml
+	$(PY) -m pip install --quiet 'uv>=0.9'
+	$(PY) -m uv pip install --quiet --compile-bytecode --python $(PY) -e '.[plots]'
+	touch $(DEMO_STAMP)
+
 # `make test` is every test not marked `large` (@pytest.mark.large: an end-to-end run such as two
 # workers preempted and resumed, kill -9 during a save, the tools as processes; or a first XLA
 # compile of a kind on JAX), on all three backends; `make test-large` is the large ones; .ci/run
@@ -65,10 +75,10 @@ test-torch: $(STAMP) ## the every_backend tests under KERAS_BACKEND=torch
 lint: $(STAMP)     ## ruff, configured in pyproject.toml
 	$(PY) -m ruff check tfxl train tpu tests benchmarks
 
-demo: $(STAMP)     ## the main job on the embedded default corpus (its plots: the `plots` extra, in `test`)
+demo: $(DEMO_INSTALL)  ## the main job on the embedded default corpus (its plots: the `plots` extra)
 	$(PY) -m tfxl.train.demo
 
-demo-classify: $(STAMP)  ## issue #18's classifier on stdlib packages: memory vs none vs truncation, plot
+demo-classify: $(DEMO_INSTALL)  ## issue #18's classifier on stdlib packages: memory vs none vs truncation, plot
 	$(PY) -m tfxl.train.classify_demo
 
 clean:

@@ -7,6 +7,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # run the suite with them.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
+# TensorFlow's native start-up lines ("Could not find cuda drivers", "failed call to cuInit: ...
+# (303)", absl's "WARNING: All log messages before absl::InitializeLog()") ignore
+# TF_CPP_MIN_LOG_LEVEL and would follow every pass of `make test`: each test process's stderr goes
+# through the tools' own filter (tfxl/cli/quiet.py), which passes everything else. Before
+# TensorFlow loads; TFXL_TEST_NATIVE_LOGS=1 keeps them.
+if os.environ.get("TFXL_TEST_NATIVE_LOGS") != "1":
+    from tfxl.cli.quiet import hide_native_logs
+
+    hide_native_logs()
+
 import keras
 import numpy as np
 import pytest

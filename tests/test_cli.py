@@ -252,3 +252,43 @@ def test_error_lines_lose_tensorflows_function_node_prefix_and_verbosity_shows_t
     code, err = run_tool(monkeypatch, capsys, ValueError("--x=1 is wrong"), "--verbosity=1")
     assert code == 2 and err[0] == "Traceback (most recent call last):", err
     assert err[-2:] == ["ValueError: --x=1 is wrong", "error: --x=1 is wrong"], err
+
+
+def test_install_hints_say_how_tfxl_is_installed():
+    """tfxl is not on PyPI: a hint to `pip install tfxl` or `'tfxl[extra]'` fails. Every hint in
+    the code and the manual names the extra as installed from a clone (`pip install '.[hub]'`)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    wrong = re.compile(r"pip install (--\S+ )*['\"]?tfxl\b|tfxl\[")
+    files = [*root.glob("tfxl/**/*.py"), *root.glob("train/**/*.py"), *root.glob("tpu/**/*.py"),
+             *root.glob("docs/*.md"), root / "README.md", root / "BUILD.md", root / "Makefile"]
+    found = [f"{path.relative_to(root)}:{number}: {line.strip()}" for path in files
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if wrong.search(line)]
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.large
+@pytest.mark.subprocess
+def test_a_test_pass_prints_no_native_start_up_lines():
+    """The suite's own output (here one pass of xdist workers, as `make test` runs them) carries
+    none of TensorFlow's start-up lines ("Could not find cuda drivers", "failed call to cuInit",
+    absl's "WARNING: All log messages before absl::InitializeLog()"); a failure still shows."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "1", "-p", "no:cacheprovider", "-p",
+         "no:randomly", "tests/test_files.py::test_only_plain_paths_and_file_urls_are_local"],
+        cwd=root, capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items()
+             if k not in ("TF_CPP_MIN_LOG_LEVEL", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER")})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    output = result.stdout + result.stderr
+    native = re.compile(r"^([IWE]0000 00:00:|WARNING: All log messages before absl)", re.M)
+    assert not native.search(output), output[-3000:]
+    assert "1 passed" in output

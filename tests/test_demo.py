@@ -73,5 +73,62 @@ def test_training_loss_curve_is_every_logged_step(tmp_path):
 
 def test_without_matplotlib_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails as if missing
-    with pytest.raises(ValueError, match=r"tfxl\[plots\]"):
+    with pytest.raises(ValueError, match=r"pip install '\.\[plots\]' in a clone of tfxl"):
         demo.figure_class()
+
+
+def _make_demo_dry_run(tmp_path, stamps):
+    """What `make -n demo` would run in a copy of the checkout's build files, with a .venv whose
+    python exists and the install stamps `stamps` present (newer than setup.cfg)."""
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    tmp_path.mkdir()
+    for name in ("Makefile", "setup.cfg", "pyproject.toml"):
+        shutil.copy(root / name, tmp_path / name)
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "python").write_text("")
+    for stamp in stamps:
+        (tmp_path / ".venv" / stamp).write_text("")
+        os.utime(tmp_path / ".venv" / stamp, (2e9, 2e9))  # newer than the copied build files
+    env = {**os.environ, "UV_FIND_LINKS": ""}
+    return subprocess.run(["make", "-n", "demo", "demo-classify"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, check=True).stdout
+
+
+def test_make_demo_installs_only_what_the_demo_needs(tmp_path):
+    fresh = _make_demo_dry_run(tmp_path / "fresh", ())
+    assert "'.[plots]'" in fresh and "[test]" not in fresh, fresh
+    assert fresh.count("uv pip install") == 1, fresh  # once for both demos
+    # A .venv of `make install` (the test extra, plots included) is used as it is.
+    tested = _make_demo_dry_run(tmp_path / "tested", (".installed",))
+    assert "pip install" not in tested, tested
+    assert "tfxl.train.demo" in tested and "tfxl.train.classify_demo" in tested
+
+
+@pytest.mark.large
+def test_the_demo_table_is_the_same_for_the_same_seed(tmp_path):
+    """The README's table is reproducible: the same data, Python, TensorFlow and CPU kernels give
+    the same bpc to the last digit (only the seconds vary with the machine and its load)."""
+    import shutil
+
+    import factories
+    from factories import run_in_process
+
+    (tmp_path / "prepared").mkdir()
+    data = factories.random_bytes_data(tmp_path / "prepared", 8, 4)
+    tables, evals = [], []
+    for name in ("first", "second"):
+        out = tmp_path / name
+        shutil.copytree(data, out / "data")  # prepared: the demo reuses it
+        result = run_in_process("tfxl.train.demo", f"--out={out}", "--train_steps=6",
+                                "--batch_size=4", "--eval_tgt_len=8", "--eval_mem_lens=0,16")
+        assert result.returncode == 0, result.stderr[-2000:]
+        tables.append([line for line in result.stdout.splitlines() if line.startswith("|")])
+        evals.append([(r["mem_len"], r["bpc"], r["tokens"]) for r in
+                      json.loads((out / "results.json").read_text())["eval"]])
+    assert len(tables[0]) == 5 and tables[0] == tables[1], tables
+    assert evals[0] == evals[1]

@@ -3,6 +3,7 @@ recovered from, and nothing already written is overwritten or lost."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -352,3 +353,43 @@ def test_kill_9_during_a_save_resumes_exactly(data_dir, tmp_path, straight_run, 
     assert sorted(losses) == list(range(1, 31))
     for step in range(1, 31):  # dropout on: weights, optimizer and RNG all come back
         assert losses[step] == pytest.approx(straight_run[step], abs=1e-5), step
+
+
+# -- 6. a model_dir path of the wrong kind is refused before anything changes --------------------
+
+@pytest.mark.parametrize("name,kind", [("checkpoints", "file"), ("train_log", "file"),
+                                       ("train", "file"), ("run.json", "directory")])
+def test_a_model_dir_entry_of_the_wrong_kind_is_refused_before_anything_changes(
+        data_dir, tmp_path, straight_run_dir, name, kind):
+    # A finished run (logged to step 30) continued to 40, with one of its entries replaced.
+    model_dir = tmp_path / "m"
+    shutil.copytree(straight_run_dir, model_dir)
+    entry = model_dir / name
+    if entry.is_dir():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink()
+    if kind == "file":
+        entry.write_text("not a directory\n")
+    else:
+        entry.mkdir()
+    paths = set(model_dir.rglob("*"))
+    kept = {p: p.read_bytes() for p in paths if p.is_file()}
+    result = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 40))
+    assert_one_error_line(result, str(entry), f"is a {kind}")
+    assert "dropped steps" not in result.stdout + result.stderr
+    assert set(model_dir.rglob("*")) == paths  # nothing added or removed
+    assert {p: p.read_bytes() for p in paths if p.is_file()} == kept
+
+
+def test_the_trainers_notes_are_plain_lines(data_dir, tmp_path, straight_run_dir):
+    """What a run says about itself (resumed from, run settings, a lease taken over) is the tool's
+    own line on stderr, not absl's log line with its date, thread and source file."""
+    model_dir = tmp_path / "m"
+    shutil.copytree(straight_run_dir, model_dir)
+    result = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 35))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert any(line.startswith(f"resumed from {model_dir}") for line in
+               result.stderr.splitlines()), result.stderr[-2000:]
+    absl_line = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ", re.M)
+    assert not absl_line.search(result.stderr + result.stdout), result.stderr[-2000:]

@@ -617,3 +617,84 @@ def test_on_a_bucket_the_log_lease_and_record_work_without_append_or_rename(gcs,
     assert sorted(losses) == list(range(1, 31))
     for step in range(1, 31):
         assert losses[step] == pytest.approx(straight_cli[step], abs=1e-5), step
+
+
+# -- damaged records: one error naming the file and the field ------------------------------------
+
+@pytest.mark.parametrize("record,needle", [
+    ({"settings": None, "history": []}, "'settings'"),
+    ({"history": []}, "'settings'"),
+    ({"settings": {}, "history": 3}, "'history'"),
+    ({"settings": {}, "history": ["x"]}, "'history'"),
+    ({"settings": {"schedule_steps": "many"}, "history": []}, "'schedule_steps'"),
+])
+def test_a_damaged_run_record_is_one_error_naming_its_field(data_dir, tmp_path, record, needle):
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    (model_dir / "run.json").write_text(json.dumps(record))
+    kept = files_of(model_dir)
+    result = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 10))
+    assert_one_error_line(result, str(model_dir / "run.json"), needle)
+    assert files_of(model_dir) == kept
+
+
+@pytest.mark.parametrize("fields,needle", [
+    (dict(timeout=None), "'timeout'"), (dict(timeout="300"), "'timeout'"),
+    (dict(timeout=-1), "'timeout'"), (dict(started=1e300), "'started'"),
+    (dict(heartbeat=1e300), "'heartbeat'"), (dict(heartbeat=float("nan")), "'heartbeat'"),
+    (dict(pid="1"), "'pid'"), (dict(host=5), "'host'"), (dict(owner=None), "'owner'"),
+])
+def test_a_damaged_lease_is_taken_over_naming_its_field(tmp_path, fields, needle):
+    # A lease is tfxl's own lock, renewed every few seconds: a damaged one is unreadable, as one
+    # of garbage bytes is, and taken over with a message naming the file and the field.
+    model_dir = tmp_path / "m"
+    write_lease(model_dir, **fields)
+    messages = []
+    lease = Lease(str(model_dir), FAST, log=messages.append).acquire()
+    try:
+        assert len(messages) == 1 and "taking over" in messages[0], messages
+        assert str(model_dir / "lease.json") in messages[0] and needle in messages[0], messages
+    finally:
+        lease.release()
+
+
+@pytest.mark.parametrize("fields,needle", [
+    (dict(timeout=None), "'timeout'"), (dict(started=1e300), "'started'")])
+def test_a_damaged_lease_never_stops_a_tool_with_a_traceback(data_dir, tmp_path, fields, needle):
+    model_dir = tmp_path / "m"
+    write_lease(model_dir, **fields)
+    result = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 5))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "taking over" in result.stderr and needle in result.stderr, result.stderr[-2000:]
+
+
+def test_damaged_data_and_metrics_records_name_their_field(data_dir, tmp_path):
+    from tfxl.data.manifest import load_manifest
+    from tfxl.model_dir import check_data_fingerprint
+
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    manifest = load_manifest(str(data_dir))
+    for record, needle in [({"vocab_sha256": 5}, "'vocab_sha256'"),
+                           ({"vocab_sha256": None, "vocab_size": "258"}, "'vocab_size'")]:
+        (model_dir / "data.json").write_text(json.dumps(record))
+        with pytest.raises(ValueError, match=rf"data.json.*{needle}"):
+            check_data_fingerprint(str(model_dir), manifest, str(data_dir))
+
+
+def test_a_finished_run_with_a_damaged_metrics_record_is_one_error(data_dir, tmp_path,
+                                                                   trained_copy):
+    model_dir = trained_copy  # trained to step 20
+    (model_dir / "metrics.json").write_text(json.dumps({"step": "twenty"}))
+    kept = files_of(model_dir)
+    with pytest.raises(ValueError, match=r"metrics.json.*'step'"):
+        train(data_dir, model_dir, 20)
+    assert files_of(model_dir) == kept
+
+
+def test_train_log_records_of_another_shape_are_skipped(tmp_path):
+    write_part(tmp_path, range(1, 4))
+    part = tmp_path / "train_log" / "0000000004-0000000006.jsonl"
+    part.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"step": 4, "loss": "high"}, {"step": True, "loss": 1.0}, {"step": 6, "loss": 1.0}]))
+    assert [r["step"] for r in read_train_log(str(tmp_path))] == [1, 2, 3, 6]

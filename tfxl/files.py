@@ -20,6 +20,7 @@ completes, in one go.
 """
 
 import json
+import math
 import os
 import secrets
 import shutil
@@ -30,9 +31,10 @@ import tensorflow as tf
 from tfxl.paths import is_local  # also tfxl.files.is_local, for the tools
 
 
-def read_json(path, what):
+def read_json(path, what, fields=None):
     """A JSON file's object; ValueError naming the file when it cannot be read or parsed, or
-    holds something other than an object."""
+    holds something other than an object, or (`fields`: see `check_fields`) a field of
+    another kind."""
     try:
         with tf.io.gfile.GFile(path) as f:
             data = json.load(f)
@@ -42,7 +44,65 @@ def read_json(path, what):
         raise ValueError(f"{what} {path} is not valid JSON: {err}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{what} {path}: expected a JSON object")
-    return data
+    return data if fields is None else check_fields(data, path, what, fields)
+
+
+# What a field of a record may hold (`check_fields`): a test and the words that name it. A record
+# is a JSON file tfxl wrote itself (run.json, lease.json, data.json, metrics.json, a train log
+# line); a damaged one is refused where it is read, naming the file and the field, never left to
+# fail later as a TypeError far from its cause.
+def _is_integer(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value):
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+# Unix seconds up to the year 5138: time.localtime and strftime overflow far beyond it.
+_LATEST_TIME = 1e11
+
+FIELD_KINDS = {
+    "integer": (_is_integer, "an integer"),
+    "count": (lambda v: _is_integer(v) and v >= 1, "an integer >= 1"),
+    "number": (_is_number, "a finite number"),
+    # NaN and infinities too (a diverged step's loss is logged as it was)
+    "real": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number"),
+    "positive": (lambda v: _is_number(v) and v > 0, "a finite number > 0"),
+    "time": (lambda v: _is_number(v) and 0 <= v <= _LATEST_TIME, "a time in Unix seconds"),
+    "text": (lambda v: isinstance(v, str), "a string"),
+    "object": (lambda v: isinstance(v, dict), "a JSON object"),
+    "list": (lambda v: isinstance(v, list), "a JSON list"),
+}
+
+
+def field_error(record, fields):
+    """Why `record` (a dict) does not hold `fields`, or None: {name: kind}, kind a FIELD_KINDS
+    name; "kind?" may also be null or absent. The first wrong field is named."""
+    for name, kind in fields.items():
+        optional = kind.endswith("?")
+        test, words = FIELD_KINDS[kind.rstrip("?")]
+        value = record.get(name)
+        if value is None and optional:
+            continue
+        if name not in record:
+            return f"its field {name!r} is missing (it must be {words})"
+        if not test(value):
+            shown = json.dumps(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            return (f"its field {name!r} must be {words}"
+                    + (" or null" if optional else "") + f", not {shown}")
+    return None
+
+
+def check_fields(record, path, what, fields):
+    """Refuses (ValueError naming `what`, `path` and the field) a record that does not hold
+    `fields` (see `field_error`); returns the record."""
+    why = field_error(record, fields)
+    if why:
+        raise ValueError(f"{what} {path} is damaged: {why}")
+    return record
 
 
 def write_text_atomically(path, text):

@@ -47,6 +47,15 @@ TENSORBOARD = "train"
 EXPORT_RECORD = os.path.join("assets.extra", "tfxl_data.json")
 SAVED_MODEL = "saved_model.pb"
 
+# The names of a model_dir that are directories, and those that are files (`check_layout`).
+DIRECTORIES = (CHECKPOINTS, TRAIN_LOG_PARTS, TENSORBOARD, WORKER_CHECKPOINTS)
+FILES = (CONFIG, DATA, RUN, LEASE, TRAIN_LOG, METRICS, os.path.join(CHECKPOINTS, CHECKPOINT_STATE))
+# The fields of the records read here (tfxl.files.check_fields): data.json (and an export's
+# record), metrics.json (what a finished run reports: its step at least).
+DATA_FIELDS = {"vocab_sha256": "text?", "vocab_size": "count?", "tgt_len": "count?",
+               "data_dir": "text?"}
+METRICS_FIELDS = {"step": "integer"}
+
 
 class ModelDir:
     """The paths of one model_dir (a local directory or a bucket prefix)."""
@@ -89,6 +98,22 @@ class ModelDir:
         """Where a MultiWorkerMirrored worker other than the chief saves (only the chief's
         checkpoints are kept; every worker must save for the collective save to complete)."""
         return self._join(WORKER_CHECKPOINTS, str(worker_id))
+
+    def check_layout(self):
+        """Refuses (ValueError naming it) a model_dir that is a file, or whose entry is of
+        another kind than the trainer makes it (`checkpoints` a file, `run.json` a directory):
+        the trainer would find no checkpoint and start again, deleting the train log, and fail
+        at its first save, so this is checked before anything is written or removed."""
+        if tf.io.gfile.exists(self.path) and not tf.io.gfile.isdir(self.path):
+            raise ValueError(f"--model_dir={self.path} is a file, not a directory")
+        for names, want_directory in ((DIRECTORIES, True), (FILES, False)):
+            for name in names:
+                path = self._join(name)
+                if tf.io.gfile.exists(path) and tf.io.gfile.isdir(path) != want_directory:
+                    found, wanted = (("a file", "directory") if want_directory
+                                     else ("a directory", "file"))
+                    raise ValueError(f"{path} is {found}, not the {wanted} a training run "
+                                     f"keeps there; move it out of --model_dir={self.path}")
 
     def is_model_dir(self):
         """Whether a training run has claimed it (config.json written)."""
@@ -145,7 +170,7 @@ def check_data_fingerprint(model_dir, manifest, data_dir, store=False):
     if not tf.io.gfile.exists(path):
         path = os.path.join(model_dir, EXPORT_RECORD)
     if tf.io.gfile.exists(path):
-        stored = read_json(path, "data fingerprint")
+        stored = read_json(path, "data fingerprint", DATA_FIELDS)
         recorded = stored.get("vocab_sha256")  # None: an export made without a tokenizer
         if recorded is not None and recorded != manifest["vocab_sha256"]:
             raise ValueError(
@@ -179,4 +204,5 @@ def write_export_record(export_dir, vocab_size, vocab_sha256=None, data_dir=None
 def export_vocab_size(export_dir):
     """The vocabulary size an export recorded, or None (exports of older tfxl versions)."""
     path = os.path.join(export_dir, EXPORT_RECORD)
-    return read_json(path, "export record").get("vocab_size") if tf.io.gfile.exists(path) else None
+    return (read_json(path, "export record", DATA_FIELDS).get("vocab_size")
+            if tf.io.gfile.exists(path) else None)

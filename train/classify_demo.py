@@ -38,7 +38,8 @@ OUT/accuracy_vs_tokens.png and writes everything to OUT/results.json:
 
     python -m tfxl.train.classify_demo [--out=demo_classify_out] [--size=demo]
 
-The plot needs matplotlib, the `plots` extra (`pip install 'tfxl[plots]'`; in `make install`).
+The plot needs matplotlib, the `plots` extra (`pip install '.[plots]'` in a clone of tfxl;
+`make demo-classify` installs it).
 The benchmark: `python -m benchmarks.classify_bench` (`BENCH_SIZES`).
 """
 

@@ -19,7 +19,7 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
     from tfxl.cli.quiet import quiet_tensorflow
     quiet_tensorflow()
 
-from absl import flags, logging
+from absl import flags
 
 from tfxl import cli
 from tfxl.classification.classifier import MEMORY, NO_MEMORY, READINGS, TRUNCATION
@@ -137,9 +137,9 @@ def main(argv):
         is_chief=chief, allow_run_changes=FLAGS.allow_run_changes,
         lease=lease.params_from_flags(), train_log_seconds=FLAGS.train_log_seconds,
         short_first_loops=True)  # a document step takes seconds: progress from the first
-    run = TrainingRun(task, strategy=strategy, options=options, log=logging.info)
+    run = TrainingRun(task, strategy=strategy, options=options, log=cli.note)
     metrics, status = train_from_command_line(run, FLAGS.train_steps, save_every=FLAGS.save_every,
-                                              eval_every=FLAGS.eval_every, log=logging.info)
+                                              eval_every=FLAGS.eval_every, log=cli.note)
     if metrics is None:
         return status
     valid = metrics.get("valid")

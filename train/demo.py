@@ -11,8 +11,8 @@
 
     python -m tfxl.train.demo [--train_steps=2000] [--out=demo_out]
 
-The plots need matplotlib, an extra (`pip install 'tfxl[plots]'`; `make demo` installs it) that
-tfxl itself never imports.
+The plots need matplotlib, an extra (`pip install '.[plots]'` in a clone of tfxl; `make demo`
+installs it) that tfxl itself never imports.
 """
 
 if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
@@ -56,7 +56,8 @@ def figure_class():
         from matplotlib.figure import Figure  # the plots extra: only the demo needs it
     except ImportError:
         raise ValueError("the demo's plots need matplotlib, which tfxl itself does not: "
-                         "pip install 'tfxl[plots]' (make demo installs it)") from None
+                         "pip install '.[plots]' in a clone of tfxl "
+                         "(make demo installs it)") from None
     return Figure
 
 

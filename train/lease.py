@@ -30,7 +30,7 @@ import uuid
 import tensorflow as tf
 from absl import flags
 
-from tfxl.files import write_text_atomically
+from tfxl.files import field_error, write_text_atomically
 from tfxl.model_dir import ModelDir
 
 __all__ = ["Lease", "LeaseHeld", "LeaseLost", "LeaseParams", "define_flags", "params_from_flags"]
@@ -42,6 +42,12 @@ class LeaseHeld(ValueError):
 
 class LeaseLost(ValueError):
     """This trainer's lease was taken over (--take_over); it stops without saving."""
+
+
+# What a lease holds (tfxl.files.field_error): every field is written by `Lease._write`, so one
+# missing or of another kind (null, a string, a time no clock reads) makes the lease unreadable.
+LEASE_FIELDS = {"owner": "text", "host": "text", "pid": "integer", "started": "time",
+                "heartbeat": "time", "timeout": "positive"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +106,8 @@ class Lease:
 
     # -- reading ---------------------------------------------------------------------------------
     def read(self):
-        """The lease on storage: a dict, None when there is none, or {"unreadable": why}."""
+        """The lease on storage: a dict, None when there is none, or {"unreadable": why} (not
+        JSON, or a field missing or of another kind: named)."""
         try:
             with tf.io.gfile.GFile(self.path, "rb") as f:
                 raw = f.read()
@@ -108,30 +115,29 @@ class Lease:
             return None
         try:
             lease = json.loads(raw)
-            if not isinstance(lease, dict) or not isinstance(lease.get("heartbeat"), (int, float)):
+            if not isinstance(lease, dict):
                 raise ValueError("not a lease")
         except (UnicodeDecodeError, ValueError) as err:
             return {"unreadable": str(err).splitlines()[0] if str(err) else "empty"}
-        return lease
+        damage = field_error(lease, LEASE_FIELDS)
+        return {"unreadable": damage} if damage else lease
 
     def stale(self, lease):
         """Why `lease` (someone else's) is stale, or None while its holder is alive."""
         if "unreadable" in lease:
             return f"{self.path} is unreadable ({lease['unreadable']})"
         age = time.time() - lease["heartbeat"]
-        timeout = lease.get("timeout", self.params.timeout)
+        timeout = lease["timeout"]
         if age > timeout:
             return f"no heartbeat for {age:.0f} s (its timeout: {timeout:g} s)"
-        if (lease.get("host") == self.host and lease.get("pid") != self.pid
-                and isinstance(lease.get("pid"), int) and not _process_alive(lease["pid"])):
+        if (lease["host"] == self.host and lease["pid"] != self.pid
+                and not _process_alive(lease["pid"])):
             return f"its process {lease['pid']} on this host is gone"
         return None
 
     def describe(self, lease):
         age = time.time() - lease["heartbeat"]
-        started = lease.get("started")
-        since = (time.strftime(" since %Y-%m-%d %H:%M:%S", time.localtime(started))
-                 if isinstance(started, (int, float)) else "")
+        since = time.strftime(" since %Y-%m-%d %H:%M:%S", time.localtime(lease["started"]))
         return (f"host {lease.get('host')}, pid {lease.get('pid')}{since}, last heartbeat "
                 f"{age:.0f} s ago")
 
@@ -145,7 +151,7 @@ class Lease:
             raise LeaseHeld(
                 f"--model_dir={self.model_dir} is in use by another trainer "
                 f"({self.describe(lease)}; {self.path}); stop it first, or if it is gone, wait "
-                f"until its lease expires ({lease.get('timeout', self.params.timeout):g} s "
+                f"until its lease expires ({lease['timeout']:g} s "
                 "without a heartbeat) or restart with --take_over")
         return lease
 

@@ -10,7 +10,7 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
     from tfxl.cli.quiet import quiet_tensorflow
     quiet_tensorflow()
 
-from absl import flags, logging
+from absl import flags
 
 from tfxl import cli
 from tfxl.data.manifest import check_manifest, load_manifest
@@ -82,7 +82,7 @@ def main(argv):
     run = TrainingRun(task, strategy=strategy, options=options)
     metrics, status = train_from_command_line(
         run, FLAGS.train_steps, save_every=FLAGS.save_every, eval_every=FLAGS.eval_every,
-        max_eval_batches=FLAGS.max_eval_batches, log=logging.info)
+        max_eval_batches=FLAGS.max_eval_batches, log=cli.note)
     if metrics is None:
         return status
     print(f"done: step {metrics['step']}, train loss {metrics['train_loss']}")

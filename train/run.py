@@ -24,7 +24,7 @@ import tensorflow as tf
 from tfxl.checkpoints import checkpoints_newest_first
 from tfxl.cli.quiet import stream_is_terminal
 from tfxl.files import read_json, write_json_atomically
-from tfxl.model_dir import ModelDir, check_or_store_config
+from tfxl.model_dir import METRICS_FIELDS, ModelDir, check_or_store_config
 from tfxl.train.checkpointing import TrainingCheckpoint
 from tfxl.train.controller import Controller, ProgressBar, ProgressLines, TensorBoardScalars
 from tfxl.train.lease import Lease, LeaseParams
@@ -113,6 +113,8 @@ class TrainingRun:
         self.config, self.model_dir = task.config, options.model_dir
         self.global_batch, self.steps_per_loop = options.global_batch, options.steps_per_loop
         self.train_steps, self.is_chief = options.optimizer.train_steps, options.is_chief
+        # First: a `checkpoints` that is a file would read as "no checkpoint yet".
+        ModelDir(options.model_dir).check_layout()
         self.data = task.load_data(strategy, model_dir=options.model_dir, seed=options.seed)
         # Same initial weights and dropout stream every run.
         keras.config.set_dtype_policy(options.mixed_precision)
@@ -174,11 +176,14 @@ class TrainingRun:
         raised (its text says where to resume); no metrics.json is written (train/preemption.py).
 
         Every check that can refuse the run comes before anything is written into the model_dir:
-        the data (manifest, shard sizes, evaluation shards' CRCs), the model (config.json), the
-        run's settings (run.json, in the constructor), another live trainer (lease.json), the
-        checkpoint (restored: it must fit) and the train input (built at the restored step, which
-        reads its shards' CRCs). Then the lease is taken and the model_dir claimed.
+        the model_dir's layout (`checkpoints` a directory, run.json a file, ...), the data
+        (manifest, shard sizes, evaluation shards' CRCs), the model (config.json), the run's
+        settings (run.json, in the constructor), another live trainer (lease.json), the
+        checkpoint (restored: it must fit), a finished run's metrics.json, and the train input
+        (built at the restored step, which reads its shards' CRCs). Then the lease is taken and
+        the model_dir claimed.
         """
+        ModelDir(self.model_dir).check_layout()  # again: it may have changed since the constructor
         self.task.check_data(self.data, global_batch=self.global_batch,
                              evaluates=bool(eval_every))
         lease = Lease(self.model_dir, self.options.lease, log) if self.is_chief else None
@@ -189,7 +194,8 @@ class TrainingRun:
         step = self.train_step.step
         metrics_path = ModelDir(self.model_dir).metrics
         if step >= self.train_steps:
-            done = (read_json(metrics_path, "metrics") if tf.io.gfile.exists(metrics_path)
+            done = (read_json(metrics_path, "metrics", METRICS_FIELDS)
+                    if tf.io.gfile.exists(metrics_path)
                     else {"step": step})
             return {**done, "nothing_to_do": True}
         self.train_step.train_loop_begin()  # the train input at `step`: its shards' CRCs are read

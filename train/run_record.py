@@ -30,7 +30,7 @@ import time
 import tensorflow as tf
 from absl import flags
 
-from tfxl.files import read_json, write_json_atomically
+from tfxl.files import check_fields, read_json, write_json_atomically
 from tfxl.model_dir import ModelDir
 
 __all__ = ["RunRecord", "define_flags", "run_settings", "strategy_kind"]
@@ -70,6 +70,25 @@ def run_settings(opt, global_batch, mixed_precision, seed, steps_per_loop, strat
             "strategy": strategy_kind(strategy), "replicas": strategy.num_replicas_in_sync}
 
 
+# run.json's fields (tfxl.files.check_fields); a setting itself may hold any JSON value (each is
+# compared), except the schedule's length, which the run uses.
+RECORD_FIELDS = {"settings": "object", "history": "list?"}
+SETTING_FIELDS = {"schedule_steps": "count?"}
+HISTORY_FIELDS = {"train_steps": "integer?"}
+
+
+def read_run_record(path):
+    """run.json's record; ValueError naming the file and the field when it is damaged."""
+    record = read_json(path, "run record", RECORD_FIELDS)
+    check_fields(record["settings"], path, "run record", SETTING_FIELDS)
+    for entry in record.get("history") or []:
+        if not isinstance(entry, dict):
+            raise ValueError(f"run record {path} is damaged: its field 'history' must be a list "
+                             f"of JSON objects, not one holding {json.dumps(entry)[:40]}")
+        check_fields(entry, path, "run record (history)", HISTORY_FIELDS)
+    return record
+
+
 def _as_json(value):
     return json.loads(json.dumps(value))
 
@@ -96,7 +115,7 @@ class RunRecord:
         log = messages.append
         path = ModelDir(model_dir).run
         new = _as_json(settings)
-        stored = read_json(path, "run record") if tf.io.gfile.exists(path) else None
+        stored = read_run_record(path) if tf.io.gfile.exists(path) else None
         old = (stored or {}).get("settings", {})
         entry = {"at_step": None, "train_steps": train_steps,
                  "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -108,7 +127,7 @@ class RunRecord:
                 log(f"{path} is missing: this run's settings are recorded there (learning-rate "
                     f"schedule: {new['schedule_steps']} steps)")
             return cls(path, new, {"settings": new, "history": [entry]}, messages)
-        history = stored.get("history", [])
+        history = stored.get("history") or []
         changed = {k: [old.get(k), v] for k, v in new.items() if old.get(k) != v}
         listing = "; ".join(f"{k}: run.json has {a!r}, this run {b!r}"
                             for k, (a, b) in changed.items())

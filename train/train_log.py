@@ -31,13 +31,16 @@ import time
 import tensorflow as tf
 from absl import flags
 
-from tfxl.files import write_text_atomically
+from tfxl.files import field_error, write_text_atomically
 from tfxl.model_dir import ModelDir
 
 __all__ = ["TrainLog", "define_flags", "read_train_log", "resume_train_log"]
 
 FLUSH_SECONDS = 60.0
 MERGE_LINES = 100_000  # the lines kept in memory to merge the parts of one checkpoint interval
+# A line's fields (tfxl.files.field_error); a line with another shape is not a record.
+RECORD_FIELDS = {"step": "count", "loss": "real?", "grad_norm": "real?",
+                 "learning_rate": "real?"}
 
 
 def define_flags():
@@ -53,8 +56,9 @@ def _lines(records):
 
 
 def _read_records(path):
-    """The records of one log file; lines that are not a JSON object with an integer "step" (a
-    partial last line of a killed append) are skipped."""
+    """The records of one log file; lines that are not a JSON object with a step >= 1 and numbers
+    (or null) for loss, grad_norm and learning_rate (a partial last line of a killed append, a
+    damaged line) are skipped."""
     with tf.io.gfile.GFile(path, "rb") as f:
         raw = f.read()
     records = []
@@ -63,7 +67,7 @@ def _read_records(path):
             record = json.loads(line)
         except (UnicodeDecodeError, json.JSONDecodeError):
             continue
-        if isinstance(record, dict) and isinstance(record.get("step"), int):
+        if isinstance(record, dict) and field_error(record, RECORD_FIELDS) is None:
             records.append(record)
     return records
 

@@ -245,7 +245,7 @@ def test_sentencepiece_flags_and_missing_package(tmp_path, write, capsys, monkey
                         capsys)
     assert code == 2 and err.splitlines()[-1] == (
         "error: --sentencepiece_vocab_size needs the sentencepiece package: "
-        "pip install 'tfxl[sentencepiece]'")
+        "pip install '.[sentencepiece]' in a clone of tfxl")
     assert not out.exists()
 
 

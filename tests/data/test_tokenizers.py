@@ -168,7 +168,7 @@ def test_sentencepiece_learning_errors_are_one_clear_line(monkeypatch):
     with pytest.raises(DataError) as missing:
         tk.learn_sentencepiece_model(TEXT.splitlines(), 60)
     assert str(missing.value) == ("--sentencepiece_vocab_size needs the sentencepiece package: "
-                                  "pip install 'tfxl[sentencepiece]'")
+                                  "pip install '.[sentencepiece]' in a clone of tfxl")
 
 
 def test_registry_names_every_tokenizer_by_its_kind():

@@ -101,6 +101,16 @@ def _hide_tensorflow_chatter(record):
             and "triggered tf.function retracing" not in record.getMessage())
 
 
+def hide_native_logs(min_level=3):
+    """Drops TensorFlow's native log lines below `min_level` (3: I, W and E lines, and absl's
+    "before InitializeLog" banner) from file descriptor 2, for a process that is not a tool and
+    imports TensorFlow: the test suite's processes (tests/conftest.py). Before TensorFlow is
+    imported only (none once it is). Everything else on stderr passes: Python's tracebacks, a
+    fatal (F) line."""
+    if "tensorflow" not in sys.modules:
+        _filter_native_logs(min_level)
+
+
 def _filter_native_logs(min_level):
     """Routes file descriptor 2 through a child process that drops native log lines below
     min_level. A process, not a thread: it outlives a crash of this one (abort, segfault), so

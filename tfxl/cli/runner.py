@@ -88,6 +88,13 @@ def exit_status(main, argv, errors=(), failures=None):
         raise
 
 
+def note(message):
+    """A tool's note on what it does (resumed from, warm start, a lease taken over): one plain
+    line on stderr, beside the `error:` lines, leaving stdout to progress and results. Not
+    absl's logging, whose lines carry a date, thread and source file."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def print_result(result, output=None):
     """An evaluation tool's result: one JSON line on stdout (the only thing there) and, with
     `output` (its --output, checked writable before the work), the same JSON written whole."""

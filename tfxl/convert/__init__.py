@@ -7,7 +7,8 @@
 Formats: "pytorch" (original `MemTransformerLM` state dict), "huggingface"
 (`TransfoXLLMHeadModel` state dict, `.bin` or `.safetensors`), "tf1" (original TF checkpoint).
 No torch import anywhere: torch zip files are read by a restricted unpickler (see `readers`);
-`.safetensors` files need the `safetensors` package (`pip install 'tfxl[convert]'`).
+`.safetensors` files need the `safetensors` package (the `convert` extra: `pip install
+'.[convert]'` in a clone of tfxl).
 See docs/convert.md.
 """
 

@@ -312,7 +312,7 @@ def _check_storage_sizes(tensors, path):
 
 # ------------------------------------------------------------------------------------------------
 SAFETENSORS_MISSING = ("reading .safetensors files needs the safetensors package: "
-                       "pip install 'tfxl[convert]'")
+                       "pip install '.[convert]' in a clone of tfxl")
 
 
 def read_safetensors(path, name=None) -> TensorSource:

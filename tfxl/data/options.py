@@ -61,7 +61,7 @@ class PrepareConfig:
     sentencepiece_model: Optional[str] = option(None, "A SentencePiece .model file.")
     sentencepiece_vocab_size: Optional[int] = option(
         None, "Learn a SentencePiece model of this size from the training split instead (needs "
-        "the sentencepiece package: pip install 'tfxl[sentencepiece]').")
+        "the sentencepiece package: pip install '.[sentencepiece]' in a clone of tfxl).")
     min_freq: int = option(1, "words/chars: minimum training count.")
     max_size: int = option(0, "words/chars: maximum vocabulary size including specials "
                            "(0 = unlimited).")

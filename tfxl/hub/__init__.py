@@ -1,4 +1,4 @@
-"""Transformer-XL for keras-hub (the `tfxl[hub]` extra): `TransfoXLCausalLM` with its backbone,
+"""Transformer-XL for keras-hub (the `hub` extra): `TransfoXLCausalLM` with its backbone,
 preprocessor and tokenizer, converters from a trained tfxl model, and `TransfoXLTextClassifier`
 (documents of any length, from a language model's preset).
 
@@ -14,7 +14,7 @@ The rest of tfxl never imports this package, so tfxl works without keras-hub ins
 try:
     import keras_hub  # noqa: F401 (imported only to fail early with the install hint)
 except ImportError as err:  # pragma: no cover - depends on the environment
-    raise ImportError("tfxl.hub needs keras-hub: pip install 'tfxl[hub]'") from err
+    raise ImportError("tfxl.hub needs keras-hub: pip install '.[hub]' in a clone of tfxl") from err
 
 from tfxl.hub.backbone import TransfoXLHubBackbone
 from tfxl.hub.causal_lm import TransfoXLCausalLM

@@ -46,14 +46,15 @@ def sample_lines(training_text: TrainingText, sample_bytes: int) -> list:
 def learn_sentencepiece_model(lines: Iterable[str], vocab_size: int) -> bytes:
     """A unigram SentencePiece model (its serialized protobuf) learned from `lines`.
 
-    The ``sentencepiece`` package is needed only here (``pip install 'tfxl[sentencepiece]'``).
+    The ``sentencepiece`` package is needed only here (``pip install '.[sentencepiece]'`` in a
+    clone of tfxl).
     Its own ``<s>``/``</s>`` are left out: tfxl frames lines itself (``<eod>``, ``<eos>``).
     """
     try:
         import sentencepiece
     except ImportError:
         raise DataError("--sentencepiece_vocab_size needs the sentencepiece package: "
-                        "pip install 'tfxl[sentencepiece]'") from None
+                        "pip install '.[sentencepiece]' in a clone of tfxl") from None
     model = io.BytesIO()
     try:
         sentencepiece.SentencePieceTrainer.train(
