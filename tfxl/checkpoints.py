@@ -23,11 +23,12 @@ import os
 import re
 import sys
 
-import tensorflow as tf
 from google.protobuf import text_format
 
 from tfxl.model_dir import CHECKPOINT_STATE
-from tfxl.private_apis import checkpoint_management
+from tfxl.deferred import deferred_import
+
+tf = deferred_import("tensorflow")
 
 
 class DamagedCheckpoint(ValueError):
@@ -151,6 +152,7 @@ def checkpoint_state_damage(directory):
     try:
         with tf.io.gfile.GFile(path, "rb") as f:
             text = f.read().decode("utf-8")
+        from tfxl.private_apis import checkpoint_management  # TensorFlow's
         state = checkpoint_management.CheckpointState()
         text_format.Parse(text, state)
     except tf.errors.OpError as err:
@@ -173,6 +175,7 @@ def rewrite_checkpoint_state(directory):
         tf.io.gfile.remove(os.path.join(directory, CHECKPOINT_STATE))
         return []
     times = [tf.io.gfile.stat(f"{p}.index").mtime_nsec / 1e9 for p in prefixes]
+    from tfxl.private_apis import checkpoint_management  # TensorFlow's
     checkpoint_management.update_checkpoint_state_internal(
         directory, prefixes[-1], all_model_checkpoint_paths=prefixes,
         save_relative_paths=True, all_model_checkpoint_timestamps=times,

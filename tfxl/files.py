@@ -26,9 +26,11 @@ import secrets
 import shutil
 import tempfile
 
-import tensorflow as tf
 
 from tfxl.paths import is_local  # also tfxl.files.is_local, for the tools
+from tfxl.deferred import deferred_import
+
+tf = deferred_import("tensorflow")
 
 
 def read_json(path, what, fields=None):

@@ -26,10 +26,12 @@ model_dir through this module only; it imports no trainer, serving or data code.
 import os
 import re
 
-import tensorflow as tf
 
 from tfxl.config import TransfoXLConfig
 from tfxl.files import read_json, write_json_atomically
+from tfxl.deferred import deferred_import
+
+tf = deferred_import("tensorflow")
 
 CONFIG = "config.json"
 DATA = "data.json"

@@ -1,12 +1,12 @@
 """One function turns `--strategy/--tpu/--num_gpus` into a `tf.distribute.Strategy`.
 
 This package only resolves hardware: it knows nothing of the model, the data or the training loop.
+Importing it loads no TensorFlow (the tools' --help defines these flags): resolving a strategy does.
 """
 
 import json
 import os
 
-import tensorflow as tf
 from absl import flags
 
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
@@ -35,6 +35,7 @@ def strategy_from_flags(flag_values=flags.FLAGS):
 
 
 def _gpus(num_gpus, strategy):
+    import tensorflow as tf
     found = tf.config.list_logical_devices("GPU")
     if num_gpus is None:
         return [d.name for d in found]
@@ -55,6 +56,7 @@ def resolve_strategy(strategy="default", tpu=None, num_gpus=None):
     one_device: the first GPU if any, else the CPU. default: TensorFlow's default strategy.
     Raises StrategyError with the reason when the hardware or configuration is missing.
     """
+    import tensorflow as tf
     if strategy not in STRATEGIES:
         raise StrategyError(f"--strategy={strategy!r} is not one of {', '.join(STRATEGIES)}")
     if strategy == "default":

@@ -27,11 +27,13 @@ import threading
 import time
 import uuid
 
-import tensorflow as tf
 from absl import flags
 
 from tfxl.files import field_error, write_text_atomically
 from tfxl.model_dir import ModelDir
+from tfxl.deferred import deferred_import
+
+tf = deferred_import("tensorflow")
 
 __all__ = ["Lease", "LeaseHeld", "LeaseLost", "LeaseParams", "define_flags", "params_from_flags"]
 

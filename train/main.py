@@ -13,13 +13,9 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
 from absl import flags
 
 from tfxl import cli
-from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags, lease, run_record, train_log
-from tfxl.model_dir import check_or_store_config
 from tfxl.train import plan as training_plan, warm_start
-from tfxl.train.language_model import LanguageModelTask, build_model
-from tfxl.train.run import RunOptions, TrainingDiverged, TrainingRun, train_from_command_line
 
 FLAGS = flags.FLAGS
 
@@ -49,6 +45,11 @@ def is_chief(strategy):
 
 def main(argv):
     del argv
+    # Here, not at the top: --help, which defines the flags only, loads no TensorFlow.
+    from tfxl.data.manifest import check_manifest, load_manifest
+    from tfxl.model_dir import check_or_store_config
+    from tfxl.train.language_model import LanguageModelTask, build_model
+    from tfxl.train.run import RunOptions, TrainingRun, train_from_command_line
     train_flags.check_flag_ranges(FLAGS.flag_values_dict())
     train_flags.require_dir_flags("data_dir", "model_dir")
     manifest = load_manifest(FLAGS.data_dir)
@@ -108,9 +109,15 @@ def help_groups():
     ]
 
 
+def failures():
+    """A diverged run is not the user's input: its own status, 3 (the last good checkpoint
+    kept). Looked up only when a run raised (tfxl.cli.run): the trainer loads TensorFlow."""
+    from tfxl.train.run import TrainingDiverged
+    return {TrainingDiverged: 3}
+
+
 def run():
-    # A diverged run is not the user's input: its own status, 3 (the last good checkpoint kept).
-    cli.run(main, define_flags, errors=(StrategyError,), failures={TrainingDiverged: 3},
+    cli.run(main, define_flags, errors=(StrategyError,), failures=failures,
             help_groups=help_groups())
 
 

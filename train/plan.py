@@ -22,8 +22,8 @@ import sys
 
 from absl import flags
 
-from tfxl.train.footprint import (OPTIMIZER_SLOTS, classifier_training_footprint,
-                                  compute_bytes, evaluation_footprint, training_footprint)
+# tfxl.train.footprint is imported where it is used: it reads the model's cluster layout from
+# tfxl.layers, which loads Keras, and --help defines this module's flags only.
 
 GIB = 2**30
 MIB = 2**20
@@ -106,6 +106,7 @@ class TrainingPlan:
                  jit_compile=False):
         self._set_run(config, global_batch, replicas, local_replicas, device, mixed_precision,
                       optimizer)
+        from tfxl.train.footprint import training_footprint
         self.footprint = training_footprint(config, self.per_replica_batch, mixed_precision,
                                             optimizer, eval_settings, jit_compile)
 
@@ -135,6 +136,7 @@ class TrainingPlan:
     def checkpoint_copy_bytes(self):
         """The global training memory [B, L, M, D] a checkpoint is saved from (host memory)."""
         c = self.config
+        from tfxl.train.footprint import compute_bytes
         return (compute_bytes(self.mixed_precision) * self.global_batch * c.n_layer * c.mem_len
                 * c.d_model)
 
@@ -163,6 +165,7 @@ class TrainingPlan:
 
     def lines(self):
         """The plan, a few lines for stdout."""
+        from tfxl.train.footprint import OPTIMIZER_SLOTS
         f = self.footprint
         items = []
         for name, value in f.items():
@@ -234,6 +237,7 @@ class ClassificationPlan(TrainingPlan):
         self._set_run(config, global_batch, replicas, local_replicas, device, mixed_precision,
                       optimizer)
         self.head, self.document_tokens = head, document_tokens
+        from tfxl.train.footprint import classifier_training_footprint
         self.footprint = classifier_training_footprint(
             config, self.per_replica_batch, num_classes=head["num_classes"],
             pooling=head["pooling"], grad_segments=head["grad_segments"],
@@ -297,6 +301,7 @@ def check_evaluation_memory(config, strategy, global_batch, settings, sources,
     devices = local_devices(strategy)
     device = device_kind(devices)
     per_replica = max(1, global_batch // strategy.num_replicas_in_sync)
+    from tfxl.train.footprint import evaluation_footprint
     items = evaluation_footprint(config, per_replica, settings["tgt_len"], settings["mem_len"],
                                  mixed_precision)
     need = sum(items.values())

@@ -27,11 +27,13 @@ import dataclasses
 import json
 import time
 
-import tensorflow as tf
 from absl import flags
 
 from tfxl.files import check_fields, read_json, write_json_atomically
 from tfxl.model_dir import ModelDir
+from tfxl.deferred import deferred_import
+
+tf = deferred_import("tensorflow")
 
 __all__ = ["RunRecord", "define_flags", "run_settings", "strategy_kind"]
 

@@ -28,11 +28,13 @@ only append by rewriting the whole object, which would make a long run's log cos
 import json
 import time
 
-import tensorflow as tf
 from absl import flags
 
 from tfxl.files import field_error, write_text_atomically
 from tfxl.model_dir import ModelDir
+from tfxl.deferred import deferred_import
+
+tf = deferred_import("tensorflow")
 
 __all__ = ["TrainLog", "define_flags", "read_train_log", "resume_train_log"]
 

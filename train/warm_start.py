@@ -22,15 +22,16 @@ and the source's own config to build its model with.
 import os
 import zipfile
 
-import keras
-import tensorflow as tf
 from absl import flags
-from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from tfxl.checkpoints import (check_readable, checkpoints_newest_first,
                               newest_readable_checkpoint, restore_fitting)
 from tfxl.config import TransfoXLConfig
 from tfxl.model_dir import ModelDir, check_data_fingerprint
+from tfxl.deferred import deferred_import
+
+keras = deferred_import("keras")
+tf = deferred_import("tensorflow")
 
 MODEL = "model"  # what a training checkpoint (train/checkpointing.py) calls the model
 OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -73,6 +74,7 @@ def checkpoint_model_shapes(reader):
     """
     if not reader.has_tensor(OBJECT_GRAPH):  # a TF1 checkpoint: names only
         return None
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
     graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH))
     root = {child.local_name: child.node_id for child in graph.nodes[0].children}

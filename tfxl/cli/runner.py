@@ -31,7 +31,8 @@ def run(main, define_flags=None, errors=(), failures=None, help_groups=()):
     define_flags: registers the tool's flags; they are the ones --help lists.
     errors: exception types, besides ValueError/OSError/OpError, that are the user's fault.
     failures: {exception type: exit status} for failures that are not (tfxl-train: a diverged
-      run exits 3).
+      run exits 3), or a function returning it, called only when main raised (its types may
+      live in modules that load TensorFlow, which --help does not).
     help_groups: [(heading, flag names)]: how --help groups the tool's flags.
     """
     quiet_tensorflow()
@@ -79,6 +80,8 @@ def exit_status(main, argv, errors=(), failures=None):
     except app.UsageError as err:
         return fail(err)
     except Exception as err:  # sorted below by type; anything else is re-raised
+        if callable(failures):
+            failures = failures()
         for kind, status in (failures or {}).items():
             if isinstance(err, kind):
                 fail(err, show_traceback=_verbose())

@@ -36,10 +36,12 @@ from __future__ import annotations
 import json
 import os
 
-import tensorflow as tf
 
 from tfxl.data import storage
 from tfxl.data.errors import DataError
+from tfxl.deferred import deferred_import
+
+tf = deferred_import("tensorflow")
 
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"

@@ -15,9 +15,11 @@ from __future__ import annotations
 import io
 import os
 
-import tensorflow as tf
 
 from tfxl.files import is_local
+from tfxl.deferred import deferred_import
+
+tf = deferred_import("tensorflow")
 
 READ_BUFFER = 1 << 20
 

@@ -1,0 +1,30 @@
+"""`deferred_import("tensorflow")`: a stand-in for a heavy library that imports it when one of
+its names is first used, so that a module can say `tf = deferred_import("tensorflow")` at its
+top and still be imported without it.
+
+Why: the tools' --help defines the tools' flags, which live in modules (the trainer's lease, run
+record, train log, warm start, the data options) whose other functions use TensorFlow and Keras;
+loading those takes seconds that --help should not wait for (tests/test_cli_help.py). The library
+is imported by the first attribute read (`tf.io`, `tf.errors` in an `except` clause when an error
+is being handled), after which the stand-in holds the library's names itself. Only for
+third-party libraries: a tfxl module is imported plainly, so the layering test sees it.
+"""
+
+import importlib
+import types
+
+
+class DeferredModule(types.ModuleType):
+    """The module `name`, imported at the first read of an attribute it does not yet hold."""
+
+    def __getattr__(self, attribute):
+        if attribute.startswith("__"):  # copy, pickle and introspection probe these
+            raise AttributeError(attribute)
+        module = importlib.import_module(self.__name__)
+        self.__dict__.update(module.__dict__)  # once: later reads are plain attribute reads
+        return getattr(module, attribute)
+
+
+def deferred_import(name):
+    """A stand-in for the module `name` (e.g. "tensorflow"), imported on its first use."""
+    return DeferredModule(name)
