@@ -72,9 +72,8 @@ assert "--" in shown.getvalue(), shown.getvalue()
 # The tools whose module (or a module their flags come from) still imports TensorFlow at its top:
 # their --help waits for it. tfxl-export and tfxl-generate import it inside main only.
 HELP_IMPORTS_TENSORFLOW = {"tfxl.data.prepare", "tfxl.data.prepare_classification",
-                           "tfxl.train.classify_main", "tfxl.train.evaluate",
-                           "tfxl.classification.evaluate_main", "tfxl.convert.main",
-                           "tfxl.train.demo"}
+                           "tfxl.train.classify_main",
+                           "tfxl.classification.evaluate_main", "tfxl.convert.main"}
 
 
 @pytest.mark.large

@@ -242,9 +242,9 @@ def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path, monkeypat
     # hidden) does not depend on it, and its compiles (one train step, one forward per memory
     # length) were two thirds of the test's CPU. test_train.py's
     # test_train_and_eval_steps_compile_as_one_xla_computation tests the XLA steps.
-    from tfxl.train import demo
-    options = demo.RunOptions
-    monkeypatch.setattr(demo, "RunOptions",
+    from tfxl.train import run as training_run  # the demo's main imports RunOptions from it
+    options = training_run.RunOptions
+    monkeypatch.setattr(training_run, "RunOptions",
                         lambda **fields: options(**{**fields, "jit_compile": False}))
     out = tmp_path / "demo"
     shutil.copytree(data_dir, out / "data")  # reused by the demo: no corpus to prepare

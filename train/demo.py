@@ -24,19 +24,17 @@ import os
 import sys
 import time
 
-import tensorflow as tf
 from absl import flags
 
 from tfxl import cli
 from tfxl.config import get_preset
 from tfxl.data.manifest import load_manifest
-from tfxl.data.prepare import PrepareConfig, prepare
+from tfxl.deferred import deferred_import
 from tfxl.files import write_json_atomically
 from tfxl.model_dir import check_or_store_config
-from tfxl.train.language_model import LanguageModelTask
-from tfxl.train.optimization import OptimizerParams
-from tfxl.train.run import RunOptions, TrainingRun, TrainingStopped
 from tfxl.train.train_log import read_train_log
+
+tf = deferred_import("tensorflow")
 
 FLAGS = flags.FLAGS
 
@@ -113,6 +111,11 @@ def write_plots(out_dir, results, training_mem_len, model_dir):
 
 
 def main(argv):
+    # Here, not at the top: --help, which defines the flags only, loads no TensorFlow.
+    from tfxl.data.prepare import PrepareConfig, prepare
+    from tfxl.train.language_model import LanguageModelTask
+    from tfxl.train.optimization import OptimizerParams
+    from tfxl.train.run import RunOptions, TrainingRun, TrainingStopped
     del argv
     figure_class()  # a missing extra stops the demo now, not after minutes of training
     data_dir = os.path.join(FLAGS.out, "data")
