@@ -30,7 +30,7 @@ from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strat
 from tfxl.train import flags as train_flags, lease, plan as training_plan, run_record, train_log
 from tfxl.train.classification import ClassificationTask
 from tfxl.train.main import is_chief
-from tfxl.train.run import RunOptions, TrainingDiverged, TrainingRun, train_from_command_line
+from tfxl.train.run import TrainingDiverged, TrainingRun, train_from_command_line
 
 FLAGS = flags.FLAGS
 
@@ -130,12 +130,8 @@ def main(argv):
     if FLAGS.dry_run:
         print("dry run: nothing written")
         return 0
-    options = RunOptions(
-        model_dir=FLAGS.model_dir, global_batch=FLAGS.train_batch_size,
-        optimizer=train_flags.optimizer_params(), mixed_precision=FLAGS.mixed_precision,
-        jit_compile=FLAGS.jit_compile, steps_per_loop=FLAGS.steps_per_loop, seed=FLAGS.seed,
-        is_chief=chief, allow_run_changes=FLAGS.allow_run_changes,
-        lease=lease.params_from_flags(), train_log_seconds=FLAGS.train_log_seconds,
+    options = train_flags.run_options(
+        is_chief=chief,
         short_first_loops=True)  # a document step takes seconds: progress from the first
     run = TrainingRun(task, strategy=strategy, options=options, log=cli.note)
     metrics, status = train_from_command_line(run, FLAGS.train_steps, save_every=FLAGS.save_every,

@@ -101,6 +101,20 @@ def optimizer_params(flag_values=FLAGS):
                            fv.clip, fv.optimizer, fv.weight_decay, fv.schedule_steps)
 
 
+def run_options(*, is_chief, flag_values=FLAGS, **overrides):
+    """The `RunOptions` the training tools' flags give (tfxl-train, tfxl-classify-train);
+    `overrides` sets the others (e.g. short_first_loops)."""
+    from tfxl.train import lease
+    from tfxl.train.run import RunOptions  # loads TensorFlow: the tool has by now
+    fv = flag_values
+    return RunOptions(
+        model_dir=fv.model_dir, global_batch=fv.train_batch_size,
+        optimizer=optimizer_params(fv), mixed_precision=fv.mixed_precision,
+        jit_compile=fv.jit_compile, steps_per_loop=fv.steps_per_loop, seed=fv.seed,
+        is_chief=is_chief, allow_run_changes=fv.allow_run_changes,
+        lease=lease.params_from_flags(fv), train_log_seconds=fv.train_log_seconds, **overrides)
+
+
 def model_config(vocab_size, cutoffs=None, flag_values=FLAGS):
     """The TransfoXLConfig of --preset, --config and the override flags (tfxl.cli.resolve_config),
     with the data's vocabulary.

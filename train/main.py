@@ -49,7 +49,7 @@ def main(argv):
     from tfxl.data.manifest import check_manifest, load_manifest
     from tfxl.model_dir import check_or_store_config
     from tfxl.train.language_model import LanguageModelTask, build_model
-    from tfxl.train.run import RunOptions, TrainingRun, train_from_command_line
+    from tfxl.train.run import TrainingRun, train_from_command_line
     train_flags.check_flag_ranges(FLAGS.flag_values_dict())
     train_flags.require_dir_flags("data_dir", "model_dir")
     manifest = load_manifest(FLAGS.data_dir)
@@ -70,12 +70,7 @@ def main(argv):
                                   FLAGS.model_dir, manifest, FLAGS.data_dir, load=False)
         print("dry run: nothing written")
         return 0
-    options = RunOptions(
-        model_dir=FLAGS.model_dir, global_batch=FLAGS.train_batch_size,
-        optimizer=train_flags.optimizer_params(), mixed_precision=FLAGS.mixed_precision,
-        jit_compile=FLAGS.jit_compile, steps_per_loop=FLAGS.steps_per_loop, seed=FLAGS.seed,
-        is_chief=chief, allow_run_changes=FLAGS.allow_run_changes,
-        lease=lease.params_from_flags(), train_log_seconds=FLAGS.train_log_seconds)
+    options = train_flags.run_options(is_chief=chief)
     # The warm start is checked and loaded as the run is built, before the model_dir is
     # claimed: a source that does not fit leaves nothing there.
     task = LanguageModelTask(config, data_dir=FLAGS.data_dir,

@@ -16,11 +16,12 @@ activations, evaluation memory), computed from the config. What it is compared w
   `--memory_limit_gib` gives the limit by hand on any device.
 """
 
-import os
 import resource
 import sys
 
 from absl import flags
+
+from tfxl.host import host_memory_bytes
 
 # tfxl.train.footprint is imported where it is used: it reads the model's cluster layout from
 # tfxl.layers, which loads Keras, and --help defines this module's flags only.
@@ -58,20 +59,6 @@ def device_kind(devices):
     """"TPU", "GPU" or "CPU": what `devices` are."""
     devices = " ".join(devices).upper()
     return next((kind for kind in ("TPU", "GPU") if f"{kind}:" in devices), "CPU")
-
-
-def host_memory_bytes():
-    """The host's physical memory, or the container's cgroup limit when that is lower."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            with open(path) as f:
-                limit = f.read().strip()
-        except OSError:
-            continue
-        if limit.isdigit():
-            total = min(total, int(limit))
-    return total
 
 
 def gpu_memory_bytes():

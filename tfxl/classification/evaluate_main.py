@@ -18,7 +18,6 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
     quiet_tensorflow()
 
 
-import os
 import sys
 
 from absl import flags
@@ -29,6 +28,7 @@ from tfxl.classification.evaluation import evaluate_classifier
 from tfxl.data.classification import classification_dataset, load_classification_manifest
 from tfxl.data.manifest import split_info
 from tfxl.files import check_writable
+from tfxl.host import host_memory_bytes
 from tfxl.models.loading import check_classifier_fits, load_keras_model
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 
@@ -67,21 +67,6 @@ def evaluation_batch(batch_size, *, documents, replicas):
     """The global batch of an evaluation: --batch_size, but never more rows than the split's
     documents (rounded up to a multiple of the replicas), since every batch is padded to it."""
     return min(batch_size, -(-documents // replicas) * replicas)
-
-
-def host_memory_bytes():
-    """The host's physical memory, or the container's cgroup limit when that is lower (as the
-    training plan reads it; tfxl/classification never imports the trainer)."""
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            with open(path) as f:
-                limit = f.read().strip()
-        except OSError:
-            continue
-        if limit.isdigit():
-            total = min(total, int(limit))
-    return total
 
 
 def evaluation_bytes(model, rows, tokens):

@@ -1,0 +1,18 @@
+"""The machine a tool runs on, as the memory checks read it (the training plan, tfxl-eval,
+tfxl-classify-eval)."""
+
+import os
+
+
+def host_memory_bytes():
+    """The host's physical memory, or the container's cgroup limit when that is lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                limit = f.read().strip()
+        except OSError:
+            continue
+        if limit.isdigit():
+            total = min(total, int(limit))
+    return total
