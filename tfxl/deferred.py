@@ -6,8 +6,8 @@ Why: the tools' --help defines the tools' flags, which live in modules (the trai
 record, train log, warm start, the data options) whose other functions use TensorFlow and Keras;
 loading those takes seconds that --help should not wait for (tests/test_cli_help.py). The library
 is imported by the first attribute read (`tf.io`, `tf.errors` in an `except` clause when an error
-is being handled). Only for
-third-party libraries: a tfxl module is imported plainly, so the layering test sees it.
+is being handled). Only for third-party libraries: a tfxl module is imported plainly, so the
+layering test sees it.
 """
 
 import importlib
