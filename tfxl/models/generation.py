@@ -130,8 +130,9 @@ def read_prompt(model, prompt_ids, memory, segment_len, prompt_valid=None, clamp
                                    segment_valid=None if valid is None else valid[:, step], **run)
         return step + 1, memory
 
-    _, memory = ops.while_loop(lambda step, *_: step < full, body,
-                               (ops.convert_to_tensor(0, "int32"), memory))
+    if not isinstance(full, int) or full > 0:  # a static 0 (JAX) traces no body to index into
+        _, memory = ops.while_loop(lambda step, *_: step < full, body,
+                                   (ops.convert_to_tensor(0, "int32"), memory))
     log_probs, memory = model(prompt_ids[:, head:], memory, **run, segment_valid=(
         None if prompt_valid is None else prompt_valid[:, head:]))
     return log_probs[:, -1], memory
