@@ -70,10 +70,11 @@ with contextlib.redirect_stdout(io.StringIO()) as shown:
 assert "--" in shown.getvalue(), shown.getvalue()
 """
 # The tools whose module (or a module their flags come from) still imports TensorFlow at its top:
-# their --help waits for it. tfxl-export and tfxl-generate import it inside main only.
+# their --help waits for it. tfxl-export, tfxl-generate and tfxl-convert import it inside main
+# only.
 HELP_IMPORTS_TENSORFLOW = {"tfxl.data.prepare", "tfxl.data.prepare_classification",
                            "tfxl.train.classify_main",
-                           "tfxl.classification.evaluate_main", "tfxl.convert.main"}
+                           "tfxl.classification.evaluate_main"}
 
 
 @pytest.mark.large

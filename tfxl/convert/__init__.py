@@ -20,14 +20,16 @@ import secrets
 import tempfile
 
 import numpy as np
-import tensorflow as tf
 
 from tfxl.convert.errors import ConversionError
 from tfxl.convert.mapping import FORMATS, make_plan
 from tfxl.convert.readers import TensorSource, open_checkpoint
+from tfxl.deferred import deferred_import
 from tfxl.files import is_local, remove_quietly
-from tfxl.layers.memory import LayerInputMemory
-from tfxl.models import TransfoXLLM
+
+# TensorFlow and the model are imported on first use: tfxl-convert's --help reads this package
+# for its flags and should not wait for them (tests/test_cli_help.py).
+tf = deferred_import("tensorflow")
 
 __all__ = [
     "ConversionError", "FORMATS", "TensorSource", "open_checkpoint", "check_checkpoint",
@@ -62,6 +64,8 @@ def convert_checkpoint(fmt, checkpoint, config):
       config: the `tfxl.TransfoXLConfig` the checkpoint was trained with (the PyTorch and TF1
         files carry no hyper-parameters).
     """
+    from tfxl.models import TransfoXLLM
+
     plan = check_checkpoint(fmt, checkpoint, config)
     model = TransfoXLLM(config)
     model.build((None, config.tgt_len))
@@ -175,6 +179,8 @@ def memory_from_time_major(mems, n_layer, mem_len=None, dtype="float32"):
     Any other count raises ConversionError. `mem_len` (default M) pads on the left with invalid
     slots or keeps the last `mem_len` positions.
     """
+    from tfxl.layers.memory import LayerInputMemory
+
     arrays = [np.asarray(m) for m in mems]
     if not arrays or any(a.ndim != 3 or a.shape != arrays[0].shape for a in arrays):
         raise ConversionError("mems must be a non-empty list of equal [M, B, D] arrays")

@@ -19,13 +19,15 @@ import os
 import sys
 import time
 
-import tensorflow as tf
 from absl import flags
 
 from tfxl import cli
 from tfxl.convert import (ConversionError, config_overrides_from_hf, config_path_for,
                           convert_checkpoint, describe, save_converted)
+from tfxl.deferred import deferred_import
 from tfxl.files import read_json
+
+tf = deferred_import("tensorflow")  # imported on first use: --help does not wait for it
 
 FLAGS = flags.FLAGS
 TF1_LAYER_NORM_EPSILON = 1e-12  # tf.contrib.layers.layer_norm's variance epsilon

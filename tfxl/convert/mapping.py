@@ -26,7 +26,6 @@ from typing import Callable, Optional
 import numpy as np
 
 from tfxl.convert.errors import ConversionError
-from tfxl.layers.adaptive_clusters import cluster_layout
 
 FORMATS = ("pytorch", "huggingface", "tf1")
 # Tensor names a mismatch error shows per kind (missing, unknown, misshaped); the rest are
@@ -270,6 +269,9 @@ def _chunk(part, n_head, d_head, axis_out):
 
 
 def _layout(config):
+    # Imported here: tfxl.layers loads Keras, which tfxl-convert's --help should not wait for.
+    from tfxl.layers.adaptive_clusters import cluster_layout
+
     return cluster_layout(config.vocab_size, config.cutoffs, config.embed_dim, config.d_model,
                           config.div_val, config.proj_same_dim)
 

@@ -31,11 +31,13 @@ import tempfile
 import zipfile
 
 import numpy as np
-import tensorflow as tf
 
 from tfxl.cli import one_line
 from tfxl.convert.errors import ConversionError
+from tfxl.deferred import deferred_import
 from tfxl.files import is_local
+
+tf = deferred_import("tensorflow")  # imported on first use: not by tfxl-convert --help
 
 
 class TensorSource:
