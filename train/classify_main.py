@@ -22,15 +22,14 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
 from absl import flags
 
 from tfxl import cli
-from tfxl.classification.classifier import MEMORY, NO_MEMORY, READINGS, TRUNCATION
-from tfxl.classification.pooling import POOLINGS
-from tfxl.data.classification import load_classification_manifest
+from tfxl.classification.readings import MEMORY, NO_MEMORY, POOLINGS, READINGS, TRUNCATION
 from tfxl.model_dir import check_data_fingerprint, check_or_store_config
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.train import flags as train_flags, lease, plan as training_plan, run_record, train_log
-from tfxl.train.classification import ClassificationTask
-from tfxl.train.main import is_chief
-from tfxl.train.run import TrainingDiverged, TrainingRun, train_from_command_line
+from tfxl.train.main import failures, is_chief
+
+# The data reader, the task and the trainer (TensorFlow, Keras) are imported in main(): --help
+# should not wait for them (tests/test_cli_help.py).
 
 FLAGS = flags.FLAGS
 
@@ -96,6 +95,10 @@ def backbone_config(manifest, language_model):
 
 def main(argv):
     del argv
+    from tfxl.data.classification import load_classification_manifest
+    from tfxl.train.classification import ClassificationTask
+    from tfxl.train.run import TrainingRun, train_from_command_line
+
     train_flags.check_flag_ranges(FLAGS.flag_values_dict())
     train_flags.require_dir_flags("data_dir", "model_dir")
     manifest = load_classification_manifest(FLAGS.data_dir)
@@ -165,7 +168,7 @@ def help_groups():
 
 def run():
     """Console-script entry point (`tfxl-classify-train`)."""
-    cli.run(main, define_flags, errors=(StrategyError,), failures={TrainingDiverged: 3},
+    cli.run(main, define_flags, errors=(StrategyError,), failures=failures,
             help_groups=help_groups())
 
 

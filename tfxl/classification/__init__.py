@@ -7,15 +7,18 @@ package; their data is `tfxl.data.classification`'s, which only the command-line
 `evaluate_main` (tfxl-classify-eval) reads (tests/test_layering.py).
 """
 
-from tfxl.classification.classifier import (LENGTHS, MEMORY, NO_MEMORY, READINGS, TOKEN_IDS,
-                                            TRUNCATION, DocumentClassifier,
-                                            align_to_last_segment)
-from tfxl.classification.pooling import POOLINGS, SegmentAttentionPooling
+import importlib
 
-# The evaluation is TensorFlow code (tf.function, tf.data): imported on first use, so that the
-# model (keras.ops: tfxl.hub's text classifier on every backend) imports without TensorFlow.
-_EVALUATION = ("ClassificationMetrics", "ClassifierEvaluator", "evaluate_classifier",
-               "metrics_from_confusion")
+from tfxl.classification.readings import MEMORY, NO_MEMORY, POOLINGS, READINGS, TRUNCATION
+
+# The rest is imported on first use, each from its module. The model and its pooling are Keras:
+# the tools' flags take their choices from `readings` alone, and their --help should not wait
+# for Keras (tests/test_cli_help.py). The evaluation is TensorFlow code (tf.function, tf.data):
+# the model (keras.ops: tfxl.hub's text classifier on every backend) imports without TensorFlow.
+_LAZY = {"DocumentClassifier": "classifier", "LENGTHS": "classifier", "TOKEN_IDS": "classifier",
+         "align_to_last_segment": "classifier", "SegmentAttentionPooling": "pooling",
+         "ClassificationMetrics": "evaluation", "ClassifierEvaluator": "evaluation",
+         "evaluate_classifier": "evaluation", "metrics_from_confusion": "evaluation"}
 
 __all__ = ["ClassificationMetrics", "ClassifierEvaluator", "DocumentClassifier", "LENGTHS",
            "MEMORY", "NO_MEMORY", "POOLINGS", "READINGS", "SegmentAttentionPooling", "TOKEN_IDS",
@@ -24,7 +27,7 @@ __all__ = ["ClassificationMetrics", "ClassifierEvaluator", "DocumentClassifier",
 
 
 def __getattr__(name):
-    if name in _EVALUATION:
-        from tfxl.classification import evaluation
-        return getattr(evaluation, name)
+    if name in _LAZY:
+        module = importlib.import_module(f"tfxl.classification.{_LAZY[name]}")
+        return getattr(module, name)
     raise AttributeError(f"module 'tfxl.classification' has no attribute {name!r}")

@@ -42,16 +42,11 @@ from keras import ops
 from tfxl.classification.pooling import (LAST, LAST_SEGMENT_MEAN, SEGMENT_ATTENTION,
                                          SegmentAttentionPooling, check_pooling,
                                          last_valid_state, valid_mean)
+# How a classifier reads a document (`reading=`), named where the tools' flags take them from.
+from tfxl.classification.readings import MEMORY, NO_MEMORY, READINGS, TRUNCATION
 from tfxl.config import TransfoXLConfig
 from tfxl.layers.transformer_xl_block import attention_class
 from tfxl.models.backbone import TransfoXLBackbone, as_config, default_name
-
-# How a classifier reads a document (`reading=`; the names of tfxl-classify-train's and
-# tfxl-classify-eval's --reading, the README and BENCHMARKS.md):
-MEMORY = "memory"          # segment by segment on the memory (the first max_tokens, or whole)
-NO_MEMORY = "no_memory"    # each segment alone, the segments' probabilities averaged
-TRUNCATION = "truncation"  # the first max_tokens tokens only (default one segment, T)
-READINGS = (MEMORY, NO_MEMORY, TRUNCATION)
 
 # The input's keys (the same names as `tfxl.data.classification`'s reader yields; the data
 # package knows nothing of the model, so a test keeps the two equal).

@@ -23,14 +23,14 @@ import sys
 from absl import flags
 
 from tfxl import cli
-from tfxl.classification.classifier import READINGS, DocumentClassifier
-from tfxl.classification.evaluation import evaluate_classifier
-from tfxl.data.classification import classification_dataset, load_classification_manifest
+from tfxl.classification.readings import READINGS
 from tfxl.data.manifest import split_info
 from tfxl.files import check_writable
 from tfxl.host import host_memory_bytes
-from tfxl.models.loading import check_classifier_fits, load_keras_model
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
+
+# The model, its evaluation and the data reader (Keras, TensorFlow) are imported in the functions
+# that use them: --help should not wait for them (tests/test_cli_help.py).
 
 FLAGS = flags.FLAGS
 HELP_GROUPS = (("model and data", ("model", "data_dir", "split")),
@@ -57,6 +57,9 @@ def define_flags():
 
 def load_classifier(path):
     """The DocumentClassifier in the .keras file `path`; ValueError naming the flag otherwise."""
+    from tfxl.classification.classifier import DocumentClassifier
+    from tfxl.models.loading import load_keras_model
+
     try:
         return load_keras_model(path, DocumentClassifier)
     except ValueError as err:
@@ -115,6 +118,10 @@ def progress_printer(total, seconds=10.0, out=None):
 
 
 def evaluate_from_flags():
+    from tfxl.classification.evaluation import evaluate_classifier
+    from tfxl.data.classification import classification_dataset, load_classification_manifest
+    from tfxl.models.loading import check_classifier_fits
+
     for name in ("model", "data_dir"):
         if not FLAGS[name].value:
             raise ValueError(f"--{name} is required")

@@ -10,10 +10,9 @@ zeros.
 import keras
 from keras import ops
 
-LAST = "last"
-LAST_SEGMENT_MEAN = "last_segment_mean"
-SEGMENT_ATTENTION = "segment_attention"
-POOLINGS = (LAST, LAST_SEGMENT_MEAN, SEGMENT_ATTENTION)
+# The poolings' names live where the tools' flags take them from; imported from here too.
+from tfxl.classification.readings import (  # noqa: F401
+    LAST, LAST_SEGMENT_MEAN, POOLINGS, SEGMENT_ATTENTION)
 
 
 def check_pooling(pooling):

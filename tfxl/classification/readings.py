@@ -1,0 +1,19 @@
+"""The names of a document classifier's options: how it reads a document and what it pools.
+
+No Keras here: the command-line tools take their flags' choices from this module, and their
+--help should not wait for Keras or TensorFlow to load (tests/test_cli_help.py). `classifier`
+and `pooling` re-use these names.
+"""
+
+# How a classifier reads a document (`reading=`; the names of tfxl-classify-train's and
+# tfxl-classify-eval's --reading, the README and BENCHMARKS.md):
+MEMORY = "memory"          # segment by segment on the memory (the first max_tokens, or whole)
+NO_MEMORY = "no_memory"    # each segment alone, the segments' probabilities averaged
+TRUNCATION = "truncation"  # the first max_tokens tokens only (default one segment, T)
+READINGS = (MEMORY, NO_MEMORY, TRUNCATION)
+
+# What a classifier pools from what the backbone has read (`pooling=`, --pooling).
+LAST = "last"
+LAST_SEGMENT_MEAN = "last_segment_mean"
+SEGMENT_ATTENTION = "segment_attention"
+POOLINGS = (LAST, LAST_SEGMENT_MEAN, SEGMENT_ATTENTION)
