@@ -71,7 +71,7 @@ assert "--" in shown.getvalue(), shown.getvalue()
 """
 # The tools whose module (or a module their flags come from) still imports TensorFlow at its top:
 # their --help waits for it. The other tools import it inside main only.
-HELP_IMPORTS_TENSORFLOW = {"tfxl.data.prepare", "tfxl.data.prepare_classification"}
+HELP_IMPORTS_TENSORFLOW = {"tfxl.data.prepare_classification"}
 
 
 @pytest.mark.large

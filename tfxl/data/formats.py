@@ -15,12 +15,14 @@ import json
 from typing import Iterator, List
 
 import numpy as np
-import tensorflow as tf
 
 from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.data.sources import (CHUNK_BYTES, FilePiece, decode, open_piece, raw_chunks,
                                zip_members)
+from tfxl.deferred import deferred_import
+
+tf = deferred_import("tensorflow")  # imported on first use: not by the tools' --help
 
 # What --documents=auto means: keep the format's documents (a reset between them) or not.
 DOCUMENTS = ("auto", "none", "file")

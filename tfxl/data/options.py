@@ -24,12 +24,10 @@ STDLIB_MAX_EVAL_BYTES = 256 << 10
 DEFAULT_TGT_LEN = 512
 ERRORS = ("strict", "replace")
 
-
-def _tokenizer_names():
-    # The tokenizer registry imports this module (VocabularyOptions), so its names are read when
-    # the flags are defined, not when this module is imported.
-    from tfxl.data.tokenizers import TOKENIZERS
-    return list(TOKENIZERS)
+# The kinds of the tokenizer registry (`tfxl.data.tokenizers.TOKENIZERS`, which a test keeps
+# equal): named here because the tokenizers are TensorFlow modules, which the tools' --help
+# should not wait for, and the registry imports this module (VocabularyOptions).
+TOKENIZER_NAMES = ("bytes", "chars", "words", "wordpiece", "sentencepiece")
 
 
 def option(default=dataclasses.MISSING, help="", choices=None):
@@ -57,7 +55,7 @@ class PrepareConfig:
     tokenizer: Optional[str] = option(
         None, "Tokenizer (default: " + ", ".join(
             f"{f.default_tokenizer} for {f.name}" for f in FORMATS.values()) + ").",
-        choices=_tokenizer_names)
+        choices=TOKENIZER_NAMES)
     sentencepiece_model: Optional[str] = option(None, "A SentencePiece .model file.")
     sentencepiece_vocab_size: Optional[int] = option(
         None, "Learn a SentencePiece model of this size from the training split instead (needs "

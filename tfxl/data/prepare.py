@@ -22,25 +22,30 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Iterator, List, Optional
+from typing import TYPE_CHECKING, Iterator, List, Optional
 
-import keras
 import numpy as np
-import tensorflow as tf
 from absl import flags
 
 from tfxl import cli
 from tfxl.data import manifest as manifest_lib
-from tfxl.data import records, storage, tokenizers
+from tfxl.data import records, storage
 from tfxl.data.errors import DataError
 from tfxl.data.formats import DOCUMENTS, FORMATS, get_format
 from tfxl.data.options import (DEFAULT_TGT_LEN, ERRORS, STDLIB_MAX_EVAL_BYTES,
-                               STDLIB_MAX_TRAIN_BYTES, STDLIB_TGT_LEN, PrepareConfig,
-                               VocabularyOptions, define_flags_of, from_flags)
+                               STDLIB_MAX_TRAIN_BYTES, STDLIB_TGT_LEN, TOKENIZER_NAMES,
+                               PrepareConfig, VocabularyOptions, define_flags_of, from_flags)
 from tfxl.data.segments import TokenReader, iter_segments, shard_name, stream_bounds
 from tfxl.data.sources import CORPORA, capped, piece_bytes, split_pieces
 from tfxl.data.staging import open_output_dir
-from tfxl.data.tokenizers import TOKENIZERS
+from tfxl.deferred import deferred_import
+
+# TensorFlow, Keras and the tokenizers (TensorFlow modules) are imported on first use: --help
+# reads this module for its flags and should not wait for them (tests/test_cli_help.py).
+keras = deferred_import("keras")
+tf = deferred_import("tensorflow")
+if TYPE_CHECKING:
+    from tfxl.data import tokenizers
 
 # How tfxl-prepare works. Pipeline (bounded memory: nothing holds a whole split, only ~1 MB
 # chunks, one lm1b file while it is shuffled, and the vocabulary counters):
@@ -101,9 +106,9 @@ def _resolve(config: PrepareConfig) -> PrepareConfig:
     config.tgt_len = DEFAULT_TGT_LEN if config.tgt_len is None else config.tgt_len
     config.max_train_bytes = max(0, config.max_train_bytes)
     config.max_eval_bytes = max(0, config.max_eval_bytes)
-    if config.tokenizer not in TOKENIZERS:
+    if config.tokenizer not in TOKENIZER_NAMES:
         raise DataError(f"--tokenizer: unknown tokenizer {config.tokenizer!r} "
-                        f"(choose from {', '.join(TOKENIZERS)})")
+                        f"(choose from {', '.join(TOKENIZER_NAMES)})")
     if config.errors not in ERRORS:
         raise DataError(f"--errors must be {' or '.join(ERRORS)}, not {config.errors!r}")
     if config.documents == "auto":
@@ -141,6 +146,8 @@ def prepare(config: PrepareConfig, log=print, progress: Optional[bool] = None) -
 
     progress: show progress bars (rate, ETA) on stdout; None: when stdout is a terminal.
     """
+    from tfxl.data.tokenizers import TOKENIZERS
+
     config = _resolve(config)
     text = TOKENIZERS[config.tokenizer].reads_text
     # Check inputs (existence, readability, flags) before touching the output.
@@ -205,6 +212,8 @@ def _prepare_into(config, pieces, staging, log, progress) -> dict:
     """The steps of a prepare whose inputs and output directory were checked: learn the
     tokenizer; per split, tokenise into a scratch file, then cut it into one shard per stream;
     write the vocabulary and the manifest (`staging` puts them in place, manifest last)."""
+    from tfxl.data.tokenizers import TOKENIZERS
+
     started = time.time()
     corpus_format = FORMATS[config.format]
 
@@ -239,6 +248,9 @@ def _prepare_into(config, pieces, staging, log, progress) -> dict:
 def _learn_tokenizer(config, train_pieces, documents, log, progress) -> tokenizers.Tokenizer:
     """Step 2: the tokenizer, learned from the training split (or fixed: bytes, a given
     SentencePiece model)."""
+    from tfxl.data import tokenizers
+    from tfxl.data.tokenizers import TOKENIZERS
+
     tokenizer_class = TOKENIZERS[config.tokenizer]
 
     def training_text() -> Iterator:
@@ -360,6 +372,8 @@ def _write_vocabulary_and_manifest(config, tokenizer, train_counts, splits, file
     """Step 5: the vocabulary file(s) and the manifest; `staging.commit` publishes them, the
     manifest last (`tfxl.data.staging`: renamed into place on a local disk, written after every
     file it names on an object store)."""
+    from tfxl.data import tokenizers
+
     spec = tokenizers.with_spec_files(tokenizer.save(staging.path), staging.listed)
     manifest = {
         "format_version": manifest_lib.FORMAT_VERSION,

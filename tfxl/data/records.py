@@ -16,7 +16,11 @@ in the manifest with `manifest_entry`, and `input_fn` reads them with `parse`.
 from __future__ import annotations
 
 import numpy as np
-import tensorflow as tf
+
+from tfxl.deferred import deferred_import
+
+tf = deferred_import("tensorflow")  # imported on first use: not by the tools' --help
+
 # Feature name -> shape given T (tgt_len), in the order the manifest lists them.
 _SHAPES = {"tokens": lambda T: [T + 1], "length": lambda T: [], "reset": lambda T: [],
            "stream": lambda T: [], "position": lambda T: []}

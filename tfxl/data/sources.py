@@ -17,10 +17,11 @@ import sysconfig
 import zipfile
 from typing import Iterator, List, Optional, Sequence
 
-import tensorflow as tf
-
 from tfxl.data import storage
 from tfxl.data.errors import DataError
+from tfxl.deferred import deferred_import
+
+tf = deferred_import("tensorflow")  # imported on first use: not by the tools' --help
 
 SPLITS = ("train", "valid", "test")
 CORPORA = ("python_stdlib",)

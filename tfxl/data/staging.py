@@ -31,12 +31,12 @@ import tempfile
 import time
 from typing import List, Optional
 
-import tensorflow as tf
-
 from tfxl.data import manifest as manifest_lib
 from tfxl.data import storage
 from tfxl.data.errors import DataError
-from tfxl.data.tokenizers import spec_files
+from tfxl.deferred import deferred_import
+
+tf = deferred_import("tensorflow")  # imported on first use: not by the tools' --help
 
 TMP_PREFIX = ".tmp-prepare-"
 GENERATION_PREFIX = "gen-"
@@ -248,6 +248,10 @@ def manifest_files(manifest: dict) -> List[str]:
     left alone."""
     names = [s["file"] for split in manifest.get("splits", {}).values()
              for s in split.get("streams", []) + split.get("shards", [])]
+    # Imported here: the tokenizers are TensorFlow modules, which tfxl-prepare --help (reading
+    # this module for its flags) should not wait for.
+    from tfxl.data.tokenizers import spec_files
+
     names += spec_files(manifest.get("tokenizer", {}))
     return [n for n in names if n and _is_own_name(n)]
 
