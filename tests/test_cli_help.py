@@ -69,17 +69,13 @@ with contextlib.redirect_stdout(io.StringIO()) as shown:
         pass
 assert "--" in shown.getvalue(), shown.getvalue()
 """
-# The tools whose module (or a module their flags come from) still imports TensorFlow at its top:
-# their --help waits for it. The other tools import it inside main only.
-HELP_IMPORTS_TENSORFLOW = {"tfxl.data.prepare_classification"}
 
 
+# Every tool: its modules, and those its flags come from, import TensorFlow and Keras in the
+# functions that use them (or through `tfxl.deferred`), never at their top.
 @pytest.mark.large
 @pytest.mark.subprocess
-@pytest.mark.parametrize("module", [
-    pytest.param(module, marks=pytest.mark.xfail(
-        strict=True, reason="its module imports TensorFlow before the flags are parsed"))
-    if module in HELP_IMPORTS_TENSORFLOW else module for module in sorted(TOOLS.values())])
+@pytest.mark.parametrize("module", sorted(TOOLS.values()))
 def test_help_loads_no_tensorflow(module):
     import sys
 

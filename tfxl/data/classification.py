@@ -33,18 +33,24 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, Optional, Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from tfxl.data import manifest as manifest_lib
-from tfxl.data import storage, tokenizers
+from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.data.labelled import LABELLED_FORMATS, read_labelled
 from tfxl.data.options import ERRORS, option
-from tfxl.data.pipeline import pipeline_options, verify_shards
 from tfxl.data.staging import open_output_dir
+from tfxl.deferred import deferred_import
+
+# TensorFlow, the tokenizers (TensorFlow modules) and the input pipeline are imported on first
+# use: tfxl-prepare-classification's --help reads `ClassificationConfig` for its flags and should
+# not wait for them (tests/test_cli_help.py).
+tf = deferred_import("tensorflow")
+if TYPE_CHECKING:
+    from tfxl.data import tokenizers
 
 # The reader's feature names: the keys `tfxl.classification.DocumentClassifier` reads (the data
 # package knows nothing of the model; a test keeps the two equal).
@@ -102,6 +108,8 @@ def _check(config: ClassificationConfig) -> None:
 
 
 def _tokenizer(config: ClassificationConfig) -> tokenizers.Tokenizer:
+    from tfxl.data import tokenizers
+
     if config.tokenizer_dir is None:
         return tokenizers.BytesTokenizer()
     manifest = manifest_lib.load_manifest(config.tokenizer_dir, kind=None)
@@ -199,6 +207,8 @@ def prepare_classification(config: ClassificationConfig, log=None) -> dict:
     """Prepares labelled documents into `config.output_dir`; returns the manifest. Raises
     `DataError` (a ValueError) naming the file and line of a bad input, before anything is
     published."""
+    from tfxl.data import tokenizers
+
     log = log or (lambda message: print(message, file=sys.stderr))
     _check(config)
     tokenizer = _tokenizer(config)
@@ -293,6 +303,8 @@ def classification_dataset(data_dir: str, split: str, batch_size: int, segment_l
     (`verify_shards`: each file's size, and with `verify` every record's CRC and the count), so a
     damaged shard is a `DataError` naming it, not an error inside a step.
     """
+    from tfxl.data.pipeline import pipeline_options, verify_shards
+
     manifest = manifest or load_classification_manifest(data_dir)
     info = manifest_lib.split_info(manifest, split)
     if segment_len < 1 or batch_size < 1:

@@ -20,11 +20,12 @@ import json
 import os
 from typing import Iterator, List, Sequence, Union
 
-import tensorflow as tf
-
 from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.data.sources import decode, expand_paths
+from tfxl.deferred import deferred_import
+
+tf = deferred_import("tensorflow")  # imported on first use: not by the tools' --help
 
 LABELLED_FORMATS = ("jsonl", "csv", "folders")
 
