@@ -1,5 +1,5 @@
-"""Benchmark: tfxl on JAX and the Hugging Face PyTorch Transformer-XL on one accelerator (issue #19,
-item 5), falling back to the CPU where no accelerator is seen.
+"""Benchmark: tfxl on JAX and the Hugging Face PyTorch Transformer-XL on one accelerator,
+falling back to the CPU where no accelerator is seen.
 
 Shape glossary: B batch, T segment length, M memory length, V vocabulary size.
 

@@ -1,5 +1,5 @@
-"""benchmarks/accelerator_bench.py, the harness that measures tfxl on an accelerator (issue #19,
-item 5), kept working by CI: its smoke path runs under JAX in a process where TensorFlow cannot
+"""benchmarks/accelerator_bench.py, the harness that measures tfxl on an accelerator, kept
+working by CI: its smoke path runs under JAX in a process where TensorFlow cannot
 be imported, as on the GPU machine (JAX and PyTorch, no TensorFlow), and measures every phase.
 
 Runs in the JAX pass (marked large, so `make test-large` runs it); the

@@ -1,4 +1,4 @@
-"""Document classification with Transformer-XL (issue #18): `DocumentClassifier` reads documents
+"""Document classification with Transformer-XL: `DocumentClassifier` reads documents
 of any length segment by segment on a carried memory, pools what it has read, and classifies.
 
 Layering: the model, its evaluation and its SavedModel export (`tfxl.classification.export`)
