@@ -39,11 +39,11 @@ segment (the mean of its valid states), all S of them.
 import keras
 from keras import ops
 
-from tfxl.classification.pooling import (LAST, LAST_SEGMENT_MEAN, SEGMENT_ATTENTION,
-                                         SegmentAttentionPooling, check_pooling,
+from tfxl.classification.pooling import (SegmentAttentionPooling, check_pooling,
                                          last_valid_state, valid_mean)
-# How a classifier reads a document (`reading=`), named where the tools' flags take them from.
-from tfxl.classification.readings import MEMORY, NO_MEMORY, READINGS, TRUNCATION
+# The readings' and poolings' names, where the tools' flags take them from.
+from tfxl.classification.readings import (LAST, LAST_SEGMENT_MEAN, MEMORY, NO_MEMORY, READINGS,
+                                          SEGMENT_ATTENTION, TRUNCATION)
 from tfxl.config import TransfoXLConfig
 from tfxl.layers.transformer_xl_block import attention_class
 from tfxl.models.backbone import TransfoXLBackbone, as_config, default_name

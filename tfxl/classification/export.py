@@ -29,7 +29,7 @@ request's per-token working tensors of at most 2 GiB).
 import tensorflow as tf
 
 from tfxl.classification.classifier import LENGTHS, TOKEN_IDS
-from tfxl.classification.pooling import SEGMENT_ATTENTION
+from tfxl.classification.readings import SEGMENT_ATTENTION
 from tfxl.models.export import (SignatureSet, key_value_memory_row_bytes, most_that_fit,
                                 publish_at, publish_version, shared, signature)
 from tfxl.models.request_checks import (checked, ids_rule, padded_shape, range_rule,

@@ -10,9 +10,8 @@ zeros.
 import keras
 from keras import ops
 
-# The poolings' names live where the tools' flags take them from; imported from here too.
-from tfxl.classification.readings import (  # noqa: F401
-    LAST, LAST_SEGMENT_MEAN, POOLINGS, SEGMENT_ATTENTION)
+# The poolings' names live where the tools' flags take them from.
+from tfxl.classification.readings import POOLINGS
 
 
 def check_pooling(pooling):

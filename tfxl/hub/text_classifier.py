@@ -20,7 +20,7 @@ from keras_hub.models import TextClassifier, TextClassifierPreprocessor
 
 from tfxl.backend import tensorflow
 from tfxl.classification.classifier import LENGTHS, TOKEN_IDS, DocumentClassifier
-from tfxl.classification.pooling import LAST
+from tfxl.classification.readings import LAST
 from tfxl.hub.backbone import TransfoXLHubBackbone
 from tfxl.hub.presets import save_preset
 from tfxl.hub.tokenizer import TransfoXLTokenizer

@@ -70,10 +70,6 @@ class AttendedKeys(NamedTuple):
     written: Any
 
 
-def _dims(x):
-    return [d if d is not None else ops.shape(x)[a] for a, d in enumerate(x.shape)]
-
-
 def _zero_invalid(tensor, valid_index):
     """`tensor` with zeros where the broadcast `valid_index` is False."""
     return ops.where(valid_index, tensor, ops.zeros((), tensor.dtype))
@@ -597,8 +593,9 @@ class RecentWindowMemory(NamedTuple):
 
 class PositionCache(NamedTuple):
     """Keys and values by absolute position: S slots, the token at position t written at slot t
-    and attending to slots 0..t (keras-hub's cache layout, `tfxl.hub`). The caller gives the
-    mask (which positions each row sees), so `attention_mask` is not defined here.
+    (keras-hub's cache layout, `tfxl.hub`). Not a model memory: its caller runs
+    `TransfoXLBackbone.run_blocks` with its own mask (which positions each row sees) and keeps
+    the buffers each layer wrote.
 
     keys: L × [B, N, H, S]; values: L × [B, N, S, H]; position: int32 scalar t.
     """
@@ -607,19 +604,11 @@ class PositionCache(NamedTuple):
     values: Tuple[Any, ...]
     position: Any
 
-    def key_length(self, segment_len):
-        return self.values[0].shape[2]
-
     def layer(self, index):
         return RingSlots(self.keys[index], self.values[index], self.position)
 
-    def updated(self, layer_inputs, written, segment_len, segment_valid=None,
-                stop_gradient=True):
-        return PositionCache(tuple(k for k, _ in written), tuple(v for _, v in written),
-                             self.position + segment_len)
 
-
-MEMORY_TYPES = (LayerInputMemory, KeyValueMemory, KeyValueRing, RecentWindowMemory, PositionCache)
+MEMORY_TYPES = (LayerInputMemory, KeyValueMemory, KeyValueRing, RecentWindowMemory)
 
 
 def from_dict(memory):
