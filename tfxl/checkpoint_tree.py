@@ -1,0 +1,158 @@
+"""TensorFlow checkpoints of Keras objects on any backend, so that every tool reads one format.
+
+On TensorFlow, `tf.train.Checkpoint(model=..., optimizer=...)` names each variable by the path of
+attributes that reaches it (`model/backbone/block_0/attention/query_kernel`,
+`optimizer/_variables/3`): Keras' TensorFlow layers and optimizers are trackable, and their
+attributes are their children. On JAX they are not trackable, but they have the same attributes
+(the model code is the same). `CheckpointTree` walks those attributes as TensorFlow does and
+mirrors every variable reached in a `tf.Variable` at the same path, so a training run on JAX
+writes checkpoints that tfxl-eval, tfxl-export and tfxl-convert restore as they restore a
+TensorFlow run's, and `read_checkpoint` reads any of them back by the same paths (a TensorFlow
+run's weights warm-start a JAX run).
+
+What the walk leaves out is what Keras keeps out of TensorFlow's object graph: a layer's own
+tracking lists (`_layers`, `_trainable_variables`, ...), which alias attributes already walked,
+and TensorFlow's bookkeeping attributes (`_self_*`). tests/test_checkpoint_tree.py checks the
+walk against the graph TensorFlow writes. Integer variables are stored as int64, as Keras'
+TensorFlow backend stores them (JAX's are int32, uint32 for seeds); they are cast back on read.
+"""
+
+import keras
+import numpy as np
+
+from tfxl.deferred import deferred_import
+
+tf = deferred_import("tensorflow")
+
+# A Keras layer's tracking lists, created where TensorFlow does not track attributes.
+_LAYER_TRACKER = frozenset({"_layers", "_trainable_variables", "_non_trainable_variables",
+                            "_metrics", "_seed_generators", "_tracker"})
+_KERAS_OBJECTS = (keras.Variable, keras.layers.Layer, keras.optimizers.Optimizer)
+
+
+def _holds_keras(value):
+    if isinstance(value, _KERAS_OBJECTS):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_keras(item) for item in value)
+    if isinstance(value, dict):
+        return any(_holds_keras(item) for item in value.values())
+    return False
+
+
+def _children(obj):
+    if isinstance(obj, (list, tuple)):
+        return [(str(i), value) for i, value in enumerate(obj)]
+    if isinstance(obj, dict):
+        return [(str(key), value) for key, value in obj.items()]
+    skip = _LAYER_TRACKER if isinstance(obj, keras.layers.Layer) else ()
+    return [(name, value) for name, value in vars(obj).items()
+            if name not in skip and not name.startswith("_self_")]
+
+
+def variable_paths(**roots):
+    """{id(variable): (variable, [path, ...])} for every Keras variable reachable from `roots`
+    (name -> layer, optimizer, variable, or list of them), each path as TensorFlow's checkpoint
+    names it ("model/backbone/content_bias"), in the order of the walk."""
+    found, visited = {}, set()
+
+    def walk(obj, path):
+        for name, value in _children(obj):
+            if not _holds_keras(value):
+                continue
+            child = f"{path}/{name}" if path else name
+            if isinstance(value, keras.Variable):
+                found.setdefault(id(value), (value, []))[1].append(child)
+            elif isinstance(value, (list, tuple, dict)) or id(value) not in visited:
+                visited.add(id(value))
+                walk(value, child)
+
+    walk(roots, "")
+    return found
+
+
+def _stored_dtype(dtype):
+    name = keras.backend.standardize_dtype(dtype)
+    return "int64" if name.startswith(("int", "uint")) else name
+
+
+class CheckpointTree:
+    """`tf.Variable` mirrors of the Keras variables reachable from `roots`, tracked at the paths
+    TensorFlow gives them: `trackables` goes into a `tf.train.Checkpoint`; `pull()` copies the
+    Keras values in before each save.
+
+    Args:
+      roots: name -> layer, optimizer, variable or list of variables (e.g. model=, optimizer=,
+        rng=[seed states]).
+      to_numpy: a Keras variable's value as a host array (default `keras.ops.convert_to_numpy`;
+        a multi-host run passes one that gathers its shards).
+    """
+
+    def __init__(self, to_numpy=None, **roots):
+        self.to_numpy = to_numpy or (lambda variable: keras.ops.convert_to_numpy(variable.value))
+        self.paths = variable_paths(**roots)
+        self._mirrors = {}  # id(keras variable) -> tf.Variable
+        with tf.device("/cpu:0"):
+            self.trackables = {name: self._node(root, name) for name, root in roots.items()}
+
+    def _node(self, obj, path):
+        if isinstance(obj, keras.Variable):
+            if id(obj) not in self._mirrors:
+                self._mirrors[id(obj)] = tf.Variable(
+                    tf.zeros(obj.shape, _stored_dtype(obj.dtype)), trainable=False)
+            return self._mirrors[id(obj)]
+        # A list's items are "0", "1", ...: the names TensorFlow's list wrapper gives them.
+        node = tf.Module()
+        for name, value in _children(obj):
+            if _holds_keras(value):
+                setattr(node, name, self._node(value, f"{path}/{name}"))
+        return node
+
+    def pull(self):
+        """Copies every Keras variable's value into its mirror (before a save)."""
+        for key, (variable, _) in self.paths.items():
+            mirror = self._mirrors[key]
+            mirror.assign(np.asarray(self.to_numpy(variable)).astype(mirror.dtype.as_numpy_dtype))
+
+
+def checkpoint_paths(path):
+    """{path: checkpoint key} of every variable a checkpoint holds, each under every path of
+    attributes that reaches it (TensorFlow stores one key per variable, and the graph of names)."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+    reader = tf.train.load_checkpoint(path)
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    keys, queue, seen = {}, [(0, "")], set()
+    while queue:
+        node_id, prefix = queue.pop()
+        node = graph.nodes[node_id]
+        for attribute in node.attributes:
+            if attribute.name == "VARIABLE_VALUE":
+                keys[prefix] = attribute.checkpoint_key
+        if (node_id, prefix) in seen or prefix.count("/") > 64:  # a cycle
+            continue
+        seen.add((node_id, prefix))
+        for child in node.children:
+            queue.append((child.node_id, f"{prefix}/{child.local_name}" if prefix
+                          else child.local_name))
+    return reader, keys
+
+
+def read_checkpoint(path, fits, **roots):
+    """Assigns every Keras variable reachable from `roots` its value in the checkpoint `path`
+    (written on any backend), found by the paths TensorFlow names it by. ValueError naming the
+    first variable the checkpoint lacks or holds in another shape (`fits`: what the model was
+    built from, for the message)."""
+    reader, keys = checkpoint_paths(path)
+    shapes = reader.get_variable_to_shape_map()
+    values = []
+    for variable, paths in variable_paths(**roots).values():
+        key = next((keys[p] for p in paths if p in keys), None)
+        if key is None:
+            raise ValueError(f"checkpoint {path} does not fit {fits}: it has no {paths[0]}")
+        if tuple(shapes[key]) != tuple(variable.shape):
+            raise ValueError(f"checkpoint {path} does not fit {fits}: {paths[0]} is "
+                             f"{list(shapes[key])} there, {list(variable.shape)} here")
+        values.append((variable, reader.get_tensor(key)))
+    for variable, value in values:  # nothing assigned unless everything fits
+        variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
