@@ -10,6 +10,8 @@ import os
 from absl import flags
 
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
+# tfxl-train's on JAX (KERAS_BACKEND=jax): Keras 3's distribution API (tfxl/tpu/jax_mesh.py).
+JAX_STRATEGIES = ("data_parallel", "model_parallel")
 
 
 class StrategyError(RuntimeError):
@@ -20,10 +22,12 @@ def define_flags():
     """Defines --strategy, --tpu and --num_gpus (idempotent)."""
     if "strategy" in flags.FLAGS:
         return
-    flags.DEFINE_enum("strategy", "default", STRATEGIES,
+    flags.DEFINE_enum("strategy", "default", STRATEGIES + JAX_STRATEGIES,
                       "tf.distribute strategy: default (no distribution), one_device, mirrored "
                       "(all local GPUs, or --num_gpus of them; CPU if none), "
-                      "multi_worker_mirrored (TF_CONFIG), tpu.")
+                      "multi_worker_mirrored (TF_CONFIG), tpu. tfxl-train on JAX "
+                      "(KERAS_BACKEND=jax): default or data_parallel (every device of every "
+                      "process), model_parallel (with --model_parallel).")
     flags.DEFINE_string("tpu", None, "TPU name, grpc://address, or 'local' on a TPU VM.")
     flags.DEFINE_integer("num_gpus", None, "GPUs for --strategy=mirrored/one_device; "
                          "default: all visible.")
@@ -56,6 +60,9 @@ def resolve_strategy(strategy="default", tpu=None, num_gpus=None):
     one_device: the first GPU if any, else the CPU. default: TensorFlow's default strategy.
     Raises StrategyError with the reason when the hardware or configuration is missing.
     """
+    if strategy in JAX_STRATEGIES:
+        raise StrategyError(f"--strategy={strategy} is Keras' distribution API on JAX: "
+                            "tfxl-train with KERAS_BACKEND=jax (README, \"Train on JAX\")")
     import tensorflow as tf
     if strategy not in STRATEGIES:
         raise StrategyError(f"--strategy={strategy!r} is not one of {', '.join(STRATEGIES)}")

@@ -15,6 +15,7 @@ import os
 
 import tensorflow as tf
 
+from tfxl.checkpoint_tree import CheckpointTree, checkpoint_paths, read_checkpoint
 from tfxl.checkpoints import (checkpoint_state_damage, newest_readable_checkpoint,
                               restore_fitting, rewrite_checkpoint_state)
 from tfxl.model_dir import CHECKPOINT_STATE, ModelDir
@@ -48,13 +49,16 @@ class TrainingCheckpoint:
     """
 
     def __init__(self, model, optimizer, memory, model_dir, worker_id=None):
-        self.memory = memory
         # The keys the checkpoints of earlier versions used, so that they still resume.
         rng = tf.train.Checkpoint(**{f"seed_{i}": state for i, state in
                                      enumerate(seed_generator_states(model))})
+        self._track(dict(model=model, optimizer=optimizer, rng=rng), memory, model_dir,
+                    worker_id)
+
+    def _track(self, trackables, memory, model_dir, worker_id):
+        self.memory = memory
         carried = {} if memory is None else {"memory": memory.checkpointed}
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, **carried,
-                                              rng=rng)
+        self.checkpoint = tf.train.Checkpoint(**trackables, **carried)
         layout = ModelDir(model_dir)
         self.directory = layout.checkpoints
         self.own = self.directory if worker_id is None else layout.worker_checkpoints(worker_id)
@@ -92,9 +96,59 @@ class TrainingCheckpoint:
     def save(self, step):
         for hook in self.before_save:
             hook(step)
-        if self.memory is not None:
-            self.memory.save_to_checkpoint()
+        self._copy_values_to_checkpoint()
         path = self.manager.save(checkpoint_number=step)
         for hook in self.after_save:
             hook(step)
         return path
+
+    def _copy_values_to_checkpoint(self):
+        if self.memory is not None:
+            self.memory.save_to_checkpoint()
+
+
+class JaxTrainingCheckpoint(TrainingCheckpoint):
+    """The training checkpoint of a run on JAX: the same files, paths and keys as on
+    TensorFlow (tfxl/checkpoint_tree.py mirrors the model and optimizer by the paths TensorFlow
+    gives them), so a JAX run resumes from a TensorFlow run's checkpoint and the TensorFlow
+    tools read a JAX run's.
+
+    Args:
+      model, optimizer, model_dir, worker_id: as `TrainingCheckpoint`'s.
+      memory: the step's `JaxTrainingMemory`, or None.
+      to_numpy: a (possibly multi-host) array's whole value on this host.
+    """
+
+    def __init__(self, model, optimizer, memory, model_dir, worker_id=None, *, to_numpy):
+        seeds = [v for v in model.non_trainable_variables if v.name == "seed_generator_state"]
+        self.roots = dict(model=model, optimizer=optimizer,
+                          rng={f"seed_{i}": seed for i, seed in enumerate(seeds)})
+        self.tree = CheckpointTree(to_numpy=lambda variable: to_numpy(variable.value),
+                                   **self.roots)
+        self._track(self.tree.trackables, memory, model_dir, worker_id)
+
+    def restore(self, log=print):
+        latest = newest_readable_checkpoint(self.directory, log)
+        if latest:
+            read_checkpoint(latest, "this model/run", **self.roots)
+            if self.memory is not None:
+                reader, keys = checkpoint_paths(latest)
+                names = self.memory.checkpointed_names()
+                missing = [n for n in names if f"memory/{n}" not in keys]
+                if missing:
+                    raise ValueError(f"checkpoint {latest} does not fit this model/run: it has "
+                                     f"no memory/{missing[0]}")
+                shapes = reader.get_variable_to_shape_map()
+                for name, expected in self.memory.checkpointed_shapes().items():
+                    found = tuple(shapes[keys[f"memory/{name}"]])
+                    if found != expected:
+                        raise ValueError(f"checkpoint {latest} does not fit this model/run: its "
+                                         f"memory/{name} is {list(found)}, this run's "
+                                         f"{list(expected)}")
+                self.memory.restore_from({n: reader.get_tensor(keys[f"memory/{n}"])
+                                          for n in names})
+        return latest
+
+    def _copy_values_to_checkpoint(self):
+        self.tree.pull()
+        super()._copy_values_to_checkpoint()

@@ -29,6 +29,7 @@ import tempfile
 
 import keras
 import tensorflow as tf
+from keras import ops
 
 from tfxl.classification import ClassifierEvaluator, DocumentClassifier
 from tfxl.classification.classifier import LENGTHS, MEMORY
@@ -220,19 +221,19 @@ class ClassificationTask(Task):
             "step start fresh)")
         return self.init_checkpoint
 
-    def training_memory(self, model, strategy, per_replica_batch):
+    def initial_memory(self, model, rows):
         return None  # every step reads its documents from an empty memory
 
     def batch_weight(self, batch):
         """This replica's documents."""
         features, _ = batch
-        return tf.cast(tf.shape(features[LENGTHS])[0], tf.float32)
+        return ops.cast(ops.shape(features[LENGTHS])[0], "float32")
 
     def loss(self, model, batch, memory, global_weight):
         features, labels = batch
         logits = model(features, training=True)
         nll = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
-        return tf.reduce_sum(nll) / global_weight, None
+        return ops.sum(nll) / global_weight, None
 
     def check_data(self, data, *, global_batch, evaluates):
         data.check_splits("train", *(["valid"] if evaluates else []))

@@ -115,7 +115,7 @@ class Evaluator:
             steps = min(steps, max_batches)
         loop = self.eval_begin(s)
         self.progress.begin(steps, split)
-        iterator = iter(self.data.dataset(split, s["batch_size"], False, s["tgt_len"]))
+        iterator = self.batches(split, s)
         total = count = 0.0
         done = 0
         while done < steps:
@@ -125,6 +125,10 @@ class Evaluator:
             self.progress.update(done)
         self.progress.end()
         return self.eval_end(split, s, total, count)
+
+    def batches(self, split, s):
+        """The iterator over `split`'s global batches for settings `s`."""
+        return iter(self.data.dataset(split, s["batch_size"], False, s["tgt_len"]))
 
     def eval_begin(self, s):
         """An empty key/value memory and the position keys of the current weights; returns the

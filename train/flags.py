@@ -21,9 +21,9 @@ FLAG_RULES = {
     **{name: POSITIVE for name in (
         "train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop",
         "max_eval_batches", "learning_rate", "lease_timeout", "memory_limit_gib",
-        "grad_segments", "max_tokens")},
+        "grad_segments", "max_tokens", "model_parallel", "jax_processes")},
     **{name: NON_NEGATIVE for name in (
-        "weight_decay", "seed", "num_gpus", "lease_settle", "train_log_seconds")},
+        "weight_decay", "seed", "num_gpus", "lease_settle", "train_log_seconds", "jax_process_id")},
     "save_every": (lambda v, _: v >= 0, ">= 0 (0: only at the end)"),
     "eval_every": (lambda v, _: v >= 0, ">= 0 (0: never)"),
     "warmup_steps": (lambda v, values: 0 <= v < values["train_steps"], "in [0, --train_steps)"),

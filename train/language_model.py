@@ -8,7 +8,7 @@ optimizer, no training memory.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import check_manifest, load_manifest
@@ -17,7 +17,6 @@ from tfxl.models import TransfoXLLM
 from tfxl.train import warm_start as warm_starting
 from tfxl.train.datasets import DistributedData
 from tfxl.train.evaluator import EvalProgress, Evaluator, metric_name
-from tfxl.train.memory_state import CheckpointedReplicaMemory
 from tfxl.train.task import Task
 
 __all__ = ["LanguageModelTask", "build_model", "make_evaluator"]
@@ -78,21 +77,20 @@ class LanguageModelTask(Task):
         return warm_starting.warm_start(self.init_checkpoint, model, model_dir, data.manifest,
                                         data.data_dir, log=log)
 
-    def training_memory(self, model, strategy, per_replica_batch):
-        return CheckpointedReplicaMemory(strategy, model.init_memory(per_replica_batch),
-                                         "train_memory")
+    def initial_memory(self, model, rows):
+        return model.init_memory(rows)
 
     def batch_weight(self, batch):
-        """This replica's real targets."""
-        return tf.reduce_sum(tf.cast(batch["target_mask"], tf.float32))
+        """The real targets of the batch's rows."""
+        return ops.sum(ops.cast(batch["target_mask"], "float32"))
 
     def loss(self, model, batch, memory, global_weight):
         nll, new_memory = model(batch["inputs"], memory, reset=batch["reset"],
                                 targets=batch["targets"], training=True)
-        mask = tf.cast(batch["target_mask"], nll.dtype)
-        # This replica's share of the global token-weighted mean (padding excluded): summing
-        # over replicas gives the mean over every real target of the global batch.
-        return tf.reduce_sum(nll * mask) / global_weight, new_memory
+        mask = ops.cast(batch["target_mask"], nll.dtype)
+        # These rows' share of the global token-weighted mean (padding excluded): summing over
+        # replicas gives the mean over every real target of the global batch.
+        return ops.sum(nll * mask) / global_weight, new_memory
 
     def check_data(self, data, *, global_batch, evaluates):
         # Training slots own whole streams: the global batch must divide the stream count.
@@ -105,6 +103,9 @@ class LanguageModelTask(Task):
 
     def build_evaluator(self, model, strategy, data, *, global_batch, steps_per_loop,
                         jit_compile):
+        if keras.backend.backend() == "jax":
+            from tfxl.train.jax_evaluator import JaxEvaluator
+            return JaxEvaluator(model, strategy, data, global_batch, steps_per_loop)
         return Evaluator(model, strategy, data, global_batch, steps_per_loop, jit_compile)
 
     def evaluate(self, evaluator, data, split="valid", *, max_batches=None, **settings):

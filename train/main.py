@@ -14,6 +14,7 @@ from absl import flags
 
 from tfxl import cli
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
+from tfxl.tpu import jax_mesh
 from tfxl.train import flags as train_flags, lease, run_record, train_log
 from tfxl.train import plan as training_plan, warm_start
 
@@ -24,6 +25,7 @@ def define_flags():
     train_flags.define_model_flags()
     train_flags.define_common_flags()
     define_strategy_flags()
+    jax_mesh.define_flags()  # --model_parallel, --jax_coordinator, ...
     train_flags.define_training_flags()
     flags.DEFINE_integer("eval_every", 0, "Evaluate on valid every this many steps (0: never), "
                          "with the evaluation settings (--eval_tgt_len etc., else the preset's).")
@@ -35,12 +37,25 @@ def define_flags():
 
 
 def is_chief(strategy):
+    if hasattr(strategy, "is_chief"):  # JAX: process 0
+        return strategy.is_chief
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.task_type:
         return True
     return resolver.task_type == "chief" or (resolver.task_type == "worker" and
                                              resolver.task_id == 0 and
                                              "chief" not in resolver.cluster_spec().jobs)
+
+
+def run_strategy(config):
+    """The strategy of the backend Keras runs on: tf.distribute's on TensorFlow, Keras'
+    distribution API on JAX (the model's layout map for model_parallel)."""
+    import keras
+    if keras.backend.backend() != "jax":
+        return strategy_from_flags()
+    from tfxl.models import TransfoXLLM
+    return jax_mesh.distribution_from_flags(
+        layout_map=lambda mesh: TransfoXLLM.get_layout_map(config, mesh))
 
 
 def main(argv):
@@ -54,7 +69,7 @@ def main(argv):
     train_flags.require_dir_flags("data_dir", "model_dir")
     manifest = load_manifest(FLAGS.data_dir)
     config = train_flags.model_config(manifest["vocab_size"], manifest.get("cutoffs"))
-    strategy = strategy_from_flags()
+    strategy = run_strategy(config)
     chief = is_chief(strategy)
     if chief:
         check_or_store_config(FLAGS.model_dir, config, store=False)
@@ -98,7 +113,8 @@ def help_groups():
         ("evaluation (the eval_* settings are stored in config.json for tfxl-eval and "
          "tfxl-export)", ["eval_every", "max_eval_batches", *evaluation]),
         ("checkpoints and warm start", ["save_every", "init_checkpoint"]),
-        train_flags.DEVICES_HELP_GROUP,
+        (train_flags.DEVICES_HELP_GROUP[0], [*train_flags.DEVICES_HELP_GROUP[1],
+                                             *jax_mesh.FLAG_NAMES]),
         ("run management", ["dry_run", "memory_limit_gib", "ignore_memory_estimate",
                             *train_flags.RUN_MANAGEMENT_FLAGS]),
     ]

@@ -48,6 +48,8 @@ def _size(n):
 
 def local_devices(strategy):
     """The devices of this host's replicas (the default strategy: where TensorFlow places ops)."""
+    if hasattr(strategy, "local_device_names"):  # JAX: tfxl/tpu/jax_mesh.py
+        return strategy.local_device_names
     try:
         return list(strategy.extended.worker_devices)
     except RuntimeError:  # the default strategy has none: the first GPU, else the CPU

@@ -148,6 +148,9 @@ class StopOnSignals:
 def worker_tasks(strategy):
     """(tasks, own index): every worker of a multi-worker strategy as "chief 0", "worker 0", ...
     in cluster order, and this process's place; (["worker 0"], 0) for one process."""
+    processes = getattr(strategy, "process_count", None)  # JAX: tfxl/tpu/jax_mesh.py
+    if processes is not None:
+        return [f"process {i}" for i in range(processes)], strategy.process_index
     resolver = getattr(strategy, "cluster_resolver", None)
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
         return ["worker 0"], 0
@@ -178,6 +181,11 @@ class StopRequests:
         own = self.signals.requested
         if self._exchange is None:
             return StopRequest(own) if own else None
+        if hasattr(self.strategy, "all_processes"):  # JAX: one value per process
+            for task, signum in zip(self.tasks, self.strategy.all_processes(own or 0)):
+                if signum:
+                    return StopRequest(int(signum), task)
+            return None
         summed = self._exchange(tf.constant(own or 0, tf.int32)).numpy()
         # Every replica of a worker added the worker's signal; every worker has as many replicas.
         per_worker = np.rint(summed * len(self.tasks) / self.strategy.num_replicas_in_sync)

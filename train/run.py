@@ -94,6 +94,13 @@ def run_progress(train_steps, start_step, metric, units_per_step, verbose=1, uni
     return ProgressLines(train_steps, metric, units_per_step, verbose, unit)
 
 
+def worker_index(strategy):
+    """A worker's index among the run's processes (its checkpoints' folder when not the
+    chief): the task id of a tf.distribute cluster, the process index on JAX."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return resolver.task_id if resolver is not None else strategy.process_index
+
+
 class TrainingRun:
     """One training job: trains `task`'s model to `options.optimizer.train_steps`, checkpointing,
     evaluating and recording it in `options.model_dir` (`train`).
@@ -103,7 +110,9 @@ class TrainingRun:
 
     Args:
       task: a `tfxl.train.task.Task` (what is trained and how it is evaluated).
-      strategy: the tf.distribute strategy every model and step is built under.
+      strategy: the tf.distribute strategy every model and step is built under; on JAX
+        (KERAS_BACKEND=jax) a `tfxl.tpu.jax_mesh.JaxDistribution`, and the step is
+        train/jax_train_step.py's.
       options: a `RunOptions`.
       log: where the constructor's notes go (the run's own: `train`'s log).
     """
@@ -135,18 +144,30 @@ class TrainingRun:
         self.init_checkpoint = task.warm_start(self.model, self.data,
                                                model_dir=options.model_dir, resuming=resuming,
                                                log=log)
-        self.train_step = TrainStep(task, self.model, strategy=strategy, data=self.data,
-                                    global_batch=options.global_batch, optimizer=optimizer,
-                                    mixed_precision=options.mixed_precision,
-                                    jit_compile=options.jit_compile)
+        worker_id = None if options.is_chief else worker_index(strategy)
+        if keras.backend.backend() == "jax":  # a functional step: train/jax_train_step.py
+            from tfxl.train.checkpointing import JaxTrainingCheckpoint
+            from tfxl.train.jax_train_step import JaxTrainStep
+            self.train_step = JaxTrainStep(task, self.model, strategy=strategy, data=self.data,
+                                           global_batch=options.global_batch,
+                                           optimizer=optimizer,
+                                           mixed_precision=options.mixed_precision)
+            self.checkpoint = JaxTrainingCheckpoint(
+                self.model, self.train_step.optimizer, self.train_step.memory,
+                options.model_dir, worker_id, to_numpy=strategy.to_numpy)
+        else:
+            self.train_step = TrainStep(task, self.model, strategy=strategy, data=self.data,
+                                        global_batch=options.global_batch, optimizer=optimizer,
+                                        mixed_precision=options.mixed_precision,
+                                        jit_compile=options.jit_compile)
+            self.checkpoint = TrainingCheckpoint(self.model, self.train_step.optimizer,
+                                                 self.train_step.memory, options.model_dir,
+                                                 worker_id)
         # Evaluations inside a run are quiet: the run's own progress is on screen.
         self.evaluator = task.build_evaluator(self.model, strategy, self.data,
                                               global_batch=options.global_batch,
                                               steps_per_loop=options.steps_per_loop,
                                               jit_compile=options.jit_compile)
-        self.checkpoint = TrainingCheckpoint(
-            self.model, self.train_step.optimizer, self.train_step.memory, options.model_dir,
-            worker_id=None if options.is_chief else strategy.cluster_resolver.task_id)
 
     @property
     def metric(self):

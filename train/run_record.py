@@ -54,7 +54,9 @@ def define_flags():
 
 
 def strategy_kind(strategy):
-    """The --strategy name of a tf.distribute strategy."""
+    """The --strategy name of a tf.distribute strategy, or a JAX distribution's kind."""
+    if hasattr(strategy, "mesh_shape"):  # JAX: tfxl/tpu/jax_mesh.py
+        return strategy.kind
     kinds = ((tf.distribute.TPUStrategy, "tpu"),
              (tf.distribute.MultiWorkerMirroredStrategy, "multi_worker_mirrored"),
              (tf.distribute.MirroredStrategy, "mirrored"),

@@ -51,19 +51,22 @@ class Task(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def training_memory(self, model, strategy, per_replica_batch: int):
-        """The state carried from step to step on every replica and checkpointed with the model
-        (a `tfxl.train.memory_state.CheckpointedReplicaMemory`), or None for none."""
+    def initial_memory(self, model, rows: int):
+        """The empty state carried from step to step for `rows` rows of a batch (a memory of
+        `tfxl.layers.memory`, checkpointed with the model), or None for none. The train step
+        keeps it where its backend keeps state: per replica on TensorFlow, sharded along the
+        batch on JAX."""
 
     @abc.abstractmethod
     def batch_weight(self, batch):
-        """What this replica's rows of `batch` count for in the global mean loss (a float32
-        scalar)."""
+        """What the rows of `batch` (a replica's, or the whole batch on JAX) count for in the
+        global mean loss: a float32 scalar, in `keras.ops` (the step runs on either backend)."""
 
     @abc.abstractmethod
     def loss(self, model, batch, memory, global_weight):
-        """(this replica's share of the global mean loss, the new training memory or None), in
-        training mode; `global_weight` is `batch_weight` summed over the replicas."""
+        """(the share of the global mean loss of `batch`'s rows, the new training memory or
+        None), in training mode and `keras.ops`; `global_weight` is `batch_weight` of the whole
+        global batch."""
 
     # -- checks, evaluation and results ---------------------------------------------------------
     @abc.abstractmethod

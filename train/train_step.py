@@ -4,7 +4,7 @@ training memory it updates, and the host loop that runs it.
 In the manner of Orbit's StandardTrainer: `train(num_steps)` runs `train_loop_begin`, then
 `num_steps` replica steps (`replica_step`) inside one `tf.function` (the TPU Estimator's
 iterations_per_loop), then `train_loop_end`. What a step computes is the task's
-(train/task.py: `training_memory`, `batch_weight`, `loss`); the cadence (checkpoints,
+(train/task.py: `initial_memory`, `batch_weight`, `loss`); the cadence (checkpoints,
 evaluation, logs) is the controller's (train/controller.py).
 
 Shape glossary: B global batch, b per-replica batch, T segment length, R replicas.
@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tfxl.train.memory_state import CheckpointedReplicaMemory
 from tfxl.train.optimization import OptimizerParams, make_optimizer
 from tfxl.train.task import Task
 
@@ -22,11 +23,18 @@ class TrainingDiverged(RuntimeError):
     """A non-finite loss; the message names the step. The last good checkpoint is kept."""
 
 
+def learning_rates(schedule, first_step, steps):
+    """The schedule's rate at each of `steps` steps from `first_step` (what the train log and
+    TensorBoard record per step)."""
+    return np.array([float(keras.ops.convert_to_numpy(schedule(first_step + i)))
+                     for i in range(steps)])
+
+
 class TrainStep:
     """Trains `model` (built under `strategy`) on the train split of `data` with `task`'s loss.
 
     Args:
-      task: the `Task` whose `training_memory`, `batch_weight` and `loss` a step computes.
+      task: the `Task` whose `initial_memory`, `batch_weight` and `loss` a step computes.
       model: the task's model, built under `strategy`.
       data: what has the `dataset(split, batch, training, skip_batches)` method (the task's
         `load_data`), or None when the caller feeds `replica_step` itself.
@@ -49,7 +57,9 @@ class TrainStep:
             self.optimizer, self.schedule = make_optimizer(optimizer, mixed_precision)
             self.optimizer.build(model.trainable_variables)
         self.loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
-        self.memory = task.training_memory(model, strategy, self.per_replica_batch)
+        empty = task.initial_memory(model, self.per_replica_batch)
+        self.memory = (None if empty is None
+                       else CheckpointedReplicaMemory(strategy, empty, "train_memory"))
         self._forward_backward = (tf.function(self._forward_backward_fn, jit_compile=True)
                                   if jit_compile else self._forward_backward_fn)
         self._iterator = None
@@ -86,9 +96,8 @@ class TrainStep:
         if bad.size:
             raise TrainingDiverged(f"non-finite loss {losses[bad[0]]} at step "
                                    f"{first_step + bad[0] + 1}")
-        learning_rates = np.array([float(self.schedule(first_step + i))
-                                   for i in range(len(losses))])
-        return {"loss": losses, "grad_norm": norms, "learning_rate": learning_rates}
+        return {"loss": losses, "grad_norm": norms,
+                "learning_rate": learning_rates(self.schedule, first_step, len(losses))}
 
     def _loop_fn(self, iterator, steps):
         losses = tf.TensorArray(tf.float32, size=steps)

@@ -73,6 +73,55 @@ class TransfoXLLM(keras.Model):
             dtype=self.dtype_policy)
         self.softmax.build((None, None, c.d_model))
 
+    @classmethod
+    def get_layout_map(cls, config, device_mesh, *, model_dim="model"):
+        """The `keras.distribution.LayoutMap` that splits the model's large weights over the
+        `model_dim` axis of `device_mesh`, for `keras.distribution.ModelParallel` (JAX).
+
+        Split: the attention projections by head (W_q, W_k,E, W_v, W_k,R [D, N, H]; W_o
+        [N, H, D]), the feed-forward's inner dimension (Megatron's column- then row-split
+        pair), and each adaptive embedding and softmax table along its features [n_i, d_i]
+        (vocabularies such as WikiText-103's 267,735 words rarely divide the axis; the feature
+        widths, powers of two, do). An axis the mesh does not divide stays whole, as does
+        everything else (layer norms, biases, the r biases, projections): with XLA's
+        partitioner every layout computes the same values.
+
+        Examples:
+
+        ```python
+        import keras
+        import tfxl
+
+        config = tfxl.get_preset("tiny", vocab_size=258)
+        mesh = keras.distribution.DeviceMesh((1, 1), ("batch", "model"),
+                                             keras.distribution.list_devices()[:1])
+        layout_map = tfxl.TransfoXLLM.get_layout_map(config, mesh)
+        distribution = keras.distribution.ModelParallel(layout_map=layout_map,
+                                                        batch_dim_name="batch")
+        ```
+        """
+        from tfxl.layers.adaptive_clusters import cluster_layout
+        c = as_config(config)
+        size = dict(zip(device_mesh.axis_names, device_mesh.shape))[model_dim]
+
+        def split(rank, axis, length):
+            spec = [None] * rank
+            if length % size == 0:
+                spec[axis] = model_dim
+            return tuple(spec)
+
+        layout_map = keras.distribution.LayoutMap(device_mesh)
+        layout_map[r"/attention/(query|key|value|position)_kernel$"] = split(3, 1, c.n_head)
+        layout_map[r"/attention/output_kernel$"] = split(3, 0, c.n_head)
+        layout_map[r"/feed_forward/inner/kernel$"] = split(2, 1, c.d_inner)
+        layout_map[r"/feed_forward/inner/bias$"] = split(1, 0, c.d_inner)
+        layout_map[r"/feed_forward/outer/kernel$"] = split(2, 0, c.d_inner)
+        clusters = cluster_layout(c.vocab_size, c.cutoffs, c.embed_dim, c.d_model, c.div_val,
+                                  c.proj_same_dim)
+        for i, cluster in enumerate(clusters):
+            layout_map[rf"/(embedding/table|softmax/weight)_{i}$"] = split(2, 1, cluster.dim)
+        return layout_map
+
     def compute_output_shape(self, ids_shape):
         """log_probs [B, T, V] and the layer-input memory's shapes (the call without targets
         or memory)."""

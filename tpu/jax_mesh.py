@@ -1,0 +1,194 @@
+"""Keras 3's distribution API on JAX as a training run's strategy: the device mesh, data or
+model parallelism, and the processes of a pod.
+
+`resolve_distribution` turns `--strategy` (data_parallel, model_parallel; default: data
+parallel over every device) and `--model_parallel` into a `JaxDistribution`: a
+`keras.distribution.DataParallel` or `ModelParallel` over a ("batch", "model") mesh of every
+device of every process, with what a run asks of its strategy (the replicas the batch is split
+over, the host's input pipeline, the chief, the processes' agreement). On a pod each host runs
+the same command; `--jax_coordinator` (or "auto" on Cloud TPU, where JAX finds its peers itself)
+joins them through `keras.distribution.initialize` (`jax.distributed.initialize`).
+
+Like tfxl/tpu/strategy.py this only resolves hardware: the layout of a model's variables comes
+from the caller (`layout_map`, e.g. `TransfoXLLM.get_layout_map`).
+"""
+
+import contextlib
+
+from absl import flags
+
+from tfxl.tpu.strategy import JAX_STRATEGIES, StrategyError
+
+BATCH, MODEL = "batch", "model"
+
+
+FLAG_NAMES = ("model_parallel", "jax_coordinator", "jax_processes", "jax_process_id")
+
+
+def define_flags():
+    """--model_parallel and the multi-process flags (idempotent)."""
+    if "model_parallel" in flags.FLAGS:
+        return
+    flags.DEFINE_integer("model_parallel", 2, "JAX, --strategy=model_parallel: devices each "
+                         "weight is split over (the mesh's model axis); the rest split the batch.")
+    flags.DEFINE_string("jax_coordinator", None, "JAX on several hosts: the coordinator's "
+                        "host:port (process 0's), or 'auto' where JAX finds its peers itself "
+                        "(Cloud TPU pods). Unset: one process.")
+    flags.DEFINE_integer("jax_processes", None, "JAX on several hosts: how many processes "
+                         "(with --jax_coordinator=host:port).")
+    flags.DEFINE_integer("jax_process_id", None, "JAX on several hosts: this process's index "
+                         "(with --jax_coordinator=host:port).")
+
+
+def initialize_processes(coordinator=None, num_processes=None, process_id=None):
+    """Joins this process to the others of its run (nothing for one process). On CPU the
+    processes' collectives go through gloo (the tests run a pod as processes on one host)."""
+    if not coordinator:
+        if num_processes not in (None, 1):
+            raise StrategyError(f"--jax_processes={num_processes} needs --jax_coordinator")
+        return
+    import jax
+    import keras
+    if coordinator != "auto" and (num_processes is None or process_id is None):
+        raise StrategyError(f"--jax_coordinator={coordinator} needs --jax_processes and "
+                            "--jax_process_id (or --jax_coordinator=auto on a Cloud TPU pod)")
+    if coordinator != "auto" and not 0 <= process_id < num_processes:
+        raise StrategyError(f"--jax_process_id={process_id} is out of range: it must be in "
+                            f"[0, --jax_processes={num_processes})")
+    if jax.config.jax_platforms in (None, "", "cpu") or "cpu" in str(jax.config.jax_platforms):
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    try:
+        if coordinator == "auto":
+            keras.distribution.initialize()
+        else:
+            keras.distribution.initialize(coordinator, num_processes, process_id)
+    except (RuntimeError, ValueError) as err:
+        raise StrategyError(f"--jax_coordinator={coordinator}: the processes could not join "
+                            f"({type(err).__name__}: {err})") from None
+
+
+class JaxDistribution:
+    """What a training run asks of its strategy, on JAX.
+
+    Args:
+      kind: "data_parallel" or "model_parallel".
+      model_parallel: the mesh's model axis (model_parallel only); the batch axis is the rest.
+      layout_map: (keras DeviceMesh) -> keras LayoutMap, the variables' layouts under
+        model_parallel.
+    """
+
+    def __init__(self, kind, *, model_parallel=1, layout_map=None):
+        import jax
+        import keras
+        devices = jax.devices()
+        model_axis = model_parallel if kind == "model_parallel" else 1
+        if model_axis < 1 or len(devices) % model_axis:
+            raise StrategyError(f"--model_parallel={model_parallel} does not divide the "
+                                f"{len(devices)} devices")
+        self.kind = kind
+        self.mesh_shape = (len(devices) // model_axis, model_axis)
+        # Data parallelism on a 1-D mesh (Keras' DataParallel takes no other).
+        shape, axes = ((self.mesh_shape, (BATCH, MODEL)) if kind == "model_parallel"
+                       else (self.mesh_shape[:1], (BATCH,)))
+        names = [f"{d.platform}:{d.id}" for d in devices]
+        self.device_mesh = keras.distribution.DeviceMesh(shape, axes, names)
+        if kind == "model_parallel":
+            if layout_map is None:
+                raise StrategyError("--strategy=model_parallel needs the model's layout map")
+            self.distribution = keras.distribution.ModelParallel(
+                layout_map=layout_map(self.device_mesh), batch_dim_name=BATCH)
+        else:
+            self.distribution = keras.distribution.DataParallel(device_mesh=self.device_mesh)
+        import numpy as np
+        # The mesh Keras lays the variables out on (equal meshes: one computation).
+        self.mesh = jax.sharding.Mesh(np.array(devices).reshape(shape), axes)
+        self.num_replicas_in_sync = self.mesh_shape[0]
+        self.process_index, self.process_count = jax.process_index(), jax.process_count()
+        self.is_chief = self.process_index == 0
+        self.local_device_names = [f"/device:{d.platform.upper()}:{d.id}"
+                                   for d in jax.local_devices()]
+
+    def __repr__(self):
+        return (f"JaxDistribution({self.kind}, mesh batch {self.mesh_shape[0]} x model "
+                f"{self.mesh_shape[1]}, {self.process_count} process(es))")
+
+    @contextlib.contextmanager
+    def scope(self):
+        """Variables created inside are laid out on the mesh (Keras' distribution scope)."""
+        with self.distribution.scope():
+            yield
+
+    def sharding(self, batch_axis=0, rank=1):
+        """A NamedSharding of an array of `rank` split along the mesh's batch axis at
+        `batch_axis`, replicated over the model axis."""
+        import jax
+        spec = [None] * rank
+        spec[batch_axis] = BATCH
+        return jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(*spec))
+
+    def replicated(self):
+        import jax
+        return jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec())
+
+    def global_array(self, local, batch_axis=0):
+        """The global array whose rows along `batch_axis` this process holds `local` of (its
+        input pipeline's rows: the processes' rows in process order)."""
+        import jax
+        import numpy as np
+        local = np.asarray(local)
+        return jax.make_array_from_process_local_data(
+            self.sharding(batch_axis, local.ndim), local)
+
+    def split_along_batch(self, value):
+        """The global array of `value` (the same whole array on every process), its axis 0
+        split along the mesh's batch axis."""
+        import jax
+        import numpy as np
+        value = np.asarray(value)
+        sharding = self.sharding(0, value.ndim) if value.ndim else self.replicated()
+        return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+
+    def distribute_datasets_from_function(self, dataset_fn):
+        """This process's input pipeline: the rows of its devices, one batch of
+        global / processes rows per step (the slots `tfxl.data.pipeline.input_fn` gives the
+        pipeline of that index), as tf.distribute calls `dataset_fn`."""
+        import tensorflow as tf
+        return dataset_fn(tf.distribute.InputContext(
+            num_input_pipelines=self.process_count, input_pipeline_id=self.process_index,
+            num_replicas_in_sync=self.process_count))
+
+    def to_numpy(self, value):
+        """A (possibly sharded, possibly multi-host) array's whole value on this host."""
+        import numpy as np
+        if getattr(value, "is_fully_addressable", True):
+            return np.asarray(value)
+        from jax.experimental import multihost_utils
+        return np.asarray(multihost_utils.process_allgather(value, tiled=True))
+
+    def all_processes(self, value):
+        """[processes] of `value` (an int) from every process, in process order (a collective:
+        every process calls it at the same point)."""
+        import numpy as np
+        if self.process_count == 1:
+            return np.array([value])
+        from jax.experimental import multihost_utils
+        return np.asarray(multihost_utils.process_allgather(np.array([value], np.int32)))
+
+
+def resolve_distribution(strategy="default", *, model_parallel=2, layout_map=None,
+                         coordinator=None, num_processes=None, process_id=None):
+    """The `JaxDistribution` named by `strategy` (default: data parallel over every device of
+    every process), after joining the run's processes. StrategyError says why one cannot run."""
+    if strategy not in ("default",) + JAX_STRATEGIES:
+        raise StrategyError(f"--strategy={strategy} is a TensorFlow strategy; on JAX "
+                            f"(KERAS_BACKEND=jax) it is default, {', '.join(JAX_STRATEGIES)}")
+    initialize_processes(coordinator, num_processes, process_id)
+    kind = "data_parallel" if strategy == "default" else strategy
+    return JaxDistribution(kind, model_parallel=model_parallel, layout_map=layout_map)
+
+
+def distribution_from_flags(layout_map=None, flag_values=flags.FLAGS):
+    return resolve_distribution(flag_values.strategy, model_parallel=flag_values.model_parallel,
+                                layout_map=layout_map, coordinator=flag_values.jax_coordinator,
+                                num_processes=flag_values.jax_processes,
+                                process_id=flag_values.jax_process_id)

@@ -1,0 +1,173 @@
+"""The train step on JAX: a task's loss as one pure function of the run's state, compiled with
+`jax.jit`, `steps_per_loop` steps per call (a `lax.scan`: the TPU Estimator's host loop, as
+train/train_step.py's `TrainStep` is on TensorFlow).
+
+The state is every array a step reads and writes: the trainable and non-trainable weights (the
+dropout seeds among them), the optimizer's variables (its step among them) and the training
+memory. A loop call takes it, donates its buffers and returns the next, so no copy of it is
+made; after each call the Keras variables are pointed at the new arrays (`keras.Variable.assign`
+of the arrays themselves), which is what evaluation, checkpoints and `step` read.
+
+Distribution is Keras 3's (tfxl/tpu/jax_mesh.py): the weights carry the layouts
+`keras.distribution` gave them (replicated under DataParallel, split under ModelParallel), the
+batch and the memory are split along the mesh's batch axis, and XLA (GSPMD) places the
+collectives. The step computes on the global batch: the loss is the token-weighted mean over
+every row, its gradient the gradient of that mean; clipping and the optimizer see the global
+gradient, as on TensorFlow after the replicas' sum.
+
+Shape glossary: n steps per loop, B global batch, T segment length.
+"""
+
+import keras
+import numpy as np
+
+from tfxl.train.optimization import OptimizerParams, make_optimizer
+from tfxl.train.task import Task
+from tfxl.train.train_step import TrainingDiverged, learning_rates
+
+
+class JaxTrainStep:
+    """Trains `model` (built in `strategy.scope()`) on the train split of `data` with `task`'s
+    loss, on JAX; the same interface as `TrainStep` (`step`, `train(n)`, `train_loop_begin`,
+    `rewind_input`, `optimizer`, `memory`, `schedule`).
+
+    Args:
+      task, model, data, global_batch, optimizer, mixed_precision: as `TrainStep`'s.
+      strategy: a `tfxl.tpu.jax_mesh.JaxDistribution`.
+    """
+
+    def __init__(self, task: Task, model, *, strategy, data, global_batch: int,
+                 optimizer: OptimizerParams, mixed_precision: str = "float32"):
+        import jax
+        if global_batch % strategy.num_replicas_in_sync:
+            raise ValueError(f"--train_batch_size={global_batch} is not divisible by the "
+                             f"{strategy.num_replicas_in_sync} devices of the mesh's batch axis")
+        if mixed_precision == "mixed_float16":
+            raise ValueError("--mixed_precision=mixed_float16 trains on TensorFlow only (its "
+                             "loss scale); on JAX use mixed_bfloat16")
+        self.task, self.model, self.strategy, self.data = task, model, strategy, data
+        self.global_batch, self.clip = global_batch, optimizer.clip
+        with strategy.scope():
+            self.optimizer, self.schedule = make_optimizer(optimizer, mixed_precision)
+            self.optimizer.build(model.trainable_variables)
+        empty = task.initial_memory(model, global_batch)
+        self.memory = None if empty is None else JaxTrainingMemory(strategy, empty)
+        self._iterator = None
+        self._loops = jax.jit(self._loop_fn, donate_argnums=0)
+
+    @property
+    def step(self):
+        return int(np.asarray(self.optimizer.iterations.value))
+
+    def rewind_input(self):
+        """The next loop rebuilds the input at the current step (after a restore): the
+        pipeline is deterministic, so the step is the input's position (as `TrainStep`)."""
+        self._iterator = None
+
+    # -- host ---------------------------------------------------------------------------------
+    def train_loop_begin(self):
+        if self._iterator is None:
+            dataset = self.data.dataset("train", self.global_batch, True, skip_batches=self.step)
+            self._iterator = dataset.as_numpy_iterator()
+
+    def train(self, num_steps):
+        """Runs `num_steps` steps in one compiled call; returns {"loss", "grad_norm",
+        "learning_rate"} per step."""
+        self.train_loop_begin()
+        first_step = self.step
+        local = [next(self._iterator) for _ in range(num_steps)]
+        batches = {key: self.strategy.global_array(np.stack([b[key] for b in local]),
+                                                   batch_axis=1)
+                   for key in local[0]}
+        state = self._state()
+        state, losses, norms = self._loops(state, batches)
+        self._set_state(state)
+        losses, norms = np.asarray(losses), np.asarray(norms)
+        bad = np.flatnonzero(~np.isfinite(losses))
+        if bad.size:
+            raise TrainingDiverged(f"non-finite loss {losses[bad[0]]} at step "
+                                   f"{first_step + bad[0] + 1}")
+        return {"loss": losses, "grad_norm": norms,
+                "learning_rate": learning_rates(self.schedule, first_step, len(losses))}
+
+    def _state(self):
+        return ([v.value for v in self.model.trainable_variables],
+                [v.value for v in self.model.non_trainable_variables],
+                [v.value for v in self.optimizer.variables],
+                None if self.memory is None else self.memory.value)
+
+    def _set_state(self, state):
+        trainable, non_trainable, optimizer_variables, memory = state
+        for variables, values in ((self.model.trainable_variables, trainable),
+                                  (self.model.non_trainable_variables, non_trainable),
+                                  (self.optimizer.variables, optimizer_variables)):
+            for variable, value in zip(variables, values):
+                variable.assign(value)
+        if self.memory is not None:
+            self.memory.value = memory
+
+    # -- compiled -----------------------------------------------------------------------------
+    def _loss(self, trainable, non_trainable, batch, memory):
+        model = self.model
+        mapping = (list(zip(model.trainable_variables, trainable))
+                   + list(zip(model.non_trainable_variables, non_trainable)))
+        with keras.StatelessScope(state_mapping=mapping) as scope:
+            weight = keras.ops.maximum(self.task.batch_weight(batch), 1.0)
+            loss, new_memory = self.task.loss(model, batch, memory, weight)
+        non_trainable = [scope.get_current_value(v) for v in model.non_trainable_variables]
+        return loss, (non_trainable, new_memory)
+
+    def _loop_fn(self, state, batches):
+        import jax
+        import jax.numpy as jnp
+
+        def one_step(state, batch):
+            trainable, non_trainable, optimizer_variables, memory = state
+            (loss, (non_trainable, memory)), grads = jax.value_and_grad(
+                self._loss, has_aux=True)(trainable, non_trainable, batch, memory)
+            # tf.clip_by_global_norm's rule, as the TensorFlow step applies it.
+            norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32))) for g in grads))
+            scale = self.clip / jnp.maximum(norm, self.clip)
+            grads = [g * scale.astype(g.dtype) for g in grads]
+            trainable, optimizer_variables = self.optimizer.stateless_apply(
+                optimizer_variables, grads, trainable)
+            return ((trainable, non_trainable, optimizer_variables, memory),
+                    (loss.astype(jnp.float32), norm))
+
+        state, (losses, norms) = jax.lax.scan(one_step, state, batches)
+        return state, losses, norms
+
+
+class JaxTrainingMemory:
+    """The training memory on JAX: the global [B, ...] arrays of a memory, split along the
+    mesh's batch axis (each device keeps its own streams, as a TensorFlow replica keeps its
+    rows), with the global copies a checkpoint holds (`checkpointed`, under the names and
+    shapes `CheckpointedReplicaMemory` gives them: a checkpoint does not say which backend or
+    how many devices wrote it)."""
+
+    def __init__(self, strategy, empty):
+        import jax
+        import tensorflow as tf
+        self.strategy = strategy
+        self.value = jax.tree_util.tree_map(strategy.split_along_batch, empty)
+        with tf.device("/cpu:0"):
+            self.checkpointed = tf.train.Checkpoint(**{
+                key: tf.Variable(tf.zeros(value.shape, value.dtype), trainable=False)
+                for key, value in empty.to_dict().items()})
+
+    def checkpointed_names(self):
+        return list(self.value.to_dict())
+
+    def checkpointed_shapes(self):
+        return {key: tuple(value.shape) for key, value in self.value.to_dict().items()}
+
+    def save_to_checkpoint(self):
+        for key, value in self.value.to_dict().items():
+            getattr(self.checkpointed, key).assign(self.strategy.to_numpy(value))
+
+    def restore_from(self, values):
+        """The memory from the checkpoint's {name: global value}."""
+        import jax
+        from tfxl.layers.memory import from_dict
+        memory = from_dict({key: values[key] for key in self.value.to_dict()})
+        self.value = jax.tree_util.tree_map(self.strategy.split_along_batch, memory)
