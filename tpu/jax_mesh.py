@@ -14,6 +14,7 @@ from the caller (`layout_map`, e.g. `TransfoXLLM.get_layout_map`).
 """
 
 import contextlib
+import logging
 
 from absl import flags
 
@@ -141,7 +142,8 @@ class JaxDistribution:
 
     def split_along_batch(self, value):
         """The global array of `value` (the same whole array on every process), its axis 0
-        split along the mesh's batch axis."""
+        split along the mesh's batch axis (a scalar, such as a ring's next slot, on every
+        device)."""
         import jax
         import numpy as np
         value = np.asarray(value)
@@ -182,6 +184,9 @@ def resolve_distribution(strategy="default", *, model_parallel=2, layout_map=Non
     if strategy not in ("default",) + JAX_STRATEGIES:
         raise StrategyError(f"--strategy={strategy} is a TensorFlow strategy; on JAX "
                             f"(KERAS_BACKEND=jax) it is default, {', '.join(JAX_STRATEGIES)}")
+    # JAX's probe of every platform logs each one it lacks ("Unable to initialize backend
+    # 'tpu'") at INFO, which absl's handler prints: a run says which devices it has in its plan.
+    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
     initialize_processes(coordinator, num_processes, process_id)
     kind = "data_parallel" if strategy == "default" else strategy
     return JaxDistribution(kind, model_parallel=model_parallel, layout_map=layout_map)
