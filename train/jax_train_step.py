@@ -38,7 +38,6 @@ class JaxTrainStep:
 
     def __init__(self, task: Task, model, *, strategy, data, global_batch: int,
                  optimizer: OptimizerParams, mixed_precision: str = "float32"):
-        import jax
         if global_batch % strategy.num_replicas_in_sync:
             raise ValueError(f"--train_batch_size={global_batch} is not divisible by the "
                              f"{strategy.num_replicas_in_sync} devices of the mesh's batch axis")
@@ -53,7 +52,7 @@ class JaxTrainStep:
         empty = task.initial_memory(model, global_batch)
         self.memory = None if empty is None else JaxTrainingMemory(strategy, empty)
         self._iterator = None
-        self._loops = jax.jit(self._loop_fn, donate_argnums=0)
+        self._loops = None  # compiled at the first loop, for the state's layouts
 
     @property
     def step(self):
@@ -80,6 +79,14 @@ class JaxTrainStep:
                                                    batch_axis=1)
                    for key in local[0]}
         state = self._state()
+        if self._loops is None:
+            import jax
+            # The state leaves each loop laid out as it came in (the layouts Keras gave the
+            # variables, the memory split along the batch): one compile per loop length.
+            layouts = jax.tree_util.tree_map(lambda array: array.sharding, state)
+            replicated = self.strategy.replicated()
+            self._loops = jax.jit(self._loop_fn, donate_argnums=0,
+                                  out_shardings=(layouts, replicated, replicated))
         state, losses, norms = self._loops(state, batches)
         self._set_state(state)
         losses, norms = np.asarray(losses), np.asarray(norms)

@@ -111,15 +111,16 @@ class TransfoXLLM(keras.Model):
             return tuple(spec)
 
         layout_map = keras.distribution.LayoutMap(device_mesh)
-        layout_map[r"/attention/(query|key|value|position)_kernel$"] = split(3, 1, c.n_head)
-        layout_map[r"/attention/output_kernel$"] = split(3, 0, c.n_head)
-        layout_map[r"/feed_forward/inner/kernel$"] = split(2, 1, c.d_inner)
-        layout_map[r"/feed_forward/inner/bias$"] = split(1, 0, c.d_inner)
-        layout_map[r"/feed_forward/outer/kernel$"] = split(2, 0, c.d_inner)
+        # Keras matches a variable's whole path (re.fullmatch).
+        layout_map[r".*/attention/(query|key|value|position)_kernel"] = split(3, 1, c.n_head)
+        layout_map[r".*/attention/output_kernel"] = split(3, 0, c.n_head)
+        layout_map[r".*/feed_forward/inner/kernel"] = split(2, 1, c.d_inner)
+        layout_map[r".*/feed_forward/inner/bias"] = split(1, 0, c.d_inner)
+        layout_map[r".*/feed_forward/outer/kernel"] = split(2, 0, c.d_inner)
         clusters = cluster_layout(c.vocab_size, c.cutoffs, c.embed_dim, c.d_model, c.div_val,
                                   c.proj_same_dim)
         for i, cluster in enumerate(clusters):
-            layout_map[rf"/(embedding/table|softmax/weight)_{i}$"] = split(2, 1, cluster.dim)
+            layout_map[rf".*/(embedding/table|softmax/weight)_{i}"] = split(2, 1, cluster.dim)
         return layout_map
 
     def compute_output_shape(self, ids_shape):
