@@ -63,6 +63,11 @@ def resolve_strategy(strategy="default", tpu=None, num_gpus=None):
     if strategy in JAX_STRATEGIES:
         raise StrategyError(f"--strategy={strategy} is Keras' distribution API on JAX: "
                             "tfxl-train with KERAS_BACKEND=jax (README, \"Train on JAX\")")
+    import keras
+    if keras.backend.backend() != "tensorflow":
+        raise StrategyError(f"this tool runs on TensorFlow, and Keras runs on "
+                            f"{keras.backend.backend()} here (KERAS_BACKEND): unset it "
+                            "(tfxl-train is the tool that also trains on JAX)")
     import tensorflow as tf
     if strategy not in STRATEGIES:
         raise StrategyError(f"--strategy={strategy!r} is not one of {', '.join(STRATEGIES)}")
