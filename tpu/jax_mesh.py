@@ -159,6 +159,16 @@ class JaxDistribution:
             num_input_pipelines=self.process_count, input_pipeline_id=self.process_index,
             num_replicas_in_sync=self.process_count))
 
+    def device_memory_bytes(self):
+        """The memory each local accelerator may use (the smallest), or None where JAX does not
+        say (CPU, some TPU runtimes)."""
+        import jax
+        try:
+            limits = [(d.memory_stats() or {}).get("bytes_limit") for d in jax.local_devices()]
+        except Exception:  # no answer is "not checked", never a failed run
+            return None
+        return min(limits) if limits and all(limits) else None
+
     def to_numpy(self, value):
         """A (possibly sharded, possibly multi-host) array's whole value on this host."""
         import numpy as np
@@ -184,6 +194,13 @@ def resolve_distribution(strategy="default", *, model_parallel=2, layout_map=Non
     if strategy not in ("default",) + JAX_STRATEGIES:
         raise StrategyError(f"--strategy={strategy} is a TensorFlow strategy; on JAX "
                             f"(KERAS_BACKEND=jax) it is default, {', '.join(JAX_STRATEGIES)}")
+    # TensorFlow runs the input pipeline and writes the files on the host: it must not take
+    # the accelerators' memory from JAX (it would on a GPU; tf.data needs none).
+    import tensorflow as tf
+    try:
+        tf.config.set_visible_devices([], "GPU")
+    except RuntimeError:  # TensorFlow's devices are initialised already (a test process)
+        pass
     # JAX's probe of every platform logs each one it lacks ("Unable to initialize backend
     # 'tpu'") at INFO, which absl's handler prints: a run says which devices it has in its plan.
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)

@@ -113,9 +113,15 @@ class TrainingPlan:
     def for_strategy(cls, config, strategy, global_batch, mixed_precision, optimizer,
                      evaluates=False, jit_compile=False):
         devices = local_devices(strategy)
-        return cls(config, global_batch, strategy.num_replicas_in_sync, len(devices),
-                   device_kind(devices), mixed_precision, optimizer,
-                   config.eval_settings() if evaluates else None, jit_compile)
+        # JAX model_parallel: a replica is `model_axis` devices, each holding a part of the
+        # weights; the estimate counts a replica's weights whole (an upper bound).
+        model_axis = getattr(strategy, "mesh_shape", (None, 1))[1]
+        plan = cls(config, global_batch, strategy.num_replicas_in_sync,
+                   max(1, len(devices) // model_axis), device_kind(devices), mixed_precision,
+                   optimizer, config.eval_settings() if evaluates else None, jit_compile)
+        plan.model_axis = model_axis
+        plan.device_memory = getattr(strategy, "device_memory_bytes", gpu_memory_bytes)
+        return plan
 
     @property
     def tokens_per_step(self):
@@ -143,8 +149,13 @@ class TrainingPlan:
                 f"{c.tgt_len}, mem_len {c.mem_len}); {self.replicas_text()}, batch "
                 f"{self.per_replica_batch} per replica; {self.mixed_precision}")
 
+    model_axis = 1  # devices per replica (JAX model_parallel)
+    device_memory = staticmethod(gpu_memory_bytes)  # bytes of each accelerator, or None
+
     def replicas_text(self):
-        return f"{self.replicas} replica{'s' * (self.replicas > 1)} ({self.device})"
+        split = (f", each {self.model_axis} devices with its weights split over them"
+                 if self.model_axis > 1 else "")
+        return f"{self.replicas} replica{'s' * (self.replicas > 1)} ({self.device}{split})"
 
     def how_to_lower(self):
         """What the refusal advises: the flags that lower the estimate."""
@@ -199,7 +210,7 @@ class TrainingPlan:
                     return f"warning: {message}; training anyway (--ignore_memory_estimate)"
                 raise ValueError(f"{message}; or pass --ignore_memory_estimate to train anyway")
             need = self.footprint.total
-            limit = (gpu_memory_bytes() if self.device == "GPU" else None) if limit is None \
+            limit = (self.device_memory() if self.device == "GPU" else None) if limit is None \
                 else limit
             if limit is None:
                 return (f"memory: not checked ({self.device} memory is not reported by "
