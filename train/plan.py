@@ -120,7 +120,7 @@ class TrainingPlan:
                    max(1, len(devices) // model_axis), device_kind(devices), mixed_precision,
                    optimizer, config.eval_settings() if evaluates else None, jit_compile)
         plan.model_axis = model_axis
-        plan.device_memory = getattr(strategy, "device_memory_bytes", gpu_memory_bytes)
+        plan.device_memory = getattr(strategy, "device_memory_bytes", None)
         return plan
 
     @property
@@ -150,7 +150,7 @@ class TrainingPlan:
                 f"{self.per_replica_batch} per replica; {self.mixed_precision}")
 
     model_axis = 1  # devices per replica (JAX model_parallel)
-    device_memory = staticmethod(gpu_memory_bytes)  # bytes of each accelerator, or None
+    device_memory = None  # () -> bytes of each accelerator or None; default TensorFlow's GPUs
 
     def replicas_text(self):
         split = (f", each {self.model_axis} devices with its weights split over them"
@@ -210,7 +210,8 @@ class TrainingPlan:
                     return f"warning: {message}; training anyway (--ignore_memory_estimate)"
                 raise ValueError(f"{message}; or pass --ignore_memory_estimate to train anyway")
             need = self.footprint.total
-            limit = (self.device_memory() if self.device == "GPU" else None) if limit is None \
+            device_memory = self.device_memory or gpu_memory_bytes
+            limit = (device_memory() if self.device == "GPU" else None) if limit is None \
                 else limit
             if limit is None:
                 return (f"memory: not checked ({self.device} memory is not reported by "
