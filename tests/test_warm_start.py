@@ -4,12 +4,16 @@ fit is listed in one error line and nothing is written."""
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import factories
+from backends import JAX_XLA_FLAGS
+from tfxl.checkpoint_tree import variables_by_path
 from tfxl.checkpoints import restore_weights
 from tfxl.model_dir import check_or_store_config
 from tfxl.train import warm_start
@@ -49,7 +53,7 @@ def source(data_dir, tmp_path_factory):
 
 
 def weights(model):
-    return {path: v.numpy() for path, v in warm_start.model_variables(model).items()}
+    return {path: v.numpy() for path, v in variables_by_path(model).items()}
 
 
 def source_model(data_dir, source, checkpoint=None):
@@ -251,7 +255,7 @@ def test_warm_start_under_mirrored_gives_every_replica_the_weights(data_dir, sou
         model = build_model(factories.data_config(data_dir), mirrored)
         warm_start.warm_start(init, model, str(tmp_path / "m"), manifest(data_dir), data_dir,
                               log=lambda *a: None)
-        for name, variable in warm_start.model_variables(model).items():
+        for name, variable in variables_by_path(model).items():
             copies = mirrored.experimental_local_results(variable.value)
             assert len(copies) == 2, name
             for copy in copies:
@@ -273,3 +277,52 @@ def test_a_source_trained_on_another_vocabulary_of_the_same_size_is_refused(data
                                          "trained on"):
         warm_start.warm_start(str(copy), run.model, str(tmp_path / "m"), manifest(data_dir),
                               data_dir)
+
+
+# The child, on JAX: a model of the data's config warm-started from each source in turn; the
+# weights it got.
+ON_JAX = """
+import json, sys
+import keras, numpy as np
+tests, data_dir, model_dir, work, *sources = sys.argv[1:]
+sys.path.insert(0, tests)
+import factories
+from tfxl import TransfoXLLM
+from tfxl.checkpoint_tree import variables_by_path
+from tfxl.train import warm_start
+assert keras.backend.backend() == "jax", keras.backend.backend()
+with open(f"{data_dir}/manifest.json") as f:
+    manifest = json.load(f)
+for i, source in enumerate(sources):
+    model = TransfoXLLM(factories.data_config(data_dir))
+    model.build((None, model.config.tgt_len))
+    warm_start.warm_start(source, model, model_dir, manifest, data_dir)
+    np.savez(f"{work}/weights_{i}.npz", **{path: keras.ops.convert_to_numpy(variable.value)
+                                           for path, variable in variables_by_path(model).items()})
+"""
+
+
+@pytest.mark.large
+@pytest.mark.subprocess
+def test_warm_start_on_jax_from_a_tensorflow_model_dir_and_a_keras_file(data_dir, source,
+                                                                        tmp_path):
+    """The same weights as on TensorFlow, from the model_dir's training checkpoint and from
+    the .keras file (tfxl/checkpoint_tree.py reads the one, Keras the other)."""
+    expected = weights(source_model(data_dir, source))
+    path = str(tmp_path / "source.keras")
+    source_model(data_dir, source).save(path)
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": JAX_XLA_FLAGS}
+    done = subprocess.run(
+        [sys.executable, "-c", ON_JAX, os.path.dirname(os.path.abspath(__file__)), data_dir,
+         str(tmp_path / "m"), str(tmp_path), source, path],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    prefix = os.path.join(source, "checkpoints", "ckpt-10")
+    assert f"warm start: model weights from {prefix}" in done.stdout
+    assert f"warm start: model weights from {path}" in done.stdout
+    for i in range(2):
+        got = dict(np.load(tmp_path / f"weights_{i}.npz"))
+        assert sorted(got) == sorted(expected)
+        for name, value in expected.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=name)

@@ -17,21 +17,28 @@ walk against the graph TensorFlow writes. Integer variables are stored as int64,
 TensorFlow backend stores them (JAX's are int32, uint32 for seeds); they are cast back on read.
 """
 
-import keras
+import functools
+
 import numpy as np
 
 from tfxl.deferred import deferred_import
 
+keras = deferred_import("keras")  # imported on use: the tools' --help imports this module
 tf = deferred_import("tensorflow")
 
 # A Keras layer's tracking lists, created where TensorFlow does not track attributes.
 _LAYER_TRACKER = frozenset({"_layers", "_trainable_variables", "_non_trainable_variables",
                             "_metrics", "_seed_generators", "_tracker"})
-_KERAS_OBJECTS = (keras.Variable, keras.layers.Layer, keras.optimizers.Optimizer)
+_OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"  # the key of the graph of names in a checkpoint
+
+
+@functools.cache
+def _keras_objects():
+    return keras.Variable, keras.layers.Layer, keras.optimizers.Optimizer
 
 
 def _holds_keras(value):
-    if isinstance(value, _KERAS_OBJECTS):
+    if isinstance(value, _keras_objects()):
         return True
     if isinstance(value, (list, tuple)):
         return any(_holds_keras(item) for item in value)
@@ -69,6 +76,14 @@ def variable_paths(**roots):
 
     walk(roots, "")
     return found
+
+
+def variables_by_path(root):
+    """{path: variable} of every Keras variable reachable from `root`, under every path that
+    reaches it, each path as a checkpoint of `root` alone names it less the root's own name
+    (`backbone/block_0/attention/query_kernel`, a model's `model/...` keys)."""
+    return {path.split("/", 1)[1]: variable
+            for variable, paths in variable_paths(root=root).values() for path in paths}
 
 
 def _stored_dtype(dtype):
@@ -116,12 +131,15 @@ class CheckpointTree:
 
 
 def checkpoint_paths(path):
-    """{path: checkpoint key} of every variable a checkpoint holds, each under every path of
-    attributes that reaches it (TensorFlow stores one key per variable, and the graph of names)."""
+    """(reader, {path: checkpoint key}) of every variable a checkpoint holds, each under every
+    path of attributes that reaches it (TensorFlow stores one key per variable, and the graph of
+    names); no paths for a checkpoint without that graph (TensorFlow 1's)."""
     from tensorflow.core.protobuf import trackable_object_graph_pb2
     reader = tf.train.load_checkpoint(path)
+    if not reader.has_tensor(_OBJECT_GRAPH):  # a TF1 checkpoint: names only, no paths
+        return reader, {}
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    graph.ParseFromString(reader.get_tensor(_OBJECT_GRAPH))
     keys, queue, seen = {}, [(0, "")], set()
     while queue:
         node_id, prefix = queue.pop()
@@ -136,6 +154,15 @@ def checkpoint_paths(path):
             queue.append((child.node_id, f"{prefix}/{child.local_name}" if prefix
                           else child.local_name))
     return reader, keys
+
+
+def checkpoint_shapes(path, root):
+    """{path: shape} of the variables under `root` ("model") in the checkpoint `path`, each path
+    as `variables_by_path` gives it; empty when the checkpoint holds no `root`."""
+    reader, keys = checkpoint_paths(path)
+    shapes, prefix = reader.get_variable_to_shape_map(), f"{root}/"
+    return {name[len(prefix):]: tuple(shapes[key]) for name, key in keys.items()
+            if name.startswith(prefix)}
 
 
 def read_checkpoint(path, fits, **roots):

@@ -13,10 +13,11 @@ re-running the same command after an interruption continues the run instead of s
 
 Before anything is written to the model_dir, every variable of the model (the flags' model with
 the data's vocabulary) is matched by its path in the object graph (`backbone/block_0/attention/
-query_kernel`, the names of a training checkpoint's `model/` keys) and its shape against the
-source; what does not fit (other shapes, variables only on one side, a different `pre_lnorm`,
-which changes no shape) is listed in one error line, with the vocabulary sizes when they differ
-and the source's own config to build its model with.
+query_kernel`, the names of a training checkpoint's `model/` keys; the same on every backend,
+tfxl/checkpoint_tree.py, so a checkpoint of a run on either backend starts a run on either) and
+its shape against the source; what does not fit (other shapes, variables only on one side, a
+different `pre_lnorm`, which changes no shape) is listed in one error line, with the vocabulary
+sizes when they differ and the source's own config to build its model with.
 """
 
 import os
@@ -24,8 +25,8 @@ import zipfile
 
 from absl import flags
 
-from tfxl.checkpoints import (check_readable, checkpoints_newest_first,
-                              newest_readable_checkpoint, restore_fitting)
+from tfxl.checkpoint_tree import checkpoint_shapes, read_checkpoint, variables_by_path
+from tfxl.checkpoints import check_readable, checkpoints_newest_first, newest_readable_checkpoint
 from tfxl.config import TransfoXLConfig
 from tfxl.model_dir import ModelDir, check_data_fingerprint
 from tfxl.deferred import deferred_import
@@ -34,7 +35,6 @@ keras = deferred_import("keras")
 tf = deferred_import("tensorflow")
 
 MODEL = "model"  # what a training checkpoint (train/checkpointing.py) calls the model
-OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"
 SHOWN = 6  # mismatches listed by name; the rest are counted
 
 
@@ -45,55 +45,6 @@ def define_flags():
         "another model_dir (its newest readable checkpoint) or a checkpoint prefix "
         "(.../ckpt-N); local or gs://. Fresh optimizer, memory and step. Ignored (with a note) "
         "when --model_dir already has checkpoints: the run resumes from its own.")
-
-
-def model_variables(model):
-    """{path: variable} of `model`'s weights, each path its place in the object graph that
-    `tf.train.Checkpoint(model=model)` saves (e.g. `backbone/block_0/feed_forward/inner/_kernel`:
-    attribute names, not Keras' layer names)."""
-    found = {}
-
-    def walk(obj, prefix):
-        for name, child in tf.train.TrackableView.children(obj).items():
-            if isinstance(child, (tf.Variable, keras.Variable)):
-                found.setdefault(prefix + name, child)
-            else:
-                walk(child, f"{prefix}{name}/")
-
-    walk(model, "")
-    return found
-
-
-def checkpoint_model_shapes(reader):
-    """{path: shape} of the model's variables in a training checkpoint, with the paths of
-    `model_variables`; None when it holds no `model`.
-
-    The keys of a checkpoint do not say: each variable is stored under the shortest path that
-    reaches it, which for a training checkpoint is the optimizer's list of the variables it
-    trains. The object graph the checkpoint carries does: it is walked from its `model` node.
-    """
-    if not reader.has_tensor(OBJECT_GRAPH):  # a TF1 checkpoint: names only
-        return None
-    from tensorflow.core.protobuf import trackable_object_graph_pb2
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor(OBJECT_GRAPH))
-    root = {child.local_name: child.node_id for child in graph.nodes[0].children}
-    if MODEL not in root:
-        return None
-    shapes, tensor_shapes = {}, reader.get_variable_to_shape_map()
-
-    def walk(node_id, prefix, seen):
-        node = graph.nodes[node_id]
-        for attribute in node.attributes:
-            if attribute.name == "VARIABLE_VALUE":
-                shapes.setdefault(prefix.rstrip("/"),
-                                  tuple(tensor_shapes[attribute.checkpoint_key]))
-        for child in node.children:
-            if child.node_id not in seen:
-                walk(child.node_id, f"{prefix}{child.local_name}/", seen | {child.node_id})
-
-    walk(root[MODEL], "", {root[MODEL]})
-    return shapes
 
 
 def _shape(shape):
@@ -111,12 +62,11 @@ class Source:
     def load_into(self, model):
         """Assigns the source's weights to every variable of `model` (which fits)."""
         if self._model is not None:  # a .keras model: copy variable by variable
-            source = model_variables(self._model)
-            for path, variable in model_variables(model).items():
-                variable.assign(source[path].numpy())
-        else:  # a training checkpoint: its model part only
-            restore_fitting(tf.train.Checkpoint(model=model), self.path, "this model",
-                            partial=True)
+            source = variables_by_path(self._model)
+            for path, variable in variables_by_path(model).items():
+                variable.assign(keras.ops.convert_to_numpy(source[path]))
+        else:  # a training checkpoint (of any backend): its model part only
+            read_checkpoint(self.path, "this model", **{MODEL: model})
 
 
 def _source_model_dir(prefix):
@@ -135,7 +85,7 @@ def _from_keras(path):
         reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise ValueError(f"--init_checkpoint={path} is not a readable .keras file "
                          f"({type(err).__name__}: {reason})") from None
-    shapes = {key: tuple(v.shape) for key, v in model_variables(model).items()}
+    shapes = {key: tuple(v.shape) for key, v in variables_by_path(model).items()}
     base = path[:-len(".keras")]
     config_file = base + ".config.json"  # tfxl-convert writes it beside the model
     config = getattr(model, "config", None)
@@ -144,7 +94,7 @@ def _from_keras(path):
 
 
 def _from_checkpoint(prefix):
-    shapes = checkpoint_model_shapes(tf.train.load_checkpoint(prefix))
+    shapes = checkpoint_shapes(prefix, MODEL)
     if not shapes:
         raise ValueError(f"--init_checkpoint={prefix} holds no tfxl model (no `model/` "
                          "variables); convert a published checkpoint with tfxl-convert and "
@@ -192,7 +142,7 @@ def mismatches(source, shapes, config):
 def check_fits(source, model, config, data_dir):
     """ValueError listing what of `source` does not fit `model` (built from `config`, whose
     vocabulary is --data_dir's)."""
-    shapes = {path: tuple(v.shape) for path, v in model_variables(model).items()}
+    shapes = {path: tuple(v.shape) for path, v in variables_by_path(model).items()}
     found = mismatches(source, shapes, config)
     if not found:
         return
