@@ -107,6 +107,7 @@ class CheckpointTree:
         self.to_numpy = to_numpy or (lambda variable: keras.ops.convert_to_numpy(variable.value))
         self.paths = variable_paths(**roots)
         self._mirrors = {}  # id(keras variable) -> tf.Variable
+        self._nodes = {}  # id(layer, optimizer, list, ...) -> its node: one per object
         with tf.device("/cpu:0"):
             self.trackables = {name: self._node(root, name) for name, root in roots.items()}
 
@@ -116,8 +117,10 @@ class CheckpointTree:
                 self._mirrors[id(obj)] = tf.Variable(
                     tf.zeros(obj.shape, _stored_dtype(obj.dtype)), trainable=False)
             return self._mirrors[id(obj)]
+        if id(obj) in self._nodes:  # reached again (or a cycle): the same node, as in TF
+            return self._nodes[id(obj)]
         # A list's items are "0", "1", ...: the names TensorFlow's list wrapper gives them.
-        node = tf.Module()
+        node = self._nodes[id(obj)] = tf.Module()
         for name, value in _children(obj):
             if _holds_keras(value):
                 setattr(node, name, self._node(value, f"{path}/{name}"))
