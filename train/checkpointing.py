@@ -96,13 +96,15 @@ class TrainingCheckpoint:
     def save(self, step):
         for hook in self.before_save:
             hook(step)
-        self._copy_values_to_checkpoint()
+        self.stage_values()
         path = self.manager.save(checkpoint_number=step)
         for hook in self.after_save:
             hook(step)
         return path
 
-    def _copy_values_to_checkpoint(self):
+    def stage_values(self):
+        """Copies what a save writes into the checkpoint's own variables (the memory's global
+        copy; on JAX also the mirrors of every variable)."""
         if self.memory is not None:
             self.memory.save_to_checkpoint()
 
@@ -149,6 +151,6 @@ class JaxTrainingCheckpoint(TrainingCheckpoint):
                                           for n in names})
         return latest
 
-    def _copy_values_to_checkpoint(self):
+    def stage_values(self):
         self.tree.pull()
-        super()._copy_values_to_checkpoint()
+        super().stage_values()
