@@ -59,15 +59,24 @@ def train_log(model_dir):
     return {line["step"]: line for line in lines}
 
 
-@pytest.fixture(scope="module")
-def tensorflow_runs(data_dir, init_checkpoint, tmp_path_factory):
-    """The TensorFlow trainer's logs, dropout off and on."""
-    runs = {}
-    for dropout in ("0", "0.2"):
+class TensorFlowRuns(dict):
+    """The TensorFlow trainer's log for a --dropout, trained when first asked for."""
+
+    def __init__(self, data_dir, init_checkpoint, tmp_path_factory):
+        super().__init__()
+        self.args = data_dir, init_checkpoint, tmp_path_factory
+
+    def __missing__(self, dropout):
+        data_dir, init_checkpoint, tmp_path_factory = self.args
         model_dir = tmp_path_factory.mktemp(f"tf_{dropout}")
         train(data_dir, model_dir, init_checkpoint, f"--dropout={dropout}", "--dropatt=0")
-        runs[dropout] = train_log(model_dir)
-    return runs
+        self[dropout] = train_log(model_dir)
+        return self[dropout]
+
+
+@pytest.fixture(scope="module")
+def tensorflow_runs(data_dir, init_checkpoint, tmp_path_factory):
+    return TensorFlowRuns(data_dir, init_checkpoint, tmp_path_factory)
 
 
 def assert_same_losses(jax_log, tf_log):
@@ -182,3 +191,15 @@ def test_model_parallel_places_the_weights_split_on_the_mesh():
     specs = json.loads(done.stdout.strip().splitlines()[-1])
     assert specs["backbone/block_0/attention/key_kernel"][:2] == ["None", "model"]
     assert specs["backbone/block_0/feed_forward/outer/kernel"][:1] == ["model"]
+
+
+@pytest.mark.large
+def test_jax_bfloat16_losses_equal_tensorflow_to_bfloat16_precision(data_dir, init_checkpoint,
+                                                                      tmp_path):
+    flags = ["--dropout=0", "--dropatt=0", "--mixed_precision=mixed_bfloat16"]
+    train(data_dir, tmp_path / "tf", init_checkpoint, *flags)
+    train(data_dir, tmp_path / "jax", init_checkpoint, *flags, backend="jax", devices=4)
+    tf_log, jax_log = train_log(tmp_path / "tf"), train_log(tmp_path / "jax")
+    tf_losses = np.array([tf_log[s]["loss"] for s in sorted(tf_log)])
+    jax_losses = np.array([jax_log[s]["loss"] for s in sorted(jax_log)])
+    assert np.abs(jax_losses - tf_losses).max() / np.abs(tf_losses).min() <= 1e-2
