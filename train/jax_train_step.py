@@ -26,6 +26,14 @@ from tfxl.train.task import Task
 from tfxl.train.train_step import TrainingDiverged, learning_rates
 
 
+def check_precision(mixed_precision):
+    """ValueError for a policy the JAX step does not train with: float16's loss scale is the
+    TensorFlow step's."""
+    if mixed_precision == "mixed_float16":
+        raise ValueError("--mixed_precision=mixed_float16 trains on TensorFlow only (its loss "
+                         "scale); on JAX use mixed_bfloat16")
+
+
 class JaxTrainStep:
     """Trains `model` (built in `strategy.scope()`) on the train split of `data` with `task`'s
     loss, on JAX; the same interface as `TrainStep` (`step`, `train(n)`, `train_loop_begin`,
@@ -41,9 +49,7 @@ class JaxTrainStep:
         if global_batch % strategy.num_replicas_in_sync:
             raise ValueError(f"--train_batch_size={global_batch} is not divisible by the "
                              f"{strategy.num_replicas_in_sync} devices of the mesh's batch axis")
-        if mixed_precision == "mixed_float16":
-            raise ValueError("--mixed_precision=mixed_float16 trains on TensorFlow only (its "
-                             "loss scale); on JAX use mixed_bfloat16")
+        check_precision(mixed_precision)
         self.task, self.model, self.strategy, self.data = task, model, strategy, data
         self.global_batch, self.clip = global_batch, optimizer.clip
         with strategy.scope():

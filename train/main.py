@@ -53,6 +53,8 @@ def run_strategy(config):
     import keras
     if keras.backend.backend() != "jax":
         return strategy_from_flags()
+    from tfxl.train.jax_train_step import check_precision
+    check_precision(FLAGS.mixed_precision)  # before the plan: not said, then refused
     from tfxl.models import TransfoXLLM
     return jax_mesh.distribution_from_flags(
         layout_map=lambda mesh: TransfoXLLM.get_layout_map(config, mesh))
