@@ -203,3 +203,32 @@ def test_jax_bfloat16_losses_equal_tensorflow_to_bfloat16_precision(data_dir, in
     tf_losses = np.array([tf_log[s]["loss"] for s in sorted(tf_log)])
     jax_losses = np.array([jax_log[s]["loss"] for s in sorted(jax_log)])
     assert np.abs(jax_losses - tf_losses).max() / np.abs(tf_losses).min() <= 1e-2
+
+
+LOAD_ON_JAX = """
+import sys
+import numpy as np
+from tfxl.models.loading import load_language_model
+model = load_language_model(sys.argv[1])
+np.savez(sys.argv[2], *[np.asarray(v.value) for v in model.weights])
+"""
+
+
+@pytest.mark.large
+def test_a_model_dir_loads_on_either_backend_with_the_same_weights(data_dir, init_checkpoint,
+                                                                   tmp_path):
+    """load_language_model reads a JAX run's model_dir on TensorFlow and on JAX alike."""
+    import subprocess
+    import sys
+    from tfxl.models.loading import load_language_model
+    model_dir = tmp_path / "jax"
+    train(data_dir, model_dir, init_checkpoint, "--train_steps=5", backend="jax")
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", LOAD_ON_JAX, str(model_dir),
+                           str(tmp_path / "jax.npz")], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    on_jax = np.load(tmp_path / "jax.npz")
+    on_tensorflow = load_language_model(str(model_dir)).weights
+    for i, variable in enumerate(on_tensorflow):
+        np.testing.assert_array_equal(variable.numpy(), on_jax[f"arr_{i}"])

@@ -118,7 +118,8 @@ def newest_readable_checkpoint(directory, log=None):
 
 def restore_weights(model, checkpoint=None, directory=None, fits="this model", log=None):
     """Restores only `model`'s weights (not the optimizer, step or memory a training checkpoint
-    also holds) for evaluation, export or generation; returns the checkpoint path.
+    also holds) for evaluation, export or generation, on any Keras backend; returns the
+    checkpoint path.
 
     From `checkpoint`, which must read cleanly, else from the newest readable checkpoint in
     `directory` (damaged newer ones reported through `log`). ValueError when there is none, or
@@ -127,7 +128,12 @@ def restore_weights(model, checkpoint=None, directory=None, fits="this model", l
     path = check_readable(checkpoint) if checkpoint else newest_readable_checkpoint(directory, log)
     if not path:
         raise ValueError(f"no checkpoint in {directory}")
-    restore_fitting(tf.train.Checkpoint(model=model), path, fits, partial=True)
+    import keras
+    if keras.backend.backend() == "tensorflow":
+        restore_fitting(tf.train.Checkpoint(model=model), path, fits, partial=True)
+    else:  # a Keras model of another backend, read by the paths TensorFlow names it by
+        from tfxl.checkpoint_tree import read_checkpoint
+        read_checkpoint(path, fits, model=model)
     return path
 
 
