@@ -184,7 +184,9 @@ class JaxDistribution:
         if self.process_count == 1:
             return np.array([value])
         from jax.experimental import multihost_utils
-        return np.asarray(multihost_utils.process_allgather(np.array([value], np.int32)))
+        # Tiled: the processes' [1] arrays end to end, [processes] (stacked: [processes, 1]).
+        return np.asarray(multihost_utils.process_allgather(np.array([value], np.int32),
+                                                            tiled=True))
 
 
 def resolve_distribution(strategy="default", *, model_parallel=2, layout_map=None,
