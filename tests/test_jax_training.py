@@ -128,6 +128,7 @@ def test_tensorflow_tools_read_a_jax_run(data_dir, init_checkpoint, tensorflow_r
     model_dir = tmp_path / "jax"
     train(data_dir, model_dir, init_checkpoint, "--dropout=0", "--dropatt=0",
           f"--train_steps={STEPS // 2}", backend="jax", devices=2)
+    assert list((model_dir / "train").glob("events.out.tfevents.*"))  # TensorBoard scalars
     evaluated = run_tool("tfxl.train.evaluate", f"--data_dir={data_dir}",
                          f"--model_dir={model_dir}", "--max_eval_batches=2")
     assert evaluated.returncode == 0, evaluated.stderr

@@ -84,7 +84,7 @@ class JaxTrainStep:
         batches = {key: self.strategy.global_array(np.stack([b[key] for b in local]),
                                                    batch_axis=1)
                    for key in local[0]}
-        state = self._state()
+        state = self._placed(self._state())
         if self._loops is None:
             import jax
             # The state leaves each loop laid out as it came in (the layouts Keras gave the
@@ -108,6 +108,16 @@ class JaxTrainStep:
                 [v.value for v in self.model.non_trainable_variables],
                 [v.value for v in self.optimizer.variables],
                 None if self.memory is None else self.memory.value)
+
+    def _placed(self, state):
+        """The state with every array on the mesh: what Keras left on one device (variables
+        it gives no layout, values a restore assigned) replicated, so that every loop call
+        sees the layouts of the first and none compiles again."""
+        import jax
+        replicated = self.strategy.replicated()
+        return jax.tree_util.tree_map(
+            lambda array: (array if isinstance(array.sharding, jax.sharding.NamedSharding)
+                           else jax.device_put(array, replicated)), state)
 
     def _set_state(self, state):
         trainable, non_trainable, optimizer_variables, memory = state
