@@ -50,6 +50,10 @@ written to `--out` after every process, so a run cut short keeps what it measure
         [--dtypes fp32,bf16] [--phases train,eval,generate] [--steps N] [--repeats N]
         [--tokens N] [--peer auto|on|off] [--out results.json]
 
+Not through `tfxl-train`: on JAX too it needs TensorFlow (tf.data input, TensorFlow-format
+checkpoints, tf.summary), which the GPU machine lacks; benchmarks/accelerator_run.sh's header
+says where.
+
 `--smoke`: a 2-layer model of each preset's shape (tail clusters for wt103), few steps: the check
 that the harness runs (CPU, JAX), not a measurement. benchmarks/accelerator_run.sh runs it on the
 GPU machine (BENCHMARKS.md, "Accelerator").

@@ -14,6 +14,20 @@
 #      dtype and phase, tfxl on JAX and the peer on PyTorch, writing $OUT/accelerator.json (after
 #      every process, so a run cut short keeps what it measured) and $OUT/accelerator.log (with
 #      the Markdown table). Extra arguments go to the harness (e.g. --presets enwik8_base).
+#
+# The training rows time a jitted step of tfxl-train's parts on JAX (stateless call, gradient,
+# Adam's stateless_apply, donated state), not tfxl-train itself: tfxl-train needs TensorFlow on
+# every backend, and this machine has none, nor can it be brought (the tensorflow-cpu 2.21 wheel
+# alone is about 270 MB; a call carries at most 64 MiB, and nothing can be fetched there). On
+# JAX the trainer still reads tfxl-prepare's TFRecord streams through tf.data
+# (tfxl/data/pipeline.py, handed to the step as numpy batches), writes TensorFlow-format
+# checkpoints through tf.train.Checkpoint mirrors (tfxl/checkpoint_tree.py,
+# train/checkpointing.py, and the training memory's in train/jax_train_step.py), TensorBoard
+# scalars through tf.summary (train/controller.py), and train/run.py, train/controller.py and
+# train/preemption.py import TensorFlow at the top: with TensorFlow unimportable, tfxl-train
+# stops at its first import (train/run.py's), before reading any data. The run says whether
+# TensorFlow imports there. benchmarks/train_backends.py compares tfxl-train on TensorFlow and
+# on JAX on a CPU instead (BENCHMARKS.md, "Training on TensorFlow and on JAX (CPU)").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,6 +57,8 @@ run)
     python3 -c "import jax, keras, torch, transformers; print('jax', jax.__version__, \
 jax.devices(), '| keras', keras.__version__, '| torch', torch.__version__, \
 torch.cuda.is_available(), '| transformers', transformers.__version__)"
+    python3 -c "import tensorflow" 2>/dev/null && echo "tensorflow: importable" ||
+        echo "tensorflow: not importable, so tfxl-train cannot run here (see this script's header)"
     # --budget_s: no process starts after 480 s, and the last is stopped then, so that the
     # results are written well inside the 600 s command limit.
     python3 -m benchmarks.accelerator_bench --peer on --budget_s 480 \
