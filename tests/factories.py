@@ -6,6 +6,8 @@ attention is neither uniform nor one-hot (so a wrong mask or position term shows
 
 import weakref
 
+import pytest
+
 from tfxl import TransfoXLConfig, TransfoXLLM
 
 TINY = dict(vocab_size=23, n_layer=2, d_model=16, n_head=2, d_head=6, d_inner=24, dropout=0.0,
@@ -129,6 +131,30 @@ def fast_lease():
 
 
 # -- command-line tools ---------------------------------------------------------------------------
+
+STARTED = []  # every process a test starts; one still running when the test ends is killed
+
+
+def _kill_started():
+    while STARTED:
+        STARTED.pop().kill()
+
+
+@pytest.fixture(autouse=True)
+def no_process_left_behind():
+    """An autouse fixture for a module whose tests start processes they may leave running (a
+    failed assertion before the kill): `from factories import STARTED, no_process_left_behind`
+    and append each process to STARTED."""
+    yield
+    _kill_started()
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 def run_tool(module, *args, env=None, timeout=300, **kwargs):
     """`python -m module args` in a new process (a console script as a user runs it): the

@@ -20,6 +20,7 @@ import pytest
 import tensorflow as tf
 
 import factories
+from factories import STARTED, free_port, no_process_left_behind  # noqa: F401 (autouse)
 from backends import JAX_XLA_FLAGS
 from tfxl.train.train_log import read_train_log
 
@@ -78,21 +79,6 @@ def train_flags(data_dir, *extra):
             "--lease_settle=0", *extra]
 
 
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-STARTED = []  # every process a test starts; one still running when the test ends is killed
-
-
-@pytest.fixture(autouse=True)
-def _no_process_left_behind():
-    yield
-    while STARTED:
-        STARTED.pop().kill()
 
 
 class Trainer:

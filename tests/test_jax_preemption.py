@@ -20,6 +20,7 @@ import pytest
 import tensorflow as tf
 
 import factories
+from factories import STARTED, no_process_left_behind  # noqa: F401 (autouse)
 from backends import JAX_XLA_FLAGS
 from tfxl.model_dir import ModelDir
 from tfxl.train.train_log import read_train_log
@@ -57,14 +58,6 @@ class OnJax:
         return subprocess.Popen(argv, env={**os.environ, **env}, **kwargs)
 
 
-STARTED = []  # the processes a test signals or kills; one still running when it ends is killed
-
-
-@pytest.fixture(autouse=True)
-def _no_process_left_behind():
-    yield
-    while STARTED:
-        STARTED.pop().kill()
 
 
 def start(argv, gcs=None, **kwargs):

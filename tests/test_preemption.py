@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import factories
+from factories import STARTED, no_process_left_behind  # noqa: F401 (autouse)
 from tfxl.model_dir import ModelDir, check_or_store_config
 from tfxl.train.controller import Controller
 from tfxl.train.optimization import OptimizerParams
@@ -45,14 +46,6 @@ def cli_flags(data_dir, model_dir, dropout=0.1, steps=STEPS, steps_per_loop=2, s
             "--learning_rate=0.003", "--train_log_seconds=0", "--lease_settle=0"]
 
 
-STARTED = []  # every process a test starts; one still running when the test ends is killed
-
-
-@pytest.fixture(autouse=True)
-def _no_process_left_behind():
-    yield
-    while STARTED:
-        STARTED.pop().kill()
 
 
 def popen(args, env=ENV):

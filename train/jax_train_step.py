@@ -23,7 +23,7 @@ import numpy as np
 
 from tfxl.train.optimization import OptimizerParams, make_optimizer
 from tfxl.train.task import Task
-from tfxl.train.train_step import TrainingDiverged, learning_rates
+from tfxl.train.train_step import loop_outputs
 
 
 def check_precision(mixed_precision):
@@ -95,13 +95,7 @@ class JaxTrainStep:
                                   out_shardings=(layouts, replicated, replicated))
         state, losses, norms = self._loops(state, batches)
         self._set_state(state)
-        losses, norms = np.asarray(losses), np.asarray(norms)
-        bad = np.flatnonzero(~np.isfinite(losses))
-        if bad.size:
-            raise TrainingDiverged(f"non-finite loss {losses[bad[0]]} at step "
-                                   f"{first_step + bad[0] + 1}")
-        return {"loss": losses, "grad_norm": norms,
-                "learning_rate": learning_rates(self.schedule, first_step, len(losses))}
+        return loop_outputs(self.schedule, first_step, np.asarray(losses), np.asarray(norms))
 
     def _state(self):
         return ([v.value for v in self.model.trainable_variables],

@@ -23,11 +23,17 @@ class TrainingDiverged(RuntimeError):
     """A non-finite loss; the message names the step. The last good checkpoint is kept."""
 
 
-def learning_rates(schedule, first_step, steps):
-    """The schedule's rate at each of `steps` steps from `first_step` (what the train log and
-    TensorBoard record per step)."""
-    return np.array([float(keras.ops.convert_to_numpy(schedule(first_step + i)))
-                     for i in range(steps)])
+def loop_outputs(schedule, first_step, losses, norms):
+    """A host loop's outputs from its per-step losses and gradient norms (numpy), with the
+    schedule's rate at each step (what the train log and TensorBoard record);
+    TrainingDiverged names the first step whose loss is not finite."""
+    bad = np.flatnonzero(~np.isfinite(losses))
+    if bad.size:
+        raise TrainingDiverged(f"non-finite loss {losses[bad[0]]} at step "
+                               f"{first_step + bad[0] + 1}")
+    rates = np.array([float(keras.ops.convert_to_numpy(schedule(first_step + i)))
+                      for i in range(len(losses))])
+    return {"loss": losses, "grad_norm": norms, "learning_rate": rates}
 
 
 class TrainStep:
@@ -92,12 +98,7 @@ class TrainStep:
                                                     skip_batches=self.step))
 
     def train_loop_end(self, first_step, losses, norms):
-        bad = np.flatnonzero(~np.isfinite(losses))
-        if bad.size:
-            raise TrainingDiverged(f"non-finite loss {losses[bad[0]]} at step "
-                                   f"{first_step + bad[0] + 1}")
-        return {"loss": losses, "grad_norm": norms,
-                "learning_rate": learning_rates(self.schedule, first_step, len(losses))}
+        return loop_outputs(self.schedule, first_step, losses, norms)
 
     def _loop_fn(self, iterator, steps):
         losses = tf.TensorArray(tf.float32, size=steps)
