@@ -236,3 +236,13 @@ def test_a_model_dir_loads_on_either_backend_with_the_same_weights(data_dir, ini
     on_tensorflow = load_language_model(str(model_dir)).weights
     for i, variable in enumerate(on_tensorflow):
         np.testing.assert_array_equal(variable.numpy(), on_jax[f"arr_{i}"])
+
+
+@pytest.mark.large
+def test_a_diverged_jax_run_exits_3_naming_the_step(data_dir, tmp_path):
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    done = run_tool("tfxl.train.main", f"--data_dir={data_dir}", f"--model_dir={tmp_path}",
+                    *MODEL_FLAGS, *RUN_FLAGS, "--learning_rate=1e30", "--clip=1e30",
+                    "--warmup_steps=0", env=env, timeout=600)
+    assert done.returncode == 3, done.stderr
+    assert "non-finite loss nan at step" in done.stderr
