@@ -7,8 +7,8 @@ losses from the run's train log.
 """
 
 import json
-import re
 import os
+import re
 
 import numpy as np
 import pytest
