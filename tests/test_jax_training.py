@@ -123,6 +123,7 @@ def test_jax_dropout_masks_equal_tensorflow_masks(data_dir, init_checkpoint, ten
     assert dropped[STEPS]["loss"] != kept[STEPS]["loss"]  # dropout was on
 
 
+@pytest.mark.large
 def test_tensorflow_tools_read_a_jax_run(data_dir, init_checkpoint, tensorflow_runs, tmp_path):
     """A JAX run's checkpoint is a TensorFlow checkpoint: tfxl-eval reads it, and a TensorFlow
     run resumes it step for step (weights, optimizer, memory, seeds)."""
