@@ -7,10 +7,16 @@ For each preset (`wt103_base`, `enwik8_base`: tfxl/config.py, the original scrip
 each precision (fp32 and bf16 mixed), in one run on one device:
 
   * training tokens/s at the paper's batch (wt103_base B 60, enwik8_base B 24) and training T = M:
-    tfxl as one `jax.jit` step built from `TransfoXLLM.stateless_call` (dropout on), the NLL of all
-    T targets, `jax.value_and_grad`, and Keras' `Adam(2.5e-4, global_clipnorm=0.25)`
-    `stateless_apply`, the layer-input memory threaded from step to step (stop-gradient), the
-    weights, optimizer state and memory donated; the peer: `TransfoXLLMHeadModel`, torch Adam,
+    tfxl as tfxl-train trains on JAX, through its own step, with the input from numpy in place of
+    tf.data: the model built under `resolve_distribution("data_parallel")` (tfxl/tpu/jax_mesh.py)
+    after the dtype policy and seed are set, the language model's task
+    (train/language_model.py: token-weighted mean NLL of all T targets, dropout on, the
+    layer-input memory carried from step to step), and `JaxTrainStep.train(--steps)`
+    (train/jax_train_step.py: one compiled host loop of that many steps, a `lax.scan`, with the
+    weights, optimizer variables and memory donated; tfxl-train's default optimizer, Adam 2.5e-4
+    on its cosine schedule, and its global-norm clipping at 0.25); each timed loop is one such
+    call, its input (`ZipfStreams`, the batches tfxl's pipeline gives) stacked and placed on the
+    mesh inside it, as tfxl-train does; the peer: `TransfoXLLMHeadModel`, torch Adam,
     `clip_grad_norm_(0.25)`, its `mems` fed back;
   * evaluation tokens/s at the presets' evaluation settings (wt103_base T 64 / M 640 / clamp 400,
     enwik8_base T 80 / M 2100 / clamp 820, same_length), batch 10 (the original PyTorch
@@ -38,9 +44,11 @@ Token ids are drawn from a Zipf(1) law over the ids (both vocabularies are frequ
 ~80% of wt103's tokens fall in the 20,000-word head), the same for both; the speed of tfxl's
 static tail path does not depend on them, the peer's sparse one does. Weights are random.
 
-Timing: warm-up calls (compilation included) are not timed; each measurement is `--repeats`
-timed loops of `--steps` steps (segments), each loop ended by `jax.block_until_ready` /
-`torch.cuda.synchronize`; the median loop is reported (the best beside it in the JSON).
+Timing: warm-up calls (compilation included) are not timed (tfxl's training: `--warmup` steps
+rounded up to whole host loops); each measurement is `--repeats` timed loops of `--steps` steps
+(segments), each loop ended by `jax.block_until_ready` (tfxl's training: the host loop's losses
+read back) / `torch.cuda.synchronize`; the median loop is reported (the best beside it in the
+JSON).
 
 Each framework runs in its own subprocess, one per preset (a JAX process keeps the GPU memory it
 took), which never imports TensorFlow (checked: `tensorflow_loaded` in each row); results are
@@ -50,9 +58,10 @@ written to `--out` after every process, so a run cut short keeps what it measure
         [--dtypes fp32,bf16] [--phases train,eval,generate] [--steps N] [--repeats N]
         [--tokens N] [--peer auto|on|off] [--out results.json]
 
-Not through `tfxl-train`: on JAX too it needs TensorFlow (tf.data input, TensorFlow-format
-checkpoints, tf.summary), which the GPU machine lacks; benchmarks/accelerator_run.sh's header
-says where.
+Not the `tfxl-train` command: on JAX it still needs TensorFlow around its step (tf.data input,
+TensorFlow-format checkpoints, tf.summary), which the GPU machine lacks; its step
+(`JaxTrainStep`, `resolve_distribution`) does not, and is what the training rows time.
+benchmarks/accelerator_run.sh's header says where the rest needs TensorFlow.
 
 `--smoke`: a 2-layer model of each preset's shape (tail clusters for wt103), few steps: the check
 that the harness runs (CPU, JAX), not a measurement. benchmarks/accelerator_run.sh runs it on the
@@ -188,53 +197,78 @@ def jax_matmul_peak(dtype, n, seconds):
     return reps * 2 * n ** 3 / best
 
 
-def _variables(model, copy=False):
-    """The model's (trainable, non-trainable) variable values; copies where the caller donates
-    them (a donated buffer is deleted, and the model's variables must stay usable)."""
-    import jax.numpy as jnp
-    values = ([v.value for v in model.trainable_variables],
-              [v.value for v in model.non_trainable_variables])
-    return tuple([jnp.copy(x) for x in part] for part in values) if copy else values
+def _variables(model):
+    """The model's (trainable, non-trainable) variable values."""
+    return ([v.value for v in model.trainable_variables],
+            [v.value for v in model.non_trainable_variables])
 
 
-def tfxl_train(model, config, batch, steps, repeats, warmup):
-    import jax
-    import jax.numpy as jnp
-    import keras
-    from keras import ops
+class ZipfStreams:
+    """The train split as `JaxTrainStep` reads tfxl-prepare's (`dataset(split, batch, training,
+    skip_batches).as_numpy_iterator()`), from numpy in place of tf.data: each row one stream of
+    `zipf_ids`, cut into consecutive segments, every target real, the batches tfxl's pipeline
+    gives (int32 inputs, targets, target_mask [B, T]; reset [B], 1 at a stream's start)."""
 
-    optimizer = keras.optimizers.Adam(learning_rate=2.5e-4, global_clipnorm=0.25)
-    optimizer.build(model.trainable_variables)
-    trainable, non_trainable = _variables(model, copy=True)
-    opt_vars = [jnp.copy(v.value) for v in optimizer.variables]
-    memory = model.init_memory(batch)
+    def __init__(self, vocab_size, batch, tgt_len, segments):
+        self.tgt_len = tgt_len
+        self.ids = zipf_ids(vocab_size, (batch, segments * tgt_len + 1))
 
-    def train_step(trainable, non_trainable, opt_vars, memory, ids, targets):
-        def loss_fn(trainable):
-            (nll, new_memory), new_non_trainable = model.stateless_call(
-                trainable, non_trainable, ids, memory, targets=targets, training=True)
-            return ops.mean(nll), (new_memory, new_non_trainable)
+    def dataset(self, split, batch, training, skip_batches=0):
+        import numpy as np
+        del split, training
+        assert batch == self.ids.shape[0], (batch, self.ids.shape)
+        t, ids = self.tgt_len, self.ids
+        segments = (ids.shape[1] - 1) // t
 
-        (loss, (new_memory, non_trainable)), grads = jax.value_and_grad(
-            loss_fn, has_aux=True)(trainable)
-        trainable, opt_vars = optimizer.stateless_apply(opt_vars, grads, trainable)
-        new_memory = jax.tree_util.tree_map(jax.lax.stop_gradient, new_memory)
-        return trainable, non_trainable, opt_vars, new_memory, loss
+        def batches():
+            for i in range(skip_batches, segments):
+                yield {"inputs": ids[:, i * t:(i + 1) * t],
+                       "targets": ids[:, i * t + 1:(i + 1) * t + 1],
+                       "target_mask": np.ones((batch, t), np.int32),
+                       "reset": np.full((batch,), int(i == 0), np.int32)}
 
-    step = jax.jit(train_step, donate_argnums=(0, 1, 2, 3))
-    t = config.tgt_len
-    ids = zipf_ids(config.vocab_size, (batch, (warmup + steps * repeats) * t + 1))
-    state = {"vars": (trainable, non_trainable, opt_vars, memory), "loss": None}
+        return _NumpyDataset(batches)
 
-    def step_segment(seg_ids, targets):
-        *variables, loss = step(*state["vars"], seg_ids, targets)
-        state.update(vars=tuple(variables), loss=loss)
-        return loss
 
-    warmup_s, result, times = timed_segments(step_segment, ids, t, warmup, steps, repeats,
-                                             batch * t)
-    return {"batch": batch, "tgt_len": t, "mem_len": config.mem_len, "steps": steps,
-            "repeats": repeats, "warmup_s": warmup_s,
+class _NumpyDataset:
+    """What the step asks of a tf.data.Dataset: `as_numpy_iterator()`."""
+
+    def __init__(self, batches):
+        self.as_numpy_iterator = batches
+
+
+def tfxl_train(model, strategy, config, batch, steps, repeats, warmup, mixed_precision):
+    """tfxl-train's step on JAX: `JaxTrainStep.train(steps)`, one compiled host loop of `steps`
+    steps (`lax.scan`) with the weights, optimizer variables and memory donated; the language
+    model's task (the token-weighted mean NLL, dropout on, the layer-input memory), tfxl-train's
+    default optimizer (Adam, 2.5e-4, cosine schedule) and global-norm clipping (0.25). `warmup`
+    untimed steps, rounded up to whole loops (the first compiles)."""
+    from tfxl.train.jax_train_step import JaxTrainStep
+    from tfxl.train.language_model import LanguageModelTask
+    from tfxl.train.optimization import OptimizerParams
+
+    warmup_loops = max(1, -(-warmup // steps))
+    data = ZipfStreams(config.vocab_size, batch, config.tgt_len,
+                       (warmup_loops + repeats) * steps)
+    step = JaxTrainStep(LanguageModelTask(config, data_dir="(numpy)"), model,
+                        strategy=strategy, data=data, global_batch=batch,
+                        optimizer=OptimizerParams(), mixed_precision=mixed_precision)
+    state = {"loss": None}
+
+    def run_loop():
+        # Returns the losses as numpy: the device has finished the loop.
+        state["loss"] = step.train(steps)["loss"][-1]
+
+    start = time.perf_counter()
+    for _ in range(warmup_loops):
+        run_loop()
+    warmup_s = time.perf_counter() - start
+    times = timed_loops(run_loop, repeats)
+    result = summary(times, steps * batch * config.tgt_len)
+    return {"batch": batch, "tgt_len": config.tgt_len, "mem_len": config.mem_len,
+            "steps": steps, "repeats": repeats, "warmup_s": warmup_s,
+            "path": "tfxl-train's JaxTrainStep.train(steps), numpy input",
+            "steps_per_loop": steps, "warmup_steps": warmup_loops * steps,
             "tokens_per_s": result["median_per_s"], "best_tokens_per_s": result["best_per_s"],
             "loop_s": result["loop_s"], "final_loss": float(state["loss"]),
             "flops_per_step": common.train_flops(config, batch),
@@ -328,18 +362,23 @@ def run_tfxl(args):
 def run_tfxl_preset(args, info):
     import jax
     import keras
-    from tfxl.models import TransfoXLLM
+    from tfxl.tpu.jax_mesh import resolve_distribution
+    from tfxl.train.language_model import build_model
 
     config = preset_config(info["preset"], args.smoke)
     train_batch, eval_batch = batches(info["preset"], args.smoke)
+    # tfxl-train's default strategy on JAX: data parallel over every device (one here).
+    strategy = resolve_distribution("data_parallel")
     for name in args.dtypes:
+        # As tfxl-train: the policy and the seed, then the model built under the strategy.
         keras.config.set_dtype_policy(DTYPES[name])
         keras.utils.set_random_seed(0)
-        model = TransfoXLLM(config)
+        model = build_model(config, strategy)
         row = {**info, "dtype": name, "parameters": int(model.count_params())}
         if "train" in args.phases:
-            emit({**row, "phase": "train", **tfxl_train(model, config, train_batch, args.steps,
-                                                         args.repeats, args.warmup)})
+            emit({**row, "phase": "train", **tfxl_train(
+                model, strategy, config, train_batch, args.steps, args.repeats, args.warmup,
+                DTYPES[name])})
         if "eval" in args.phases:
             emit({**row, "phase": "eval", **tfxl_eval(model, config, eval_batch, args.steps,
                                                        args.repeats, args.warmup)})

@@ -15,19 +15,20 @@
 #      every process, so a run cut short keeps what it measured) and $OUT/accelerator.log (with
 #      the Markdown table). Extra arguments go to the harness (e.g. --presets enwik8_base).
 #
-# The training rows time a jitted step of tfxl-train's parts on JAX (stateless call, gradient,
-# Adam's stateless_apply, donated state), not tfxl-train itself: tfxl-train needs TensorFlow on
-# every backend, and this machine has none, nor can it be brought (the tensorflow-cpu 2.21 wheel
-# alone is about 270 MB; a call carries at most 64 MiB, and nothing can be fetched there). On
-# JAX the trainer still reads tfxl-prepare's TFRecord streams through tf.data
-# (tfxl/data/pipeline.py, handed to the step as numpy batches), writes TensorFlow-format
-# checkpoints through tf.train.Checkpoint mirrors (tfxl/checkpoint_tree.py,
-# train/checkpointing.py, and the training memory's in train/jax_train_step.py), TensorBoard
-# scalars through tf.summary (train/controller.py), and train/run.py, train/controller.py and
-# train/preemption.py import TensorFlow at the top: with TensorFlow unimportable, tfxl-train
-# stops at its first import (train/run.py's), before reading any data. The run says whether
-# TensorFlow imports there. benchmarks/train_backends.py compares tfxl-train on TensorFlow and
-# on JAX on a CPU instead (BENCHMARKS.md, "Training on TensorFlow and on JAX (CPU)").
+# The training rows time tfxl-train's own step on JAX, `JaxTrainStep.train(n)` (one compiled host
+# loop of n steps, weights, optimizer and memory donated, the language model's task, tfxl-train's
+# optimizer and clipping) under `resolve_distribution("data_parallel")`, with its input from numpy
+# in place of tf.data: the step and the distribution import no TensorFlow. The `tfxl-train`
+# command itself cannot run here: this machine has no TensorFlow, nor can it be brought (the
+# tensorflow-cpu 2.21 wheel alone is about 270 MB; a call carries at most 64 MiB, and nothing can
+# be fetched there), and around the step the trainer reads tfxl-prepare's TFRecord streams
+# through tf.data (tfxl/data/pipeline.py), writes TensorFlow-format checkpoints through
+# tf.train.Checkpoint mirrors (tfxl/checkpoint_tree.py, train/checkpointing.py, and the training
+# memory's, made at the first checkpoint), TensorBoard scalars through tf.summary
+# (train/controller.py), and train/run.py, train/controller.py and train/preemption.py import
+# TensorFlow at the top. The run says whether TensorFlow imports there.
+# benchmarks/train_backends.py compares tfxl-train on TensorFlow and on JAX on a CPU
+# (BENCHMARKS.md, "Training on TensorFlow and on JAX (CPU)").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,7 +59,8 @@ run)
 jax.devices(), '| keras', keras.__version__, '| torch', torch.__version__, \
 torch.cuda.is_available(), '| transformers', transformers.__version__)"
     python3 -c "import tensorflow" 2>/dev/null && echo "tensorflow: importable" ||
-        echo "tensorflow: not importable, so tfxl-train cannot run here (see this script's header)"
+        echo "tensorflow: not importable: the tfxl-train command cannot run here, its step" \
+            "does (see this script's header)"
     # --budget_s: no process starts after 480 s, and the last is stopped then, so that the
     # results are written well inside the 600 s command limit.
     python3 -m benchmarks.accelerator_bench --peer on --budget_s 480 \

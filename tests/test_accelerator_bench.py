@@ -25,10 +25,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.skipif(keras.backend.backend() != "jax",
                     reason="runs once, in the JAX pass")
 def test_the_smoke_run_measures_training_evaluation_and_generation_without_tensorflow(tmp_path):
-    """The wt103-shaped smoke model (tail clusters) in bf16 mixed precision: a jitted training
-    step, the key/value evaluation step and `TransfoXLLM.generate` each give a positive rate, the
-    loss is finite, no measuring process imported TensorFlow, and the Markdown table is printed.
-    (The PyTorch peer is not part of CI's install: --peer off.)"""
+    """The wt103-shaped smoke model (tail clusters) in bf16 mixed precision: tfxl-train's
+    training step (`JaxTrainStep.train`), the key/value evaluation step and
+    `TransfoXLLM.generate` each give a positive rate, the loss is finite, no measuring process
+    imported TensorFlow, and the Markdown table is printed. (The PyTorch peer is not part of
+    CI's install: --peer off.)"""
     # A sitecustomize on the children's PYTHONPATH: every process the harness starts inherits it.
     site = tmp_path / "site"
     site.mkdir()
@@ -55,6 +56,8 @@ def test_the_smoke_run_measures_training_evaluation_and_generation_without_tenso
     assert train["tokens_per_s"] > 0 and train["flop_per_s"] > 0
     assert math.isfinite(train["final_loss"]) and 0 < train["final_loss"] < 20
     assert (train["batch"], train["tgt_len"], train["mem_len"]) == (4, 16, 16)
+    assert train["path"].startswith("tfxl-train's JaxTrainStep.train")
+    assert train["steps_per_loop"] == 2 and train["warmup_steps"] == 2
     assert evaluate["tokens_per_s"] > 0
     assert (evaluate["tgt_len"], evaluate["mem_len"], evaluate["same_length"]) == (8, 32, True)
     assert generate["batch"] == 1 and generate["mem_len"] == 32

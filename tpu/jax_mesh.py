@@ -197,12 +197,17 @@ def resolve_distribution(strategy="default", *, model_parallel=2, layout_map=Non
         raise StrategyError(f"--strategy={strategy} is a TensorFlow strategy; on JAX "
                             f"(KERAS_BACKEND=jax) it is default, {', '.join(JAX_STRATEGIES)}")
     # TensorFlow runs the input pipeline and writes the files on the host: it must not take
-    # the accelerators' memory from JAX (it would on a GPU; tf.data needs none).
-    import tensorflow as tf
+    # the accelerators' memory from JAX (it would on a GPU; tf.data needs none). Where it is
+    # not installed there is nothing to hide (the step trains on numpy input there).
     try:
-        tf.config.set_visible_devices([], "GPU")
-    except RuntimeError:  # TensorFlow's devices are initialised already (a test process)
-        pass
+        import tensorflow as tf
+    except ImportError:
+        tf = None
+    if tf is not None:
+        try:
+            tf.config.set_visible_devices([], "GPU")
+        except RuntimeError:  # TensorFlow's devices are initialised already (a test process)
+            pass
     # JAX's probe of every platform logs each one it lacks ("Unable to initialize backend
     # 'tpu'") at INFO, which absl's handler prints: a run says which devices it has in its plan.
     logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)

@@ -18,12 +18,14 @@ gradient, as on TensorFlow after the replicas' sum.
 Shape glossary: n steps per loop, B global batch, T segment length.
 """
 
+import functools
+
 import keras
 import numpy as np
 
+from tfxl.train.host_loop import loop_outputs
 from tfxl.train.optimization import OptimizerParams, make_optimizer
 from tfxl.train.task import Task
-from tfxl.train.train_step import loop_outputs
 
 
 def check_precision(mixed_precision):
@@ -164,13 +166,18 @@ class JaxTrainingMemory:
 
     def __init__(self, strategy, empty):
         import jax
-        import tensorflow as tf
         self.strategy = strategy
         self.value = jax.tree_util.tree_map(strategy.split_along_batch, empty)
+
+    @functools.cached_property
+    def checkpointed(self):
+        """The tf.train.Checkpoint of the global copies, made at a checkpoint's first use of
+        it: the step itself needs no TensorFlow (it trains where none is installed)."""
+        import tensorflow as tf
         with tf.device("/cpu:0"):
-            self.checkpointed = tf.train.Checkpoint(**{
+            return tf.train.Checkpoint(**{
                 key: tf.Variable(tf.zeros(value.shape, value.dtype), trainable=False)
-                for key, value in empty.to_dict().items()})
+                for key, value in self.value.to_dict().items()})
 
     def checkpointed_names(self):
         return list(self.value.to_dict())

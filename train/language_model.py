@@ -5,6 +5,10 @@ of a tfxl-prepare data dir (train/datasets.py), the memory carried from step to 
 replica (train/memory_state.py), the token-weighted mean loss, and the evaluation with memory
 (train/evaluator.py). `make_evaluator` (tfxl-eval) builds only the model and the evaluator: no
 optimizer, no training memory.
+
+The task's step (`initial_memory`, `batch_weight`, `loss`) imports no TensorFlow: the JAX train
+step runs it where none is installed (benchmarks/accelerator_bench.py). Its data and evaluation
+(tf.data, TensorFlow's evaluator) import it when used.
 """
 
 import keras
@@ -15,8 +19,6 @@ from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.model_dir import check_data_fingerprint, claim
 from tfxl.models import TransfoXLLM
 from tfxl.train import warm_start as warm_starting
-from tfxl.train.datasets import DistributedData
-from tfxl.train.evaluator import EvalProgress, Evaluator, metric_name
 from tfxl.train.task import Task
 
 __all__ = ["LanguageModelTask", "build_model", "make_evaluator"]
@@ -33,6 +35,7 @@ def build_model(config: TransfoXLConfig, strategy):
 def load_data(config, strategy, data_dir, model_dir, seed):
     """The checked streams of `data_dir`: its manifest against `config` and against the data
     `model_dir` was trained on."""
+    from tfxl.train.datasets import DistributedData
     manifest = load_manifest(data_dir)
     check_manifest(manifest, tgt_len=config.tgt_len, vocab_size=config.vocab_size)
     check_data_fingerprint(model_dir, manifest, data_dir)
@@ -44,6 +47,7 @@ def make_evaluator(config, strategy, data_dir, model_dir, global_batch,
                    progress=None):
     """tfxl-eval's evaluator: the model (weights not restored yet: `restore_weights`) and the
     evaluation state only. progress: show a progress bar (None: when stderr is a terminal)."""
+    from tfxl.train.evaluator import EvalProgress, Evaluator
     data = load_data(config, strategy, data_dir, model_dir, seed=0)
     keras.config.set_dtype_policy(mixed_precision)
     keras.utils.set_random_seed(0)
@@ -106,6 +110,7 @@ class LanguageModelTask(Task):
         if keras.backend.backend() == "jax":
             from tfxl.train.jax_evaluator import JaxEvaluator
             return JaxEvaluator(model, strategy, data, global_batch, steps_per_loop)
+        from tfxl.train.evaluator import Evaluator
         return Evaluator(model, strategy, data, global_batch, steps_per_loop, jit_compile)
 
     def evaluate(self, evaluator, data, split="valid", *, max_batches=None, **settings):
@@ -114,4 +119,5 @@ class LanguageModelTask(Task):
         return evaluator.evaluate(split, max_batches=max_batches, **settings)
 
     def metric(self, data):
+        from tfxl.train.evaluator import metric_name
         return metric_name(data.manifest)

@@ -11,29 +11,12 @@ Shape glossary: B global batch, b per-replica batch, T segment length, R replica
 """
 
 import keras
-import numpy as np
 import tensorflow as tf
 
+from tfxl.train.host_loop import TrainingDiverged, loop_outputs  # noqa: F401 (run.py's)
 from tfxl.train.memory_state import CheckpointedReplicaMemory
 from tfxl.train.optimization import OptimizerParams, make_optimizer
 from tfxl.train.task import Task
-
-
-class TrainingDiverged(RuntimeError):
-    """A non-finite loss; the message names the step. The last good checkpoint is kept."""
-
-
-def loop_outputs(schedule, first_step, losses, norms):
-    """A host loop's outputs from its per-step losses and gradient norms (numpy), with the
-    schedule's rate at each step (what the train log and TensorBoard record);
-    TrainingDiverged names the first step whose loss is not finite."""
-    bad = np.flatnonzero(~np.isfinite(losses))
-    if bad.size:
-        raise TrainingDiverged(f"non-finite loss {losses[bad[0]]} at step "
-                               f"{first_step + bad[0] + 1}")
-    rates = np.array([float(keras.ops.convert_to_numpy(schedule(first_step + i)))
-                      for i in range(len(losses))])
-    return {"loss": losses, "grad_norm": norms, "learning_rate": rates}
 
 
 class TrainStep:
