@@ -251,8 +251,9 @@ class TrainingRun:
         metric, shown = self.metric, self.task.eval_scalars(self.data)
 
         def record_and_log(at_step, result):
-            log(f"step {at_step}: valid " + ", ".join(f"{name} {result[name]:.4f}"
-                                                      for name in shown))
+            if self.is_chief:  # every worker evaluates; one says so
+                log(f"step {at_step}: valid " + ", ".join(f"{name} {result[name]:.4f}"
+                                                          for name in shown))
             metrics["valid"] = result
 
         units_per_step = self.task.units_per_step(self.global_batch)
