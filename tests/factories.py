@@ -149,6 +149,19 @@ def no_process_left_behind():
     _kill_started()
 
 
+def assert_stopped_with_its_checkpoint(model_dir, step, checkpoint, last_logged_step):
+    """What a two-worker run stopped by a signal at `step` leaves in `model_dir` (a Path): the
+    checkpoint of that step, named by the stop line, in the chief's folder and worker 1's, the
+    train log up to it, and no metrics.json (a finished run's)."""
+    import tensorflow as tf
+    assert checkpoint == str(model_dir / "checkpoints" / f"ckpt-{step}")
+    assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")) == checkpoint
+    copy = model_dir / "tmp_worker_checkpoints" / "1"
+    assert tf.train.latest_checkpoint(str(copy)) == str(copy / f"ckpt-{step}")
+    assert last_logged_step == step
+    assert not (model_dir / "metrics.json").exists()
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     import socket

@@ -280,12 +280,8 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step_and_the_rerun_resume
     assert signalled == "1", stops
     step = int(step)
     assert 0 < step < STEPS and step % LOOP == 0, step
-    assert checkpoint == str(model_dir / "checkpoints" / f"ckpt-{step}")
-    assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")) == checkpoint
-    copy = model_dir / "tmp_worker_checkpoints" / "1"
-    assert tf.train.latest_checkpoint(str(copy)) == str(copy / f"ckpt-{step}")
-    assert max(logged_losses(model_dir)) == step
-    assert not (model_dir / "metrics.json").exists()
+    factories.assert_stopped_with_its_checkpoint(model_dir, step, checkpoint,
+                                                 max(logged_losses(model_dir)))
 
     results = finish(start_processes(data_dir, [model_dir] * PROCESSES, logs=tmp_path / "rerun"))
     assert_exits(results, 0)

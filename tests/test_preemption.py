@@ -263,12 +263,8 @@ def test_sigterm_to_one_of_two_workers_stops_both_at_the_same_step_and_both_resu
     assert stops[0] == stops[1], stops  # the same line on both: same signal, worker, step
     name, signalled, step, checkpoint = stops[0]
     assert (name, signalled) == ("SIGTERM", "worker 1") and 0 < step < STEPS, stops
-    assert checkpoint == str(model_dir / "checkpoints" / f"ckpt-{step}")
-    assert tf.train.latest_checkpoint(str(model_dir / "checkpoints")) == checkpoint
-    copy = model_dir / "tmp_worker_checkpoints" / "1"
-    assert tf.train.latest_checkpoint(str(copy)) == str(copy / f"ckpt-{step}")
-    assert max(logged_losses(model_dir)) == step
-    assert not (model_dir / "metrics.json").exists()
+    factories.assert_stopped_with_its_checkpoint(model_dir, step, checkpoint,
+                                                 max(logged_losses(model_dir)))
 
     for code, out, err in [finish(p) for p in start_workers(flags)]:
         assert code == 0, err[-3000:]
