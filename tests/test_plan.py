@@ -131,6 +131,19 @@ def test_gpus_are_checked_per_replica_and_unknown_memory_is_not_checked(monkeypa
     assert readme_plan(device="TPU").check_memory().startswith("memory: not checked (TPU")
 
 
+def test_model_parallel_checks_each_device_with_its_part_of_the_weights():
+    whole = readme_plan(device="GPU")
+    split = readme_plan(device="GPU")
+    split.model_axis = 4
+    f = whole.footprint
+    parts = f.weights + f.gradients + f.optimizer
+    assert split.device_bytes == f.total - parts + -(-parts // 4)
+    limit = (split.device_bytes + whole.device_bytes) // 2  # fits split, not whole
+    assert "per device (a replica's weights split over 4)" in split.check_memory(limit=limit)
+    with pytest.raises(ValueError, match="per replica, exceeds"):
+        whole.check_memory(limit=limit)
+
+
 def test_host_memory_is_the_smaller_of_ram_and_the_cgroup_limit():
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     assert 0 < training_plan.host_memory_bytes() <= ram

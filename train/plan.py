@@ -150,6 +150,16 @@ class TrainingPlan:
                 f"{self.per_replica_batch} per replica; {self.mixed_precision}")
 
     model_axis = 1  # devices per replica (JAX model_parallel)
+
+    @property
+    def device_bytes(self):
+        """What one device of a replica holds: the whole replica's estimate, except under
+        model_parallel, where the weights, their gradients and the optimizer's slots are split
+        over the replica's devices (the activations and the memory are counted whole: an upper
+        bound)."""
+        f = self.footprint
+        split = f.weights + f.gradients + f.optimizer
+        return f.total - split + -(-split // self.model_axis)
     device_memory = None  # () -> bytes of each accelerator or None; default TensorFlow's GPUs
 
     def replicas_text(self):
@@ -209,14 +219,16 @@ class TrainingPlan:
                 if ignore:
                     return f"warning: {message}; training anyway (--ignore_memory_estimate)"
                 raise ValueError(f"{message}; or pass --ignore_memory_estimate to train anyway")
-            need = self.footprint.total
+            need = self.device_bytes
             device_memory = self.device_memory or gpu_memory_bytes
             limit = (device_memory() if self.device == "GPU" else None) if limit is None \
                 else limit
             if limit is None:
                 return (f"memory: not checked ({self.device} memory is not reported by "
                         "TensorFlow; --memory_limit_gib sets it)")
-            what = f"{_size(need)} per replica"
+            what = (f"{_size(need)} per replica" if self.model_axis == 1 else
+                    f"{_size(need)} per device (a replica's weights split over "
+                    f"{self.model_axis})")
             of = f"the {_size(limit)} of each {self.device}"
         if need <= limit:
             return f"memory: {what}, of {of.removeprefix('its ')}"
