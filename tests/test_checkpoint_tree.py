@@ -211,3 +211,29 @@ def test_a_checkpoint_without_an_object_graph_has_no_paths(tmp_path):
     assert checkpoint_shapes(prefix, "model") == {}
     with pytest.raises(ValueError, match=r"does not fit the tiny model: it has no model/"):
         read_checkpoint(prefix, "the tiny model", model=factories.tiny_lm())
+
+
+@pytest.mark.parametrize("arrays,message", [
+    ({"memory/states": (2, 3)}, "memory/states is [2, 3] there, [4, 3] here"),
+    ({"memory/valid": (2,)}, "it has no memory/valid"),
+], ids=["another shape", "missing"])
+def test_arrays_read_beside_the_variables_are_checked_before_anything_is_assigned(
+        tmp_path, arrays, message):
+    """A training memory read with the weights (`arrays`): its values come back when they fit;
+    one that does not is named, and no weight is assigned."""
+    states = tf.Variable(tf.reshape(tf.range(6, dtype=tf.float32), (2, 3)))
+    source = factories.tiny_lm()
+    path = tf.train.Checkpoint(model=source, memory=tf.train.Checkpoint(states=states)).save(
+        str(tmp_path / "ckpt"))
+    model = factories.tiny_lm()
+    read = read_checkpoint(path, "the run", arrays={"memory/states": (2, 3)}, model=model)
+    np.testing.assert_array_equal(read["memory/states"], states.numpy())
+    assert_same_values(values(model=model), values(model=source))
+    model = factories.tiny_lm()
+    before = values(model=model)
+    wanted = {name: (4, 3) if name == "memory/states" else shape
+              for name, shape in arrays.items()}
+    with pytest.raises(ValueError) as raised:
+        read_checkpoint(path, "the run", arrays=wanted, model=model)
+    assert str(raised.value) == f"checkpoint {path} does not fit the run: {message}"
+    assert_same_values(values(model=model), before)

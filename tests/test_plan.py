@@ -133,8 +133,7 @@ def test_gpus_are_checked_per_replica_and_unknown_memory_is_not_checked(monkeypa
 
 def test_model_parallel_checks_each_device_with_its_part_of_the_weights():
     whole = readme_plan(device="GPU")
-    split = readme_plan(device="GPU")
-    split.model_axis = 4
+    split = readme_plan(device="GPU", model_axis=4)
     f = whole.footprint
     parts = f.weights + f.gradients + f.optimizer
     assert split.device_bytes == f.total - parts + -(-parts // 4)

@@ -6,7 +6,7 @@ attributes that reaches it (`model/backbone/block_0/attention/query_kernel`,
 attributes are their children. On JAX they are not trackable, but they have the same attributes
 (the model code is the same). `CheckpointTree` walks those attributes as TensorFlow does and
 mirrors every variable reached in a `tf.Variable` at the same path, so a training run on JAX
-writes checkpoints that tfxl-eval, tfxl-export and tfxl-convert restore as they restore a
+writes checkpoints that tfxl-eval, tfxl-export and tfxl-generate restore as they restore a
 TensorFlow run's, and `read_checkpoint` reads any of them back by the same paths (a TensorFlow
 run's weights warm-start a JAX run).
 
@@ -105,8 +105,7 @@ class CheckpointTree:
 
     def __init__(self, to_numpy=None, **roots):
         self.to_numpy = to_numpy or (lambda variable: keras.ops.convert_to_numpy(variable.value))
-        self.paths = variable_paths(**roots)
-        self._mirrors = {}  # id(keras variable) -> tf.Variable
+        self._mirrors = {}  # id(keras variable) -> (keras variable, tf.Variable)
         self._nodes = {}  # id(layer, optimizer, list, ...) -> its node: one per object
         with tf.device("/cpu:0"):
             self.trackables = {name: self._node(root, name) for name, root in roots.items()}
@@ -114,9 +113,9 @@ class CheckpointTree:
     def _node(self, obj, path):
         if isinstance(obj, keras.Variable):
             if id(obj) not in self._mirrors:
-                self._mirrors[id(obj)] = tf.Variable(
-                    tf.zeros(obj.shape, _stored_dtype(obj.dtype)), trainable=False)
-            return self._mirrors[id(obj)]
+                self._mirrors[id(obj)] = (obj, tf.Variable(
+                    tf.zeros(obj.shape, _stored_dtype(obj.dtype)), trainable=False))
+            return self._mirrors[id(obj)][1]
         if id(obj) in self._nodes:  # reached again (or a cycle): the same node, as in TF
             return self._nodes[id(obj)]
         # A list's items are "0", "1", ...: the names TensorFlow's list wrapper gives them.
@@ -128,8 +127,7 @@ class CheckpointTree:
 
     def pull(self):
         """Copies every Keras variable's value into its mirror (before a save)."""
-        for key, (variable, _) in self.paths.items():
-            mirror = self._mirrors[key]
+        for variable, mirror in self._mirrors.values():
             mirror.assign(np.asarray(self.to_numpy(variable)).astype(mirror.dtype.as_numpy_dtype))
 
 
@@ -168,21 +166,28 @@ def checkpoint_shapes(path, root):
             if name.startswith(prefix)}
 
 
-def read_checkpoint(path, fits, **roots):
+def read_checkpoint(path, fits, *, arrays=None, **roots):
     """Assigns every Keras variable reachable from `roots` its value in the checkpoint `path`
-    (written on any backend), found by the paths TensorFlow names it by. ValueError naming the
-    first variable the checkpoint lacks or holds in another shape (`fits`: what the model was
-    built from, for the message)."""
+    (written on any backend), found by the paths TensorFlow names it by; returns the values of
+    `arrays` ({path: shape}, e.g. a training memory's "memory/states"), read with the same
+    checks. ValueError naming the first variable or array the checkpoint lacks or holds in
+    another shape (`fits`: what the model was built from, for the message); nothing is assigned
+    unless everything fits."""
     reader, keys = checkpoint_paths(path)
     shapes = reader.get_variable_to_shape_map()
-    values = []
-    for variable, paths in variable_paths(**roots).values():
+
+    def value(paths, shape):
         key = next((keys[p] for p in paths if p in keys), None)
         if key is None:
             raise ValueError(f"checkpoint {path} does not fit {fits}: it has no {paths[0]}")
-        if tuple(shapes[key]) != tuple(variable.shape):
+        if tuple(shapes[key]) != tuple(shape):
             raise ValueError(f"checkpoint {path} does not fit {fits}: {paths[0]} is "
-                             f"{list(shapes[key])} there, {list(variable.shape)} here")
-        values.append((variable, reader.get_tensor(key)))
-    for variable, value in values:  # nothing assigned unless everything fits
-        variable.assign(value.astype(keras.backend.standardize_dtype(variable.dtype)))
+                             f"{list(shapes[key])} there, {list(shape)} here")
+        return reader.get_tensor(key)
+
+    values = [(variable, value(paths, variable.shape))
+              for variable, paths in variable_paths(**roots).values()]
+    read = {name: value([name], shape) for name, shape in (arrays or {}).items()}
+    for variable, array in values:
+        variable.assign(array.astype(keras.backend.standardize_dtype(variable.dtype)))
+    return read

@@ -56,7 +56,7 @@ def initialize_processes(coordinator=None, num_processes=None, process_id=None):
     if coordinator != "auto" and not 0 <= process_id < num_processes:
         raise StrategyError(f"--jax_process_id={process_id} is out of range: it must be in "
                             f"[0, --jax_processes={num_processes})")
-    if jax.config.jax_platforms in (None, "", "cpu") or "cpu" in str(jax.config.jax_platforms):
+    if not jax.config.jax_platforms or "cpu" in jax.config.jax_platforms:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
         if coordinator == "auto":

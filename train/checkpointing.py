@@ -15,7 +15,7 @@ import os
 
 import tensorflow as tf
 
-from tfxl.checkpoint_tree import CheckpointTree, checkpoint_paths, read_checkpoint
+from tfxl.checkpoint_tree import CheckpointTree, read_checkpoint
 from tfxl.checkpoints import (checkpoint_state_damage, newest_readable_checkpoint,
                               restore_fitting, rewrite_checkpoint_state)
 from tfxl.model_dir import CHECKPOINT_STATE, ModelDir
@@ -132,23 +132,13 @@ class JaxTrainingCheckpoint(TrainingCheckpoint):
     def restore(self, log=print):
         latest = newest_readable_checkpoint(self.directory, log)
         if latest:
-            read_checkpoint(latest, "this model/run", **self.roots)
+            memory = ({} if self.memory is None else
+                      {f"memory/{name}": shape
+                       for name, shape in self.memory.checkpointed_shapes().items()})
+            values = read_checkpoint(latest, "this model/run", arrays=memory, **self.roots)
             if self.memory is not None:
-                reader, keys = checkpoint_paths(latest)
-                names = self.memory.checkpointed_names()
-                missing = [n for n in names if f"memory/{n}" not in keys]
-                if missing:
-                    raise ValueError(f"checkpoint {latest} does not fit this model/run: it has "
-                                     f"no memory/{missing[0]}")
-                shapes = reader.get_variable_to_shape_map()
-                for name, expected in self.memory.checkpointed_shapes().items():
-                    found = tuple(shapes[keys[f"memory/{name}"]])
-                    if found != expected:
-                        raise ValueError(f"checkpoint {latest} does not fit this model/run: its "
-                                         f"memory/{name} is {list(found)}, this run's "
-                                         f"{list(expected)}")
-                self.memory.restore_from({n: reader.get_tensor(keys[f"memory/{n}"])
-                                          for n in names})
+                self.memory.restore_from({name.split("/", 1)[1]: value
+                                          for name, value in values.items()})
         return latest
 
     def stage_values(self):

@@ -11,8 +11,7 @@ class JaxEvaluator(Evaluator):
     """`Evaluator` on JAX; `strategy` is a `tfxl.tpu.jax_mesh.JaxDistribution`. Each pass
     starts from an empty ring and the position keys of the current weights, computed once."""
 
-    def __init__(self, model, strategy, data, global_batch, steps_per_loop=100,
-                 jit_compile=True, progress=None):
+    def __init__(self, model, strategy, data, global_batch, steps_per_loop=100, progress=None):
         import jax
         super().__init__(model, strategy, data, global_batch, steps_per_loop, False, progress)
         self._step = jax.jit(self._step_fn, static_argnums=(5,), donate_argnums=(2,))

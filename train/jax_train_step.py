@@ -179,9 +179,6 @@ class JaxTrainingMemory:
                 key: tf.Variable(tf.zeros(value.shape, value.dtype), trainable=False)
                 for key, value in self.value.to_dict().items()})
 
-    def checkpointed_names(self):
-        return list(self.value.to_dict())
-
     def checkpointed_shapes(self):
         return {key: tuple(value.shape) for key, value in self.value.to_dict().items()}
 
@@ -193,5 +190,5 @@ class JaxTrainingMemory:
         """The memory from the checkpoint's {name: global value}."""
         import jax
         from tfxl.layers.memory import from_dict
-        memory = from_dict({key: values[key] for key in self.value.to_dict()})
+        memory = from_dict(values)
         self.value = jax.tree_util.tree_map(self.strategy.split_along_batch, memory)

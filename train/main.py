@@ -37,7 +37,7 @@ def define_flags():
 
 
 def is_chief(strategy):
-    if hasattr(strategy, "is_chief"):  # JAX: process 0
+    if isinstance(strategy, jax_mesh.JaxDistribution):  # process 0
         return strategy.is_chief
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.task_type:

@@ -22,6 +22,7 @@ import sys
 from absl import flags
 
 from tfxl.host import host_memory_bytes
+from tfxl.tpu.jax_mesh import JaxDistribution
 
 # tfxl.train.footprint is imported where it is used: it reads the model's cluster layout from
 # tfxl.layers, which loads Keras, and --help defines this module's flags only.
@@ -48,7 +49,7 @@ def _size(n):
 
 def local_devices(strategy):
     """The devices of this host's replicas (the default strategy: where TensorFlow places ops)."""
-    if hasattr(strategy, "local_device_names"):  # JAX: tfxl/tpu/jax_mesh.py
+    if isinstance(strategy, JaxDistribution):
         return strategy.local_device_names
     try:
         return list(strategy.extended.worker_devices)
@@ -87,20 +88,22 @@ class TrainingPlan:
       config: the model. global_batch: streams per step. replicas, local_replicas: in the whole
         run and on this host. device: "CPU", "GPU" or "TPU". mixed_precision, optimizer,
         jit_compile: the flags'. eval_settings: config.eval_settings() when the run evaluates,
-        else None.
+        else None. model_axis: the devices of one replica (JAX model_parallel), each holding
+        a part of its weights. device_memory: () -> each accelerator's bytes or None (default:
+        TensorFlow's GPUs).
     """
 
     def __init__(self, config, global_batch, replicas=1, local_replicas=1, device="CPU",
                  mixed_precision="float32", optimizer="adam", eval_settings=None,
-                 jit_compile=False):
+                 jit_compile=False, *, model_axis=1, device_memory=None):
         self._set_run(config, global_batch, replicas, local_replicas, device, mixed_precision,
-                      optimizer)
+                      optimizer, model_axis, device_memory)
         from tfxl.train.footprint import training_footprint
         self.footprint = training_footprint(config, self.per_replica_batch, mixed_precision,
                                             optimizer, eval_settings, jit_compile)
 
     def _set_run(self, config, global_batch, replicas, local_replicas, device, mixed_precision,
-                 optimizer):
+                 optimizer, model_axis=1, device_memory=None):
         if global_batch % replicas:
             raise ValueError(f"--train_batch_size={global_batch} is not divisible by the "
                              f"{replicas} replicas")
@@ -108,20 +111,21 @@ class TrainingPlan:
         self.local_replicas, self.device = local_replicas, device
         self.mixed_precision, self.optimizer = mixed_precision, optimizer
         self.per_replica_batch = global_batch // replicas
+        self.model_axis, self.device_memory = model_axis, device_memory
 
     @classmethod
     def for_strategy(cls, config, strategy, global_batch, mixed_precision, optimizer,
                      evaluates=False, jit_compile=False):
         devices = local_devices(strategy)
+        jax = isinstance(strategy, JaxDistribution)
         # JAX model_parallel: a replica is `model_axis` devices, each holding a part of the
-        # weights; the estimate counts a replica's weights whole (an upper bound).
-        model_axis = getattr(strategy, "mesh_shape", (None, 1))[1]
-        plan = cls(config, global_batch, strategy.num_replicas_in_sync,
+        # weights (`device_bytes`).
+        model_axis = strategy.mesh_shape[1] if jax else 1
+        return cls(config, global_batch, strategy.num_replicas_in_sync,
                    max(1, len(devices) // model_axis), device_kind(devices), mixed_precision,
-                   optimizer, config.eval_settings() if evaluates else None, jit_compile)
-        plan.model_axis = model_axis
-        plan.device_memory = getattr(strategy, "device_memory_bytes", None)
-        return plan
+                   optimizer, config.eval_settings() if evaluates else None, jit_compile,
+                   model_axis=model_axis,
+                   device_memory=strategy.device_memory_bytes if jax else None)
 
     @property
     def tokens_per_step(self):
@@ -149,8 +153,6 @@ class TrainingPlan:
                 f"{c.tgt_len}, mem_len {c.mem_len}); {self.replicas_text()}, batch "
                 f"{self.per_replica_batch} per replica; {self.mixed_precision}")
 
-    model_axis = 1  # devices per replica (JAX model_parallel)
-
     @property
     def device_bytes(self):
         """What one device of a replica holds: the whole replica's estimate, except under
@@ -160,7 +162,6 @@ class TrainingPlan:
         f = self.footprint
         split = f.weights + f.gradients + f.optimizer
         return f.total - split + -(-split // self.model_axis)
-    device_memory = None  # () -> bytes of each accelerator or None; default TensorFlow's GPUs
 
     def replicas_text(self):
         split = (f", each {self.model_axis} devices with its weights split over them"

@@ -40,6 +40,8 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from tfxl.tpu.jax_mesh import JaxDistribution
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -148,9 +150,8 @@ class StopOnSignals:
 def worker_tasks(strategy):
     """(tasks, own index): every worker of a multi-worker strategy as "chief 0", "worker 0", ...
     in cluster order, and this process's place; (["worker 0"], 0) for one process."""
-    processes = getattr(strategy, "process_count", None)  # JAX: tfxl/tpu/jax_mesh.py
-    if processes is not None:
-        return [f"process {i}" for i in range(processes)], strategy.process_index
+    if isinstance(strategy, JaxDistribution):
+        return [f"process {i}" for i in range(strategy.process_count)], strategy.process_index
     resolver = getattr(strategy, "cluster_resolver", None)
     if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
         return ["worker 0"], 0
@@ -175,24 +176,28 @@ class StopRequests:
         self.strategy = strategy
         self.signals = StopOnSignals(log)
         self.tasks, self.own = worker_tasks(strategy)
-        self._exchange = tf.function(self._exchange_fn) if len(self.tasks) > 1 else None
+        if len(self.tasks) == 1:
+            self._per_worker = None
+        elif isinstance(strategy, JaxDistribution):  # one value per process, gathered
+            self._per_worker = strategy.all_processes
+        else:
+            self._exchange = tf.function(self._exchange_fn)
+            self._per_worker = self._summed_over_replicas
 
     def agreed(self):
         own = self.signals.requested
-        if self._exchange is None:
+        if self._per_worker is None:
             return StopRequest(own) if own else None
-        if hasattr(self.strategy, "all_processes"):  # JAX: one value per process
-            for task, signum in zip(self.tasks, self.strategy.all_processes(own or 0)):
-                if signum:
-                    return StopRequest(int(signum), task)
-            return None
-        summed = self._exchange(tf.constant(own or 0, tf.int32)).numpy()
-        # Every replica of a worker added the worker's signal; every worker has as many replicas.
-        per_worker = np.rint(summed * len(self.tasks) / self.strategy.num_replicas_in_sync)
-        for task, signum in zip(self.tasks, per_worker.astype(int)):
+        for task, signum in zip(self.tasks, self._per_worker(own or 0)):
             if signum:
                 return StopRequest(int(signum), task)
         return None
+
+    def _summed_over_replicas(self, own):
+        summed = self._exchange(tf.constant(own, tf.int32)).numpy()
+        # Every replica of a worker added the worker's signal; every worker has as many replicas.
+        per_worker = np.rint(summed * len(self.tasks) / self.strategy.num_replicas_in_sync)
+        return per_worker.astype(int)
 
     def _exchange_fn(self, own):
         def replica_fn(own):

@@ -33,7 +33,8 @@ from tfxl.train.preemption import StopRequests, TrainingStopped
 from tfxl.train.run_record import RunRecord, run_settings
 from tfxl.train.task import Task
 from tfxl.train.train_log import FLUSH_SECONDS, TrainLog, resume_train_log
-from tfxl.train.train_step import TrainingDiverged, TrainStep
+from tfxl.train.host_loop import TrainingDiverged
+from tfxl.train.train_step import TrainStep
 
 __all__ = ["RunOptions", "TrainingDiverged", "TrainingRun", "TrainingStopped", "run_progress",
            "train_from_command_line"]

@@ -31,6 +31,7 @@ from absl import flags
 
 from tfxl.files import check_fields, read_json, write_json_atomically
 from tfxl.model_dir import ModelDir
+from tfxl.tpu.jax_mesh import JaxDistribution
 from tfxl.deferred import deferred_import
 
 tf = deferred_import("tensorflow")
@@ -55,7 +56,7 @@ def define_flags():
 
 def strategy_kind(strategy):
     """The --strategy name of a tf.distribute strategy, or a JAX distribution's kind."""
-    if hasattr(strategy, "mesh_shape"):  # JAX: tfxl/tpu/jax_mesh.py
+    if isinstance(strategy, JaxDistribution):
         return strategy.kind
     kinds = ((tf.distribute.TPUStrategy, "tpu"),
              (tf.distribute.MultiWorkerMirroredStrategy, "multi_worker_mirrored"),

@@ -13,7 +13,7 @@ Shape glossary: B global batch, b per-replica batch, T segment length, R replica
 import keras
 import tensorflow as tf
 
-from tfxl.train.host_loop import TrainingDiverged, loop_outputs  # noqa: F401 (run.py's)
+from tfxl.train.host_loop import loop_outputs
 from tfxl.train.memory_state import CheckpointedReplicaMemory
 from tfxl.train.optimization import OptimizerParams, make_optimizer
 from tfxl.train.task import Task
