@@ -162,6 +162,23 @@ def assert_stopped_with_its_checkpoint(model_dir, step, checkpoint, last_logged_
     assert not (model_dir / "metrics.json").exists()
 
 
+def wait_for_marker(proc, marker, timeout=300):
+    """Waits until `marker` (a Path) exists, `proc` has ended or `timeout` seconds passed;
+    whether the marker exists (the process reached the point that writes it)."""
+    import time
+    deadline = time.time() + timeout
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    return marker.exists()
+
+
+def kill_9_in_the_save(proc, marker, timeout=300):
+    """SIGKILL to a HANG_IN_SAVE process once it is inside the save its marker names."""
+    assert wait_for_marker(proc, marker, timeout), "the save was never reached"
+    proc.kill()  # SIGKILL
+    proc.wait()
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     import socket

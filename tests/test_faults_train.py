@@ -7,7 +7,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 import tensorflow as tf
@@ -340,12 +339,7 @@ def test_kill_9_during_a_save_resumes_exactly(data_dir, tmp_path, straight_run, 
                              "ckpt-20",
                              str(marker), *cli_flags(data_dir, model_dir, 30)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while not marker.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert marker.exists(), "the save was never reached"
-    proc.kill()  # SIGKILL
-    proc.wait()
+    factories.kill_9_in_the_save(proc, marker, timeout=240)
     resumed = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from" in resumed.stderr and "Traceback" not in resumed.stderr

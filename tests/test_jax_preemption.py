@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import tensorflow as tf
@@ -132,10 +131,7 @@ run()
 
 def stop_with_sigterm(proc, marker):
     """SIGTERM to `proc` once it is in the host loop from STOP_AT; its (code, stdout, stderr)."""
-    deadline = time.time() + 300
-    while not marker.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    if not marker.exists():
+    if not factories.wait_for_marker(proc, marker):
         proc.kill()
         raise AssertionError(f"the host loop from step {STOP_AT} never started: "
                              f"{proc.communicate(timeout=60)[1][-3000:]}")
@@ -188,12 +184,7 @@ def test_kill_9_in_a_save_resumes_from_the_checkpoint_before(data_dir, tmp_path,
     proc = start(["-c", factories.HANG_IN_SAVE, "tensorflow.python.ops.gen_io_ops",
                   "merge_v2_checkpoints", "ckpt-8", str(marker), *flags],
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not marker.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert marker.exists(), "the save of ckpt-8 was never reached"
-    proc.kill()  # SIGKILL
-    proc.wait()
+    factories.kill_9_in_the_save(proc, marker)
     assert sorted(logged_losses(read_train_log(str(model_dir)))) == list(range(1, 9))
 
     done = jax_worker.tool("tfxl.train.main", *flags, cwd=tmp_path)

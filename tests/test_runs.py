@@ -243,12 +243,7 @@ def test_kill_9_between_the_log_and_its_checkpoint_logs_each_step_once(data_dir,
                              "merge_v2_checkpoints", checkpoint, str(marker),
                              *cli_flags(data_dir, model_dir, 30)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    while not marker.exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
-    assert marker.exists(), "the save was never reached"
-    proc.kill()  # SIGKILL
-    proc.wait()
+    factories.kill_9_in_the_save(proc, marker, timeout=240)
     saved = int(checkpoint.split("-")[1])
     assert sorted(logged(model_dir)) == list(range(1, saved + 1))  # logged before the save
     resumed = run_in_process("tfxl.train.main", *cli_flags(data_dir, model_dir, 30))
