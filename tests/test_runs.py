@@ -107,23 +107,21 @@ def write_part(model_dir, steps, loss=1.0):
         f.writelines(json.dumps({"step": s, "loss": loss}) + "\n" for s in steps)
 
 
-def test_the_reader_returns_each_step_once_also_from_an_old_file_with_a_partial_line(tmp_path):
-    old = tmp_path / "train_log.jsonl"  # earlier versions' single file, killed mid-append
-    old.write_text("".join(json.dumps({"step": s, "loss": 9.0}) + "\n" for s in (1, 2, 3))
-                   + '{"step": 4, "lo')
-    assert [r["step"] for r in read_train_log(str(tmp_path))] == [1, 2, 3]
+def test_the_reader_returns_each_step_once_and_skips_a_partial_line(tmp_path):
+    write_part(tmp_path, [1, 2, 3], loss=9.0)
+    with open(tmp_path / "train_log" / "0000000001-0000000003.jsonl", "a") as f:
+        f.write('{"step": 4, "lo')
     write_part(tmp_path, [3, 4, 5])
     write_part(tmp_path, [3, 4])  # left by an interrupted merge: the same lines
     (tmp_path / "train_log" / "0000000003-0000000005.jsonl.tmp-12").write_text("not a part")
     records = read_train_log(str(tmp_path))
     assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
-    assert [r["loss"] for r in records] == [9.0, 9.0, 1.0, 1.0, 1.0]  # parts win
+    assert [r["loss"] for r in records] == [9.0, 9.0, 1.0, 1.0, 1.0]  # the later part wins
     assert read_train_log(str(tmp_path / "nothing")) == []
 
 
 def test_resuming_the_log_keeps_each_step_up_to_the_checkpoint_once(tmp_path):
-    (tmp_path / "train_log.jsonl").write_text(
-        "".join(json.dumps({"step": s, "loss": 9.0}) + "\n" for s in range(1, 6)) + '{"st')
+    write_part(tmp_path, [1, 2, 3, 4, 5])
     write_part(tmp_path, [6, 7, 8])
     write_part(tmp_path, [6, 7])          # inside 6..8: an interrupted merge
     write_part(tmp_path, [9, 10, 11, 12])  # straddles the checkpoint's step
@@ -133,7 +131,6 @@ def test_resuming_the_log_keeps_each_step_up_to_the_checkpoint_once(tmp_path):
     names = sorted(os.listdir(tmp_path / "train_log"))
     assert names == ["0000000001-0000000005.jsonl", "0000000006-0000000008.jsonl",
                      "0000000009-0000000010.jsonl"]
-    assert not (tmp_path / "train_log.jsonl").exists()
     assert [r["step"] for r in read_train_log(str(tmp_path))] == list(range(1, 11))
     assert any("dropped steps 11..14" in m for m in messages), messages
     resume_train_log(str(tmp_path), 0, messages.append)  # no checkpoint: the log starts again
@@ -200,19 +197,6 @@ def test_all_checkpoints_moved_away_the_log_starts_again(data_dir, tmp_path, str
     shutil.move(model_dir / "checkpoints", tmp_path / "moved")
     messages = train(data_dir, model_dir, 30)
     assert any("dropped steps 1..20" in m and "starts again at step 1" in m for m in messages)
-    assert_continues_exactly(model_dir, straight)
-
-
-def test_an_old_single_file_log_with_a_partial_last_line_resumes(data_dir, straight,
-                                                                 trained_copy):
-    model_dir = trained_copy
-    records = read_train_log(str(model_dir))  # as an earlier version left it: one file, killed
-    shutil.rmtree(model_dir / "train_log")    # in the middle of appending a line
-    (model_dir / "train_log.jsonl").write_text(
-        "".join(json.dumps(r) + "\n" for r in records) + '{"step": 21, "loss": 2.0')
-    messages = train(data_dir, model_dir, 30)
-    assert any("single file of earlier versions" in m for m in messages), messages
-    assert not (model_dir / "train_log.jsonl").exists()
     assert_continues_exactly(model_dir, straight)
 
 

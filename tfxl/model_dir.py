@@ -7,7 +7,6 @@
       lease.json               the live trainer's lease, renewed while it runs (train/lease.py)
       train_log/<first>-<last>.jsonl   one JSON line per step, in parts written once
                                (train/train_log.py; steps as 10-digit numbers)
-      train_log.jsonl          the single-file log of earlier versions (still read)
       metrics.json             the results of the run that trained it
       checkpoints/ckpt-N       training checkpoints (train/checkpointing.py)
       checkpoints/checkpoint   TensorFlow's checkpoint state file (a cache: the files are listed)
@@ -39,7 +38,6 @@ RUN = "run.json"
 LEASE = "lease.json"
 TRAIN_LOG_PARTS = "train_log"
 TRAIN_LOG_PART = re.compile(r"^(\d{10})-(\d{10})\.jsonl$")  # <first step>-<last step>.jsonl
-TRAIN_LOG = "train_log.jsonl"  # earlier versions' single file
 METRICS = "metrics.json"
 CHECKPOINTS = "checkpoints"
 CHECKPOINT_STATE = "checkpoint"  # TensorFlow's name, inside CHECKPOINTS
@@ -51,7 +49,7 @@ SAVED_MODEL = "saved_model.pb"
 
 # The names of a model_dir that are directories, and those that are files (`check_layout`).
 DIRECTORIES = (CHECKPOINTS, TRAIN_LOG_PARTS, TENSORBOARD, WORKER_CHECKPOINTS)
-FILES = (CONFIG, DATA, RUN, LEASE, TRAIN_LOG, METRICS, os.path.join(CHECKPOINTS, CHECKPOINT_STATE))
+FILES = (CONFIG, DATA, RUN, LEASE, METRICS, os.path.join(CHECKPOINTS, CHECKPOINT_STATE))
 # The fields of the records read here (tfxl.files.check_fields): data.json (and an export's
 # record), metrics.json (what a finished run reports: its step at least).
 DATA_FIELDS = {"vocab_sha256": "text?", "vocab_size": "count?", "tgt_len": "count?",
@@ -73,7 +71,6 @@ class ModelDir:
     run = property(lambda self: self._join(RUN))
     lease = property(lambda self: self._join(LEASE))
     train_log_parts = property(lambda self: self._join(TRAIN_LOG_PARTS))
-    train_log = property(lambda self: self._join(TRAIN_LOG))
     metrics = property(lambda self: self._join(METRICS))
     checkpoints = property(lambda self: self._join(CHECKPOINTS))
     checkpoint_state = property(lambda self: self._join(CHECKPOINTS, CHECKPOINT_STATE))

@@ -16,13 +16,11 @@ only append by rewriting the whole object, which would make a long run's log cos
 * Resuming (`resume_train_log`, before the first step): the restored checkpoint's step S is where
   the log continues. Parts of steps after S (logged by a run killed after its last checkpoint, or
   before its first) are deleted, a part straddling S is rewritten to end at S, parts inside
-  another part's range (an interrupted merge) are deleted, and the single `train_log.jsonl` of
-  earlier versions is moved into a part (its steps up to S; a partial last line is dropped). Each
+  another part's range (an interrupted merge) are deleted. Each
   rewrite is written before what it replaces is deleted, so a run killed in between leaves
   duplicates of identical lines, which the next resume removes and the reader ignores.
-* Reading (`read_train_log(model_dir)`): the records of every part and of an old
-  `train_log.jsonl`, one per step, in step order; lines that do not parse (a partial last line of
-  an old single-file log) are skipped.
+* Reading (`read_train_log(model_dir)`): the records of every part, one per step, in step order;
+  lines that do not parse are skipped.
 """
 
 import json
@@ -78,14 +76,12 @@ def read_train_log(model_dir):
     """The train log of `model_dir`: one record per step, in step order ([] when there is none).
 
     Where two files hold the same step (only after an interrupted rewrite, with identical lines)
-    the part later in step order wins, and parts win over an old single-file train_log.jsonl.
+    the part later in step order wins.
     While a trainer runs, a part it merges away after the listing is skipped (a later read finds
     its lines in the merged part).
     """
     layout = ModelDir(model_dir)
     by_step = {}
-    if tf.io.gfile.exists(layout.train_log):
-        by_step.update((r["step"], r) for r in _read_records(layout.train_log))
     for _, _, path in layout.train_log_part_list():
         try:
             by_step.update((r["step"], r) for r in _read_records(path))
@@ -107,16 +103,6 @@ def resume_train_log(model_dir, step, log=print):
     dropped."""
     layout = ModelDir(model_dir)
     dropped = []  # the steps after `step` that were logged
-    legacy = layout.train_log
-    if tf.io.gfile.exists(legacy):
-        records = {r["step"]: r for r in _read_records(legacy)}
-        kept = [records[s] for s in sorted(records) if s <= step]
-        dropped += [s for s in records if s > step]
-        if kept:
-            _write_part(layout, kept)
-        tf.io.gfile.remove(legacy)
-        log(f"train log: {legacy} (the single file of earlier versions) moved into "
-            f"{layout.train_log_parts}/")
     parts = layout.train_log_part_list()
     for first, last, path in parts:
         if last <= step:
