@@ -25,7 +25,7 @@ _LAZY = {
 
 __all__ = list(_LAZY)
 # Subpackages and modules, imported on first attribute access too (`tfxl.data.input_fn`).
-_SUBMODULES = ("checkpoints", "classification", "cli", "config", "convert", "data", "files",
+_SUBMODULES = ("analysis", "checkpoints", "classification", "cli", "config", "convert", "data", "files",
                "hub", "layers", "metrics", "model_dir", "models", "serving", "tpu", "train")
 
 
