@@ -429,12 +429,13 @@ _STORAGE_CLASS = {np.dtype("float32"): "FloatStorage", np.dtype("float16"): "Hal
                   np.dtype("float64"): "DoubleStorage", np.dtype("int64"): "LongStorage"}
 
 
-def write_torch_zip(path, state, transposed=(), root="archive"):
+def write_torch_zip(path, state, transposed=(), root="archive", strides=None):
     """A torch.save-style zip of a state dict of numpy arrays.
 
     Arrays that are the same object share one storage (as tied parameters do). Names in
     `transposed` are stored column-major (a transposed view: stride (1, rows)) to exercise
-    strided rebuilds.
+    strided rebuilds. `strides` {name: stride} writes that stride for a name, whatever it is
+    (a damaged or hostile file).
     """
     w = _PickleWriter()
     storages, keys = [], {}
@@ -451,6 +452,7 @@ def write_torch_zip(path, state, transposed=(), root="archive"):
             stride = (1, array.shape[0])
         else:
             stride = tuple(int(np.prod(array.shape[i + 1:])) for i in range(array.ndim))
+        stride = (strides or {}).get(name, stride)
         w.string(name)
         w.glob("torch._utils", "_rebuild_tensor_v2")
         w.out += b"("

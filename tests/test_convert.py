@@ -246,6 +246,12 @@ def test_torch_reader_half_precision_and_bad_files(tmp_path):
             z.writestr(name, data)
     with pytest.raises(ConversionError, match="storage 0"):
         open_checkpoint(tmp_path / "short.pt").get("a")
+    # A negative stride (or offset) is refused naming the file and the tensor.
+    write_torch_zip(tmp_path / "negative.pt", {"w": np.zeros((258, 64), np.float32)},
+                    strides={"w": (-64, 1)})
+    with pytest.raises(ConversionError, match=r"negative.pt: tensor 'w': bad tensor geometry "
+                                              r"size=\(258, 64\) stride=\(-64, 1\)"):
+        open_checkpoint(tmp_path / "negative.pt")
 
 
 def test_a_storage_larger_than_its_tensors_is_refused_before_it_is_inflated(tmp_path):

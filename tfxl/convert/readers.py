@@ -127,10 +127,13 @@ class _LazyTensor:
         self.storage, self.offset = storage, int(offset)
         self.shape = tuple(int(s) for s in size)
         self.stride = tuple(int(s) for s in stride)
+        # Refused where the tensor's name is known (`_state_dict_source`): the unpickler
+        # rebuilds a tensor before the dict that names it.
+        self.problem = None
         if len(self.shape) != len(self.stride) or any(s < 0 for s in self.shape + self.stride):
-            raise ConversionError(f"bad tensor geometry size={size} stride={stride}")
-        if self.offset < 0:
-            raise ConversionError(f"bad tensor storage offset {offset}")
+            self.problem = f"bad tensor geometry size={size} stride={stride}"
+        elif self.offset < 0:
+            self.problem = f"bad tensor storage offset {offset}"
 
     @property
     def extent(self) -> int:
@@ -279,6 +282,8 @@ def _state_dict_source(obj, path):
     tensors = {}
     for name, value in obj.items():
         if isinstance(value, _LazyTensor):
+            if value.problem:
+                raise ConversionError(f"{path}: tensor {name!r}: {value.problem}")
             tensors[str(name)] = value
         elif not isinstance(value, (int, float, str, bool, type(None), dict)):
             raise ConversionError(f"{path}: entry {name!r} is a {type(value).__name__}, not a "
