@@ -86,6 +86,27 @@ def test_enwik8_single_file_split_and_zip_equivalence(tmp_path, write):
                                           np.frombuffer(data[lo:hi], np.uint8))
 
 
+def test_several_train_files_alone_split_as_their_concatenation_would(tmp_path, write):
+    text = sample_text(600, seed=11)
+    third = text.index("\n", len(text) // 3) + 1
+    one = run_prepare(tmp_path / "one", train=[write("all.txt", text)], tgt_len=8,
+                      num_streams=2)
+    several = run_prepare(tmp_path / "several", tgt_len=8, num_streams=2,
+                          train=[write("a.txt", text[:third]), write("b.txt", text[third:])])
+    assert set(several["splits"]) == {"train", "valid", "test"}
+    for split in ("train", "valid", "test"):
+        np.testing.assert_array_equal(reconstruct(str(tmp_path / "several"), several, split),
+                                      reconstruct(str(tmp_path / "one"), one, split))
+    assert one["splits"]["valid"]["tokens"] > 0 and one["splits"]["test"]["tokens"] > 0
+
+
+def test_a_format_that_does_not_cut_its_train_files_asks_for_valid_and_test(tmp_path, write):
+    train = write("wiki.train.tokens", sample_text(50, seed=2))
+    with pytest.raises(DataError, match="no --valid or --test: --format=wikitext does not cut"):
+        run_prepare(tmp_path / "out", train=[train], format="wikitext", tgt_len=8)
+    assert not (tmp_path / "out").exists()
+
+
 def test_text8_chars_and_wikitext_words(tmp_path, write):
     letters = "".join(np.random.default_rng(1).choice(list("abcdefgh "), 8000))
     m8 = run_prepare(tmp_path / "t8", train=[write("text8", letters)], format="text8",

@@ -10,8 +10,10 @@ pieces turn into documents is the corpus format's business (`tfxl.data.formats`)
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
+import itertools
 import os
 import sysconfig
 import zipfile
@@ -225,25 +227,46 @@ def split_pieces(train: Sequence[str], valid: Sequence[str], test: Sequence[str]
     test = expand_paths("test", test)
     if not train:
         raise DataError("--train is required (or --corpus=python_stdlib)")
-    if not valid and not test and len(train) == 1 and corpus_format.splits_single_file:
-        # One file: the paper's split (last 5M test, previous 5M valid); smaller
-        # files keep the same 90/5/5 proportions.
-        piece = corpus_format.file_piece(train[0])
-        size = piece_size(piece)
-        eval_bytes = min(PAPER_EVAL_BYTES, size // 20)
-        cut_valid, cut_test = size - 2 * eval_bytes, size - eval_bytes
-        if text or corpus_format.line_records:
-            cut_valid = _next_line_start(piece, cut_valid, size)
-            cut_test = max(cut_valid, _next_line_start(piece, cut_test, size))
-        return {"train": [dataclasses.replace(piece, end=cut_valid)],
-                "valid": [dataclasses.replace(piece, start=cut_valid, end=cut_test)],
-                "test": [dataclasses.replace(piece, start=cut_test, end=size)]}
+    if not valid and not test:
+        if not corpus_format.splits_single_file:
+            raise DataError(f"no --valid or --test: --format={corpus_format.name} does not cut "
+                            f"its --train files into splits; give --valid=FILE and --test=FILE "
+                            f"(or a format that cuts, e.g. --format=text)")
+        return _cut_into_splits([corpus_format.file_piece(p) for p in train],
+                                text or corpus_format.line_records)
     out = {}
     for name, paths in (("train", train), ("valid", valid), ("test", test)):
         if paths:
             out[name] = [corpus_format.file_piece(p) for p in paths]
     return {name: corpus_format.split_pieces(split_index, pieces, seed)
             for split_index, (name, pieces) in enumerate(out.items())}
+
+
+def _cut_into_splits(pieces, at_lines):
+    """The --train files alone, read as one corpus in order: the paper's split (its last 5M bytes
+    test, the 5M before valid); a smaller corpus keeps the same 90/5/5 proportions. A cut falls
+    at a line start where `at_lines` (else at a character boundary), inside whichever file it
+    reaches."""
+    sizes = [piece_size(p) for p in pieces]
+    total = sum(sizes)
+    eval_bytes = min(PAPER_EVAL_BYTES, total // 20)
+    starts = list(itertools.accumulate([0, *sizes]))  # each file's first byte in the corpus
+    cuts = []  # each cut as (file index, offset in it)
+    for cut in (total - 2 * eval_bytes, total - eval_bytes):
+        index = min(bisect.bisect_right(starts, cut) - 1, len(sizes) - 1)
+        offset = cut - starts[index]
+        if at_lines:
+            offset = _next_line_start(pieces[index], offset, sizes[index])
+        cuts.append(max([(index, offset), *cuts]))
+    splits = {name: [] for name in ("train", "valid", "test")}
+    bounds = [(0, 0), *cuts, (len(pieces) - 1, sizes[-1])]
+    for name, (first, last) in zip(splits, zip(bounds, bounds[1:])):
+        for i in range(first[0], last[0] + 1):
+            begin = first[1] if i == first[0] else 0
+            end = last[1] if i == last[0] else sizes[i]
+            if end > begin or first[0] == last[0]:
+                splits[name].append(dataclasses.replace(pieces[i], start=begin, end=end))
+    return splits
 
 
 # ---------------------------------------------------------------------------
