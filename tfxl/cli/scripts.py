@@ -17,6 +17,7 @@ TOOLS = {"tfxl-prepare": "tfxl.data.prepare",
          "tfxl-classify-eval": "tfxl.classification.evaluate_main",
          "tfxl-export": "tfxl.serving.export_main",
          "tfxl-generate": "tfxl.serving.generate_main", "tfxl-convert": "tfxl.convert.main",
+         "tfxl-context": "tfxl.analysis.context_main",
          "python -m tfxl.train.demo": "tfxl.train.demo"}
 
 
@@ -38,3 +39,4 @@ classify_evaluate = _entry_point("tfxl-classify-eval")
 export = _entry_point("tfxl-export")
 generate = _entry_point("tfxl-generate")
 convert = _entry_point("tfxl-convert")
+context = _entry_point("tfxl-context")
