@@ -32,7 +32,7 @@ import tensorflow as tf
 from keras import ops
 
 from tfxl.classification import ClassifierEvaluator, DocumentClassifier
-from tfxl.classification.classifier import LENGTHS, MEMORY
+from tfxl.classification.readings import LENGTHS, MEMORY
 from tfxl.data.classification import classification_dataset, load_classification_manifest
 from tfxl.data.manifest import split_info
 from tfxl.data.pipeline import verify_shards

@@ -12,7 +12,7 @@ import tensorflow as tf
 from factories import tiny_config, tiny_lm
 from layer_test_case import run_layer_test
 from tfxl.classification import POOLINGS, DocumentClassifier, SegmentAttentionPooling
-from tfxl.classification.classifier import LENGTHS, TOKEN_IDS
+from tfxl.classification.readings import LENGTHS, TOKEN_IDS
 
 T = 4  # tiny_config's tgt_len: the classifier's segment length
 
