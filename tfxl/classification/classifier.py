@@ -96,8 +96,7 @@ class DocumentClassifier(keras.Model):
         default T, read as "memory" reads).
       max_tokens: the tokens of each document read (its first; None: the whole document, for
         "truncation" T). Saved with the model: evaluation and serving read as it was trained
-        (`set_reading` changes it). A .keras file saved without these reads whole documents
-        on the memory, as it did.
+        (`set_reading` changes it).
       backbone: optional, a built `TransfoXLBackbone` of `config` to read with, shared rather
         than created (not serialised: the owner recreates it; `tfxl.hub`'s text classifier
         shares its keras-hub backbone's this way).
