@@ -79,7 +79,7 @@ demo: $(DEMO_INSTALL)  ## the main job on the embedded default corpus (its plots
 	$(PY) -m tfxl.train.demo
 
 demo-classify: $(DEMO_INSTALL)  ## issue #18's classifier on stdlib packages: memory vs none vs truncation, plot
-	$(PY) -m tfxl.train.classify_demo
+	$(PY) -m benchmarks.classify_demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

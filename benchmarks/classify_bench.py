@@ -1,7 +1,8 @@
 """Benchmark: does the memory make document classification work? The run is
-`tfxl.train.classify_demo.run_experiment` (its docstring says what runs) at the benchmark's sizes
-(`BENCH_SIZES`: the dozen stdlib packages, a pretrained `tiny` LM, the long-range probe);
-`make demo-classify` runs the same code at smaller sizes.
+`benchmarks.classify_experiment.run_experiment` (its docstring says what runs) at the
+benchmark's sizes (`BENCH_SIZES`: the dozen stdlib packages, a pretrained `tiny` LM, the
+long-range probe); `make demo-classify` (benchmarks/classify_demo.py) runs the same code at
+smaller sizes.
 
     python -m benchmarks.classify_bench [--work DIR] [--json benchmarks/classify_bench.json]
     python -m benchmarks.classify_bench --tables benchmarks/classify_bench.json
@@ -15,7 +16,8 @@ import os
 import sys
 
 from benchmarks import common  # first: TensorFlow's thread settings before Keras loads it
-from tfxl.train.classify_demo import BENCH_SIZES, MEMORY, READING_NAMES, READINGS, run_experiment
+from benchmarks.classify_experiment import (BENCH_SIZES, MEMORY, READING_NAMES, READINGS,
+                                            run_experiment)
 
 
 def markdown_tables(results):

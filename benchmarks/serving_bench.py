@@ -42,7 +42,7 @@ def measure(tgt_len=128, mem_len=128, batch=16, length=2049, reps=3):
     common.setup()
     import keras
     from tfxl.models import TransfoXLLM
-    from tfxl.models.export import export_saved_model
+    from tfxl.models.signatures import export_saved_model
 
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(0)

@@ -106,7 +106,7 @@ def test_make_demo_installs_only_what_the_demo_needs(tmp_path):
     # A .venv of `make install` (the test extra, plots included) is used as it is.
     tested = _make_demo_dry_run(tmp_path / "tested", (".installed",))
     assert "pip install" not in tested, tested
-    assert "tfxl.train.demo" in tested and "tfxl.train.classify_demo" in tested
+    assert "tfxl.train.demo" in tested and "benchmarks.classify_demo" in tested
 
 
 @pytest.mark.large

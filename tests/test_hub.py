@@ -341,7 +341,7 @@ def test_converter_reads_a_keras_file_or_a_model_dir_with_its_data_dir(tmp_path)
 @pytest.mark.subprocess
 def test_tfxl_imports_without_keras_hub():
     blocked = ("import sys; sys.modules['keras_hub'] = None\n"
-               "import tfxl, tfxl.models, tfxl.models.export, tfxl.serving.generate_main\n"
+               "import tfxl, tfxl.models, tfxl.models.signatures, tfxl.serving.generate_main\n"
                "try:\n    import tfxl.hub\nexcept ImportError as err:\n    print(err)\n")
     out = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},

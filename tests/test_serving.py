@@ -20,8 +20,11 @@ from tfxl.layers.relative_position import RelativePositionEncoding
 from tfxl.models.generation import generate
 from tfxl.models.sampling import check_sampling, sample_next
 from tfxl.models.scoring import score_document
-import tfxl.models.export as export_lib
-from tfxl.models.export import export_saved_model, next_version
+import tfxl.models.signatures as lm_signatures
+import tfxl.saved_model.publish as publish
+import tfxl.saved_model.signature_set as signature_set
+from tfxl.models.signatures import export_saved_model
+from tfxl.saved_model.publish import next_version
 
 HERE = os.path.dirname(__file__)
 T, MEM = 6, 24  # the export's segment and memory lengths (the config's eval settings)
@@ -47,7 +50,7 @@ def trace_once(monkeypatch, signature_sets):
     (where and how an export is written and published, what it answers) does not depend on a
     fresh trace. test_score_top_k_export_and_versions checks that an export traces each
     signature once, and tests of a model of their own trace it themselves."""
-    build = export_lib.Signatures
+    build = lm_signatures.Signatures
 
     def cached(model, tokenizer=None, *args, **kwargs):
         key = (id(model), None if tokenizer is None else (type(tokenizer), tokenizer.vocab_sha256),
@@ -55,7 +58,7 @@ def trace_once(monkeypatch, signature_sets):
         if key not in signature_sets:  # the model is kept: its id is not reused
             signature_sets[key] = model, build(model, tokenizer, *args, **kwargs)
         return signature_sets[key][1]
-    monkeypatch.setattr(export_lib, "Signatures", cached)
+    monkeypatch.setattr(lm_signatures, "Signatures", cached)
 
 
 @pytest.fixture
@@ -480,10 +483,10 @@ def test_the_prompt_bound_is_2_gib_of_request_tokens(model, monkeypatch):
     """`generate`/`generate_text` refuse B x P (P in whole segments) over the tokens whose
     working tensors fit 2 GiB, at the entry, as the classifier's signatures do (shown with
     the limit lowered to 12 tokens' worth)."""
-    assert export_lib.Signatures(model).max_prompt_tokens == (
-        2**31 // export_lib.PROMPT_TOKEN_BYTES)
-    monkeypatch.setattr(export_lib, "MAX_MEMORY_BYTES", 12 * export_lib.PROMPT_TOKEN_BYTES)
-    signatures = export_lib.Signatures(model)
+    assert lm_signatures.Signatures(model).max_prompt_tokens == (
+        2**31 // lm_signatures.PROMPT_TOKEN_BYTES)
+    monkeypatch.setattr(signature_set, "MAX_MEMORY_BYTES", 12 * lm_signatures.PROMPT_TOKEN_BYTES)
+    signatures = lm_signatures.Signatures(model)
     memory = model.init_key_value_memory(1, mem_len=MEM).to_dict()
     sampling = {k: tf.constant(v) for k, v in {**SAMPLING, "max_new_tokens": np.int32(1)}.items()}
     with pytest.raises(tf.errors.InvalidArgumentError,
@@ -529,7 +532,7 @@ def test_score_top_k_export_and_versions(model, exported, tmp_path, monkeypatch)
     traced = []
 
     def counted(name):
-        original = getattr(export_lib, name)
+        original = getattr(lm_signatures, name)
 
         def run(*args, **kwargs):
             traced.append(name)
@@ -537,7 +540,7 @@ def test_score_top_k_export_and_versions(model, exported, tmp_path, monkeypatch)
         return run
 
     for name in ("generate", "score_document"):
-        monkeypatch.setattr(export_lib, name, counted(name))
+        monkeypatch.setattr(lm_signatures, name, counted(name))
     path = export_saved_model(model, str(tmp_path), score_top_k=5, tokenizer=BytesTokenizer())
     assert sorted(traced) == ["generate", "score_document"]
     assert path.endswith(os.sep + "1")
@@ -805,22 +808,21 @@ def test_object_store_export_failing_midway_leaves_no_version(model, tmp_path, m
 @pytest.mark.large
 def test_local_export_is_built_aside_and_renamed_into_place(model, tmp_path, monkeypatch,
                                                             traced_once):
-    import tfxl.models.export as export_lib
     base = tmp_path / "exports"
-    seen, write = [], export_lib.write_signatures
+    seen, write = [], publish.write_signatures
 
     def watching_write(signatures, path, *args, **kwargs):
         seen.append((os.path.basename(path), os.path.dirname(path), (base / "1").exists()))
         write(signatures, path, *args, **kwargs)
         raise OSError("disk full")
-    monkeypatch.setattr(export_lib, "write_signatures", watching_write)
+    monkeypatch.setattr(publish, "write_signatures", watching_write)
     with pytest.raises(OSError, match="disk full"):
         export_saved_model(model, str(base))
     name, parent, published = seen[0]
     assert name.startswith(".tmp-export-1-") and parent == str(base)  # beside the version,
     assert not published                                                 # which is not there
     assert os.listdir(base) == []  # the temporary directory is removed on failure
-    monkeypatch.setattr(export_lib, "write_signatures", write)
+    monkeypatch.setattr(publish, "write_signatures", write)
     renamed, rename = [], tf.io.gfile.rename
     monkeypatch.setattr(tf.io.gfile, "rename",
                         lambda *a, **k: renamed.append(a[1]) or rename(*a, **k))
@@ -838,17 +840,18 @@ HANG_BEFORE_PUBLISH = """
 import sys, time
 tests, output_dir, marker = sys.argv[1:4]
 sys.path.insert(0, tests)
-import tfxl.models.export as export_lib
+import tfxl.saved_model.publish as publish
 from factories import tiny_lm
-write = export_lib.write_signatures
+from tfxl.models.signatures import export_saved_model
+write = publish.write_signatures
 
 def hang(*args, **kwargs):  # the export is complete, not yet published
     write(*args, **kwargs)
     open(marker, "w").close()
     time.sleep(600)
 
-export_lib.write_signatures = hang
-export_lib.export_saved_model(tiny_lm(), output_dir)
+publish.write_signatures = hang
+export_saved_model(tiny_lm(), output_dir)
 """
 
 

@@ -32,7 +32,7 @@ import tensorflow as tf
 from keras import ops
 
 from tfxl.classification import ClassifierEvaluator, DocumentClassifier
-from tfxl.classification.classifier import LENGTHS, MEMORY
+from tfxl.classification.readings import LENGTHS, MEMORY
 from tfxl.data.classification import classification_dataset, load_classification_manifest
 from tfxl.data.manifest import split_info
 from tfxl.data.pipeline import verify_shards
@@ -44,9 +44,6 @@ __all__ = ["CLASSIFIER_FILE", "ClassificationTask", "DocumentData"]
 
 CLASSIFIER_FILE = "classifier.keras"  # the trained classifier, in the model_dir, at the end
 HEAD_SETTINGS = ("num_classes", "pooling", "grad_segments", "head_dropout")
-# The classifier's own arguments beyond HEAD_SETTINGS (its reading; `max_tokens` is recorded on
-# its own), and each one's value in a run recorded before it existed.
-READING_SETTINGS = {"reading": MEMORY}
 
 
 class DocumentData:
@@ -198,11 +195,9 @@ class ClassificationTask(Task):
                             self.max_tokens, self.eval_max_tokens)
 
     def recorded_settings(self, data):
-        # A reading as a run recorded before it existed read is left out: such runs resume.
-        reading = {name: self.head[name] for name, old in READING_SETTINGS.items()
-                   if self.head.get(name, old) != old}
-        return {**{name: self.head[name] for name in HEAD_SETTINGS}, **reading,
-                "max_tokens": self.max_tokens, "labels": list(data.manifest["labels"])}
+        return {**{name: self.head[name] for name in HEAD_SETTINGS},
+                "reading": self.head.get("reading", MEMORY), "max_tokens": self.max_tokens,
+                "labels": list(data.manifest["labels"])}
 
     def build_model(self, strategy):
         attention_cls = (self.language_model.attention_cls if self.language_model is not None

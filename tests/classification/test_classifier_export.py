@@ -16,13 +16,14 @@ import tensorflow as tf
 
 from factories import (assert_one_error_line, assert_refused_at_the_entry, load_as_served,
                        prepare_labelled, run_in_process, tiny_config, tiny_lm)
-import tfxl.models.export as export_lib
+import tfxl.classification.signatures as classifier_signatures
+import tfxl.saved_model.signature_set as signature_set
 from tfxl.classification import POOLINGS, DocumentClassifier
-from tfxl.classification.classifier import LENGTHS, TOKEN_IDS
+from tfxl.classification.readings import LENGTHS, TOKEN_IDS
+from tfxl.classification.signatures import ClassifierSignatures
 from tfxl.data.classification import classification_dataset
 from tfxl.data.tokenizers import BytesTokenizer
 from tfxl.model_dir import EXPORT_RECORD
-from tfxl.classification.export import ClassifierSignatures
 
 TOOL = "tfxl.serving.export_main"
 T, M, K, V = 4, 3, 2, 258  # segment length, memory slots (< T), grad_segments, bytes vocabulary
@@ -60,7 +61,7 @@ def exported(tmp_path_factory):
         return call(self, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(export_lib, "MAX_MEMORY_BYTES", LIMIT)
+        patch.setattr(signature_set, "MAX_MEMORY_BYTES", LIMIT)
         patch.setattr(DocumentClassifier, "call", counted)
         done = run_in_process(TOOL, f"--model={root / 'classifier.keras'}",
                               f"--data_dir={root / 'data'}", f"--output_dir={root / 'exports'}")
@@ -223,9 +224,8 @@ def test_what_does_not_fit_is_one_error_line_and_nothing_is_written(exported, tm
 def test_model_export_writes_these_signatures_at_a_path(monkeypatch, tmp_path):
     # What `DocumentClassifier.export` hands to the publication tfxl-export and
     # `TransfoXLLM.export` share (tested with them); no tracing here.
-    import tfxl.classification.export as classifier_export
     written = []
-    monkeypatch.setattr(classifier_export, "publish_at", lambda *args: written.append(args))
+    monkeypatch.setattr(classifier_signatures, "publish_at", lambda *args: written.append(args))
     model, tokenizer = new_classifier(), BytesTokenizer()
     model.export(str(tmp_path / "export"), tokenizer=tokenizer, labels=LABELS)
     (signatures, path, verbose), = written

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from factories import tiny_lm
 from tfxl.classification import DocumentClassifier
-from tfxl.classification.classifier import LENGTHS, TOKEN_IDS
+from tfxl.classification.readings import LENGTHS, TOKEN_IDS
 from tfxl.data.tokenizers import BytesTokenizer
 from tfxl.hub import TransfoXLTextClassifier, causal_lm_from_model
 

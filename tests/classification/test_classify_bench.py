@@ -1,6 +1,6 @@
 """The stdlib classification task (tfxl.data.stdlib_classification), the benchmark's long-range
-probe and its tables (benchmarks/classify_bench.py) and the demo (tfxl.train.classify_demo) at
-its smallest size, on a small fake library."""
+probe (benchmarks/classify_experiment.py) and its tables (benchmarks/classify_bench.py) and the
+demo (benchmarks/classify_demo.py) at its smallest size, on a small fake library."""
 
 import dataclasses
 import json
@@ -8,9 +8,8 @@ import os
 
 import pytest
 
-from benchmarks import classify_bench
+from benchmarks import classify_bench, classify_demo, classify_experiment
 from tests.factories import assert_one_error_line, run_in_process
-from tfxl.train import classify_demo
 from tfxl.data.stdlib_classification import stdlib_classification_task, write_labelled_jsonl
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -81,7 +80,7 @@ def test_no_two_packages_is_refused(library):
 
 @pytest.mark.parametrize("marker", [1, 8])
 def test_probe_label_is_set_by_the_first_and_last_marker_runs_alone(marker):
-    documents = classify_demo.probe_documents(200, 300, seed=0, marker=marker)
+    documents = classify_experiment.probe_documents(200, 300, seed=0, marker=marker)
     assert {len(d["text"]) for d in documents} == {300}
     for d in documents:
         first, filler, last = d["text"][:marker], d["text"][marker:-marker], d["text"][-marker:]
@@ -89,7 +88,7 @@ def test_probe_label_is_set_by_the_first_and_last_marker_runs_alone(marker):
         assert filler.islower() and filler.isalpha()
         assert d["label"] == ("same" if first == last else "different")
     assert 70 < sum(d["label"] == "same" for d in documents) < 130
-    assert classify_demo.probe_documents(5, 300, seed=0, marker=marker) == documents[:5]
+    assert classify_experiment.probe_documents(5, 300, seed=0, marker=marker) == documents[:5]
 
 
 @pytest.mark.large
@@ -97,10 +96,10 @@ def test_probe_trains_on_its_curriculum_in_order_and_tests_every_length(tmp_path
     sizes = dataclasses.replace(classify_demo.SIZES["smallest"], probe_train=8, probe_test=6,
                                 probe_marker=2, probe_stages=((12, 1), (40, 2)),
                                 probe_test_lengths=(40, 80))
-    task = classify_demo.probe_task(str(tmp_path), sizes)
-    assert [(n, epochs) for _, epochs, n in task.stages] == [(13, 1), (41, 2)]  # <eod> + bytes
-    assert task.main == "40" and task.by == "by_length"
-    result = classify_demo.run_task(task, sizes, None, log=lambda *a: None)
+    trial = classify_experiment.probe_trial(str(tmp_path), sizes)
+    assert [(n, epochs) for _, epochs, n in trial.stages] == [(13, 1), (41, 2)]  # <eod> + bytes
+    assert trial.main == "40" and trial.by == "by_length"
+    result = classify_experiment.run_trial(trial, sizes, None, log=lambda *a: None)
     assert result["labels"] == ["different", "same"] and result["test_documents"] == 6
     for reading, tokens in (("memory", {"40": 41, "80": 81}), ("no_memory", {"40": 41, "80": 81}),
                             ("truncation", {"40": 16, "80": 16})):
@@ -119,7 +118,7 @@ def test_probe_trains_on_its_curriculum_in_order_and_tests_every_length(tmp_path
 @pytest.mark.large
 def test_demo_at_its_smallest_size_prints_the_three_readings_and_plots(library, tmp_path):
     out = tmp_path / "demo"
-    result = run_in_process("tfxl.train.classify_demo", f"--out={out}", "--size=smallest",
+    result = run_in_process("benchmarks.classify_demo", f"--out={out}", "--size=smallest",
                             f"--stdlib_root={library}")
     assert result.returncode == 0, result.stderr[-3000:]
     for row in ("with memory", "no memory (mean of segment probabilities)",
@@ -127,12 +126,12 @@ def test_demo_at_its_smallest_size_prints_the_three_readings_and_plots(library, 
         assert f"| {row} " in result.stdout
     assert (out / "accuracy_vs_tokens.png").read_bytes().startswith(PNG_SIGNATURE)
     # Progress while it runs: a line per epoch of each reading; no missing-gradient warning.
-    for reading in classify_demo.READINGS:
+    for reading in classify_experiment.READINGS:
         assert f"stdlib {reading}, 32-token documents: epoch 1/1, loss" in result.stdout
     assert "Gradients do not exist" not in result.stderr
     results = json.loads((out / "results.json").read_text())
     readings = results["stdlib"]["readings"]
-    assert sorted(readings) == sorted(classify_demo.READINGS)
+    assert sorted(readings) == sorted(classify_experiment.READINGS)
     assert sorted(readings["memory"]["by_tokens_read"]) == ["16", "32"]
     assert results["data"]["splits"]["test"]["documents"] == readings["memory"][
         "by_tokens_read"]["32"]["documents"] > 0
@@ -140,7 +139,7 @@ def test_demo_at_its_smallest_size_prints_the_three_readings_and_plots(library, 
 
 def test_demo_refuses_a_library_without_two_packages(tmp_path):
     (tmp_path / "lib" / "asyncio").mkdir(parents=True)
-    result = run_in_process("tfxl.train.classify_demo", f"--out={tmp_path / 'demo'}",
+    result = run_in_process("benchmarks.classify_demo", f"--out={tmp_path / 'demo'}",
                             "--size=smallest", f"--stdlib_root={tmp_path / 'lib'}")
     assert_one_error_line(result, str(tmp_path / "lib"), "fewer than two")
     assert not (tmp_path / "demo").exists()

@@ -137,6 +137,7 @@ def test_a_changed_setting_is_refused_in_one_line(trained_copy, data_dir):
     for changed, needles in (("--learning_rate=0.02", ("learning_rate: run.json has 0.01",)),
                              ("--pooling=last_segment_mean", ("pooling: run.json has 'last'",)),
                              ("--grad_segments=2", ("grad_segments",)),
+                             ("--reading=no_memory", ("reading: run.json has 'memory'",)),
                              ("--tgt_len=8", ("holds a different model", "tgt_len"))):
         assert_one_error_line(run_in_process(TOOL, *flags_for(data_dir, trained_copy, 12,
                                                               changed)), *needles)

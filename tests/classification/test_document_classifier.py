@@ -12,7 +12,7 @@ import tensorflow as tf
 from factories import tiny_config, tiny_lm
 from layer_test_case import run_layer_test
 from tfxl.classification import POOLINGS, DocumentClassifier, SegmentAttentionPooling
-from tfxl.classification.classifier import LENGTHS, TOKEN_IDS
+from tfxl.classification.readings import LENGTHS, TOKEN_IDS
 
 T = 4  # tiny_config's tgt_len: the classifier's segment length
 
@@ -216,15 +216,11 @@ def test_keras_fit_on_one_segment_documents_warns_of_no_missing_gradient():
     assert np.isfinite(losses).all()
 
 
-def test_the_reading_is_saved_and_an_old_file_without_it_reads_whole_documents(tmp_path):
+def test_the_reading_is_saved(tmp_path):
     model = classifier(reading="truncation", max_tokens=6)
     model.save(tmp_path / "m.keras")
     loaded = keras.saving.load_model(tmp_path / "m.keras")
     assert (loaded.reading, loaded.max_tokens, loaded.tokens_read) == ("truncation", 6, 6)
-    old = {k: v for k, v in model.get_config().items() if k not in ("reading", "max_tokens")}
-    old_model = DocumentClassifier.from_config(old)
-    assert (old_model.reading, old_model.max_tokens, old_model.tokens_read) == (
-        "memory", None, None)
     assert classifier(reading="truncation").tokens_read == T  # the first segment
     with pytest.raises(ValueError, match="reading must be one of"):
         classifier(reading="bag_of_words")

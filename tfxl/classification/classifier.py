@@ -41,17 +41,12 @@ from keras import ops
 
 from tfxl.classification.pooling import (SegmentAttentionPooling, check_pooling,
                                          last_valid_state, valid_mean)
-# The readings' and poolings' names, where the tools' flags take them from.
-from tfxl.classification.readings import (LAST, LAST_SEGMENT_MEAN, MEMORY, NO_MEMORY, READINGS,
-                                          SEGMENT_ATTENTION, TRUNCATION)
+# The readings', poolings' and inputs' names, where the tools' flags take them from.
+from tfxl.classification.readings import (LAST, LAST_SEGMENT_MEAN, LENGTHS, MEMORY, NO_MEMORY,
+                                          READINGS, SEGMENT_ATTENTION, TOKEN_IDS, TRUNCATION)
 from tfxl.config import TransfoXLConfig
 from tfxl.layers.transformer_xl_block import attention_class
 from tfxl.models.backbone import TransfoXLBackbone, as_config, default_name
-
-# The input's keys (the same names as `tfxl.data.classification`'s reader yields; the data
-# package knows nothing of the model, so a test keeps the two equal).
-TOKEN_IDS = "token_ids"
-LENGTHS = "lengths"
 
 
 def _dim(x, axis):
@@ -101,8 +96,7 @@ class DocumentClassifier(keras.Model):
         default T, read as "memory" reads).
       max_tokens: the tokens of each document read (its first; None: the whole document, for
         "truncation" T). Saved with the model: evaluation and serving read as it was trained
-        (`set_reading` changes it). A .keras file saved without these reads whole documents
-        on the memory, as it did.
+        (`set_reading` changes it).
       backbone: optional, a built `TransfoXLBackbone` of `config` to read with, shared rather
         than created (not serialised: the owner recreates it; `tfxl.hub`'s text classifier
         shares its keras-hub backbone's this way).
@@ -349,14 +343,14 @@ class DocumentClassifier(keras.Model):
                tokenizer=None, labels=None):
         """A SavedModel at `filepath` with the classifier's serving signatures: classify_document
         (= serving_default) and, with `tokenizer` and the C label names `labels`, classify_text
-        (`tfxl.classification.export`). Never over an existing file or non-empty directory;
+        (`tfxl.classification.signatures`). Never over an existing file or non-empty directory;
         only format="tf_saved_model" and input_signature=None (the signatures fix their own)."""
         if format != "tf_saved_model" or input_signature is not None:
             raise ValueError("DocumentClassifier.export: only format='tf_saved_model' with "
                              "input_signature=None (the signatures fix their own inputs)")
         # Imported here: the export is TensorFlow code (tf.function, tf.saved_model), and the
         # classifier runs on every Keras backend.
-        from tfxl.classification.export import export_classifier_at
+        from tfxl.classification.signatures import export_classifier_at
         export_classifier_at(self, filepath, verbose, tokenizer, labels)
 
     def get_config(self):

@@ -1,9 +1,15 @@
-"""The names of a document classifier's options: how it reads a document and what it pools.
+"""The names of a document classifier's options and inputs: how it reads a document, what it
+pools, and the keys of its input.
 
 No Keras here: the command-line tools take their flags' choices from this module, and their
---help should not wait for Keras or TensorFlow to load (tests/test_cli_help.py). `classifier`
-and `pooling` re-use these names.
+--help should not wait for Keras or TensorFlow to load (tests/test_cli_help.py). `classifier`,
+`pooling` and `signatures` re-use these names.
 """
+
+# The input's keys (the same names as `tfxl.data.classification`'s reader yields; the data
+# package knows nothing of the model, so a test keeps the two equal).
+TOKEN_IDS = "token_ids"
+LENGTHS = "lengths"
 
 # How a classifier reads a document (`reading=`; the names of tfxl-classify-train's and
 # tfxl-classify-eval's --reading, the README and BENCHMARKS.md):

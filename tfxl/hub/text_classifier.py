@@ -19,8 +19,8 @@ from keras import ops
 from keras_hub.models import TextClassifier, TextClassifierPreprocessor
 
 from tfxl.backend import tensorflow
-from tfxl.classification.classifier import LENGTHS, TOKEN_IDS, DocumentClassifier
-from tfxl.classification.readings import LAST
+from tfxl.classification.classifier import DocumentClassifier
+from tfxl.classification.readings import LAST, LENGTHS, TOKEN_IDS
 from tfxl.hub.backbone import TransfoXLHubBackbone
 from tfxl.hub.presets import save_preset
 from tfxl.hub.tokenizer import TransfoXLTokenizer

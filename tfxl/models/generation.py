@@ -37,7 +37,7 @@ NOT_FINITE = ("generate: the next-token log-probabilities are not finite (NaN or
 
 # The most a generation may allocate for one of its sizes (a memory, one segment's attention
 # scores, the new tokens' buffer): 2 GiB, as the SavedModel signatures bound a request's memory
-# (`tfxl.models.export.MAX_MEMORY_BYTES`, a protobuf message's limit).
+# (`tfxl.saved_model.signature_set.MAX_MEMORY_BYTES`, a protobuf message's limit).
 MAX_GENERATION_BYTES = 2**31
 
 

@@ -209,7 +209,7 @@ class TransfoXLLM(keras.Model):
 
         score (= serving_default), init_memory, generate, score_document and
         score_document_masked; with `tokenizer=` (a `tfxl.data.tokenizers` tokenizer) also
-        generate_text, score_text, encode_text and decode_ids. See `tfxl.models.export` for
+        generate_text, score_text, encode_text and decode_ids. See `tfxl.models.signatures` for
         their inputs and outputs. Other keyword arguments: tgt_len, mem_len, clamp_len,
         same_length (default: the config's evaluation settings) and score_top_k (default 16;
         0: full log-probs). Unlike Keras, an existing file or non-empty directory at `filepath`
@@ -221,10 +221,10 @@ class TransfoXLLM(keras.Model):
                              "'tf_saved_model' (the serving signatures need TensorFlow ops)")
         if input_signature is not None:
             raise ValueError("TransfoXLLM.export: input_signature must be None; every signature "
-                             "fixes its own inputs (see tfxl.models.export)")
+                             "fixes its own inputs (see tfxl.models.signatures)")
         # Imported here: the export is TensorFlow code (tf.function, tf.saved_model), and the
         # model runs on every Keras backend.
-        from tfxl.models.export import export_model
+        from tfxl.models.signatures import export_model
         export_model(self, filepath, verbose, **kwargs)
 
     def head(self, hidden, targets=None):

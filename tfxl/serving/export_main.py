@@ -7,7 +7,7 @@ r"""`tfxl-export`: a trained model as a versioned SavedModel for TF Serving.
     tfxl-export --model=runs/topics/classifier.keras --data_dir=data/topics \
         --output_dir=exports/topics
     # -> a document classifier's classify_document (serving_default) and, with --data_dir (its
-    #    tfxl-prepare-classification data), classify_text (tfxl.classification.export).
+    #    tfxl-prepare-classification data), classify_text (tfxl.classification.signatures).
 
 --model is a .keras file or a tfxl-train model_dir (its newest checkpoint unless --checkpoint).
 A version directory is published whole, never over an existing one (BUILD.md).
@@ -49,7 +49,7 @@ def define_flags():
 def export_classifier_from_flags(model):
     """The export of a DocumentClassifier: it reads as the Python model reads (its segment and
     memory lengths), so the flags that set a language model's reading do not apply."""
-    from tfxl.classification.export import export_classifier
+    from tfxl.classification.signatures import export_classifier
     from tfxl.models.loading import load_classifier_data
     given = [f"--{name}" for name in (*cli.eval_overrides(), "score_top_k", "checkpoint")
              if FLAGS[name].present]
@@ -70,9 +70,10 @@ def main(argv):
     del argv
     from tfxl.classification import DocumentClassifier
     from tfxl.models import TransfoXLLM
-    from tfxl.models.export import check_version, export_saved_model
     from tfxl.models.loading import (KERAS, load_checked_tokenizer, load_keras_model,
                                      load_language_model, model_kind)
+    from tfxl.models.signatures import export_saved_model
+    from tfxl.saved_model.publish import check_version
     for name in ("model", "output_dir"):
         if not FLAGS[name].value:
             raise ValueError(f"--{name} is required")

@@ -18,7 +18,7 @@ With a tokenizer and the label names (a tfxl-prepare-classification data dir):
       tfxl-prepare-classification frames a document: <eod>, then the tokenizer's ids of the text.
 The label names are also recorded in assets.extra/tfxl_data.json (`labels`, index = class id).
 
-Entry checks (`tfxl.models.request_checks`), one InvalidArgumentError naming the input:
+Entry checks (`tfxl.saved_model.request_checks`), one InvalidArgumentError naming the input:
 token_ids of rank 2 with B, L >= 1; lengths of shape [B] with every length in [1, L]; a
 document's ids (its first lengths[b]) in [0, V); text of shape [B], each encoding to >= 1 token;
 B at most `max_batch_size` (its key/value memory of at most 2 GiB, as the language model's
@@ -28,12 +28,12 @@ request's per-token working tensors of at most 2 GiB).
 
 import tensorflow as tf
 
-from tfxl.classification.classifier import LENGTHS, TOKEN_IDS
-from tfxl.classification.readings import SEGMENT_ATTENTION
-from tfxl.models.export import (SignatureSet, key_value_memory_row_bytes, most_that_fit,
-                                publish_at, publish_version, shared, signature)
-from tfxl.models.request_checks import (checked, ids_rule, padded_shape, range_rule,
-                                        shape_rule, tokens_rule)
+from tfxl.classification.readings import LENGTHS, SEGMENT_ATTENTION, TOKEN_IDS
+from tfxl.models.signatures import key_value_memory_row_bytes
+from tfxl.saved_model.publish import publish_at, publish_version
+from tfxl.saved_model.request_checks import (checked, ids_rule, padded_shape, range_rule,
+                                             shape_rule, tokens_rule)
+from tfxl.saved_model.signature_set import SignatureSet, most_that_fit, shared, signature
 
 
 def request_token_bytes(classifier):
@@ -125,7 +125,7 @@ def export_classifier(classifier, output_dir, version=None, tokenizer=None, labe
                       data_dir=None):
     """Writes `<output_dir>/<version>/saved_model.pb` with the signatures above; returns its path.
 
-    As `tfxl.models.export.export_saved_model` writes a language model's (versions, never
+    As `tfxl.models.signatures.export_saved_model` writes a language model's (versions, never
     overwritten, published whole). tokenizer, labels: for classify_text; data_dir: where they
     came from (recorded with the vocabulary hash and the label names).
     """

@@ -1,6 +1,7 @@
-"""`make demo-classify`, and the code of the benchmark "does the memory make document
-classification work?" (benchmarks/classify_bench.py, BENCHMARKS.md "Document classification"):
-the same run at the demo's sizes or the benchmark's. Same run, same splits:
+"""The classification benchmark's run, "does the memory make document classification work?"
+(benchmarks/classify_bench.py at `BENCH_SIZES`, BENCHMARKS.md "Document classification"; the
+demo, benchmarks/classify_demo.py and `make demo-classify`, at smaller sizes). Same run, same
+splits:
 
 1. data from the running Python's own Lib/ (`tfxl.data.stdlib_classification`): the .py files of
    a dozen top-level packages are documents labelled by package; every other .py file is the
@@ -32,20 +33,9 @@ the same run at the demo's sizes or the benchmark's. Same run, same splits:
    inference (a compiled predict step over the test split; with memory on the key/value memory,
    as the `classify_document` signature reads).
 
-The demo, in a few minutes on 2 CPU cores (`SIZES["demo"]`: four packages, a briefly pretrained
-LM, no probe), prints the three readings as a table, plots accuracy against tokens read to
-OUT/accuracy_vs_tokens.png and writes everything to OUT/results.json:
-
-    python -m tfxl.train.classify_demo [--out=demo_classify_out] [--size=demo]
-
-The plot needs matplotlib, the `plots` extra (`pip install '.[plots]'` in a clone of tfxl;
-`make demo-classify` installs it).
-The benchmark: `python -m benchmarks.classify_bench` (`BENCH_SIZES`).
+A `Trial` is what the three readings are fine-tuned and tested on: the stdlib packages
+(`stdlib_trial`) and the probe's curriculum (`probe_trial`), each run by `run_trial`.
 """
-
-if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
-    from tfxl.cli.quiet import quiet_tensorflow
-    quiet_tensorflow()
 
 import dataclasses
 import json
@@ -54,12 +44,9 @@ import time
 from typing import Optional, Sequence, Tuple
 
 import keras
-from absl import flags
 
-from tfxl import cli
-from tfxl.classification.classifier import READINGS as CLASSIFIER_READINGS
+from tfxl.classification.readings import READINGS as CLASSIFIER_READINGS
 from tfxl.data.stdlib_classification import STDLIB_PACKAGES
-from tfxl.files import write_json_atomically
 
 # Shape glossary (tfxl's): B batch, T segment length, M memory slots, N tokens read, C classes.
 
@@ -342,8 +329,8 @@ def scores(probs, labels, num_classes):
 
 
 @dataclasses.dataclass
-class Task:
-    """What the three readings are fine-tuned on and tested on.
+class Trial:
+    """What the three readings are fine-tuned on and tested on (the stdlib packages, the probe).
 
     stages: [(data_dir, epochs, train_tokens)], trained in order, one optimizer throughout; the
       memory and no-memory readings read the first train_tokens tokens of each document,
@@ -360,23 +347,23 @@ class Task:
     by: str = "by_tokens_read"  # what the keys count (the results' field name)
 
 
-def reading_tests(task, reading, sizes):
-    """{key: (data_dir, tokens)} of `reading`: the task's tests, or for truncation the first T
+def reading_tests(trial, reading, sizes):
+    """{key: (data_dir, tokens)} of `reading`: the trial's tests, or for truncation the first T
     tokens of each of their data dirs, under the first key naming it."""
     if reading != TRUNCATION:
-        return dict(task.tests)
+        return dict(trial.tests)
     firsts = {}
-    for key, (data_dir, _) in task.tests.items():
+    for key, (data_dir, _) in trial.tests.items():
         firsts.setdefault(data_dir, key)
     return {key: (data_dir, sizes.segment_len) for data_dir, key in firsts.items()}
 
 
-def run_task(task, sizes, lm_model_dir, log=print):
-    """Fine-tunes and tests the three readings on `task`; returns the results dict."""
+def run_trial(trial, sizes, lm_model_dir, log=print):
+    """Fine-tunes and tests the three readings on `trial`; returns the results dict."""
     from tfxl.data.classification import load_classification_manifest
-    manifest = load_classification_manifest(task.stages[-1][0])
+    manifest = load_classification_manifest(trial.stages[-1][0])
     num_classes, vocab_size = len(manifest["labels"]), manifest["vocab_size"]
-    main_dir = task.tests[task.main][0]
+    main_dir = trial.tests[trial.main][0]
     test_documents = load_classification_manifest(main_dir)["splits"]["test"]["documents"]
     result = {"labels": manifest["labels"],
               "train_documents": manifest["splits"]["train"]["documents"],
@@ -384,11 +371,11 @@ def run_task(task, sizes, lm_model_dir, log=print):
     for reading in READINGS:
         model = classifier(reading, sizes, num_classes, lm_model_dir, vocab_size)
         compile_for_fine_tuning(model, sizes)
-        entry = {"stages": [], task.by: {}}
-        for data_dir, epochs, train_tokens in task.stages:
+        entry = {"stages": [], trial.by: {}}
+        for data_dir, epochs, train_tokens in trial.stages:
             epoch_seconds, losses = fine_tune(
                 model, training_dataset(reading, data_dir, sizes, train_tokens), epochs, log,
-                f"{task.name} {reading}, {train_tokens}-token documents")
+                f"{trial.name} {reading}, {train_tokens}-token documents")
             documents = load_classification_manifest(data_dir)["splits"]["train"]["documents"]
             entry["stages"].append({"train_tokens": train_tokens, "documents": documents,
                                     "epoch_seconds": epoch_seconds, "losses": losses})
@@ -397,47 +384,48 @@ def run_task(task, sizes, lm_model_dir, log=print):
         entry["final_train_loss"] = last["losses"][-1]
         entry["train_documents_per_second"] = last["documents"] * len(timed) / sum(timed)
         step = predict_step(model, sizes.eager, key_value_memory=reading == MEMORY)
-        tests = reading_tests(task, reading, sizes)
+        tests = reading_tests(trial, reading, sizes)
         for key, (data_dir, n) in tests.items():
             start = time.perf_counter()
             probs, labels = probabilities(model, reading, data_dir, n, sizes, step)
             first = time.perf_counter() - start
-            entry[task.by][key] = {**scores(probs, labels, num_classes), "tokens_read": n,
+            entry[trial.by][key] = {**scores(probs, labels, num_classes), "tokens_read": n,
                                    "seconds_with_compile": first}
         main = next(k for k, (d, _) in tests.items() if d == main_dir) if (
-            reading == TRUNCATION) else task.main
+            reading == TRUNCATION) else trial.main
         n_main = tests[main][1]
         start = time.perf_counter()  # compiled already: the inference throughput
         probabilities(model, reading, main_dir, n_main, sizes, step)
         entry["inference"] = {"tokens_read": n_main, "documents_per_second":
                               test_documents / (time.perf_counter() - start)}
-        headline = entry[task.by][main]
+        headline = entry[trial.by][main]
         entry.update(accuracy=headline["accuracy"], macro_f1=headline["macro_f1"],
                      tokens_read=n_main)
         stage_losses = ", ".join(f"{stage['losses'][-1]:.3f}" for stage in entry["stages"])
-        log(f"{task.name} {reading:>10}: accuracy {headline['accuracy']:.3f}, macro-F1 "
+        log(f"{trial.name} {reading:>10}: accuracy {headline['accuracy']:.3f}, macro-F1 "
             f"{headline['macro_f1']:.3f} reading {n_main} tokens; train "
             f"{entry['train_documents_per_second']:.1f} docs/s (loss by stage "
             f"{stage_losses}), inference "
-            f"{entry['inference']['documents_per_second']:.1f} docs/s; {task.by}: "
-            + ", ".join(f"{k} {r['accuracy']:.3f}" for k, r in entry[task.by].items()))
+            f"{entry['inference']['documents_per_second']:.1f} docs/s; {trial.by}: "
+            + ", ".join(f"{k} {r['accuracy']:.3f}" for k, r in entry[trial.by].items()))
         result["readings"][reading] = entry
     return result
 
 
-def stdlib_task(data_dir, sizes):
-    return Task("stdlib", [(data_dir, sizes.epochs, sizes.train_tokens)],
+def stdlib_trial(data_dir, sizes):
+    """The stdlib packages, read on their first N tokens for each N of sizes.tokens_read."""
+    return Trial("stdlib", [(data_dir, sizes.epochs, sizes.train_tokens)],
                 {str(n): (data_dir, n) for n in sizes.tokens_read}, str(sizes.train_tokens))
 
 
-def probe_task(work, sizes):
+def probe_trial(work, sizes):
     """The probe's curriculum and test lengths (each length's documents prepared once), from a
-    fresh backbone: the task needs no language."""
+    fresh backbone: the probe needs no language."""
     lengths = sorted({n for n, _ in sizes.probe_stages} | set(sizes.probe_test_lengths))
     dirs = {n: prepare_probe_data(work, n, sizes) for n in lengths}
     whole = {n: n + 1 for n in lengths}  # <eod> first: the first byte is token 1
     stages = [(dirs[n], epochs, whole[n]) for n, epochs in sizes.probe_stages]
-    return Task("probe", stages, {str(n): (dirs[n], whole[n]) for n in sizes.probe_test_lengths},
+    return Trial("probe", stages, {str(n): (dirs[n], whole[n]) for n in sizes.probe_test_lengths},
                 str(sizes.probe_stages[-1][0]), by="by_length")
 
 
@@ -451,99 +439,12 @@ def run_experiment(work, sizes, stdlib_root=None, log=print, save=None):
     if sizes.lm_steps:
         lm_model_dir = os.path.join(work, "lm")
         results["pretraining"] = pretrain(lm_data, lm_model_dir, sizes, log)
-    results["stdlib"] = run_task(stdlib_task(cls_data, sizes), sizes, lm_model_dir, log)
+    results["stdlib"] = run_trial(stdlib_trial(cls_data, sizes), sizes, lm_model_dir, log)
     if save:
         save(results)  # a later failure keeps what was measured
     if sizes.probe_train:
         probe_sizes = dataclasses.replace(sizes, pooling=sizes.probe_pooling,
                                           grad_segments=sizes.probe_grad_segments)
-        results["probe"] = run_task(probe_task(work, probe_sizes), probe_sizes, None, log)
+        results["probe"] = run_trial(probe_trial(work, probe_sizes), probe_sizes, None, log)
     results["seconds"] = time.perf_counter() - start
     return results
-
-
-# -- plot (the demo's) ------------------------------------------------------------------------
-def accuracy_vs_tokens_figure(task_result, title="test accuracy vs tokens read"):
-    """Accuracy against tokens read (log2 axis) with memory and without; truncation's one
-    point (the first T tokens) a dashed line."""
-    from tfxl.train.demo import figure_class  # matplotlib, the plots extra, imported lazily
-    fig = figure_class()(figsize=(6.4, 4.2), layout="constrained")
-    ax = fig.add_subplot()
-    readings = task_result["readings"]
-    for reading in (MEMORY, SEGMENTS):
-        label = READING_NAMES[reading]
-        points = sorted((int(n), r["accuracy"]) for n, r in
-                        readings[reading]["by_tokens_read"].items())
-        ax.plot(*zip(*points), marker="o", label=label)
-    truncation = readings[TRUNCATION]
-    ax.axhline(truncation["accuracy"], linestyle="--", color="grey",
-               label=f"truncation (first {truncation['tokens_read']} tokens)")
-    ax.set_xscale("log", base=2)
-    ax.set(title=title, xlabel="tokens read (log2 scale)", ylabel="accuracy", ylim=(0, 1.02))
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    return fig
-
-
-# -- the demo ------------------------------------------------------------------------------
-FLAGS = flags.FLAGS
-
-SIZES = {
-    # A few minutes on 2 cores: four packages, a briefly pretrained LM, 512 tokens read in
-    # training, more epochs than the benchmark's; no probe.
-    "demo": dataclasses.replace(
-        BENCH_SIZES, packages=("asyncio", "email", "idlelib", "lib2to3"), lm_steps=200,
-        max_per_package=20,
-        mem_len=1024, train_tokens=512, grad_segments=4, epochs=8, learning_rate=2e-3,
-        tokens_read=(128, 256, 512, 1024, 2048), probe_train=0),
-    # The test's: a fresh 2-layer D 16 backbone, 3 documents per package, short reads, eager.
-    "smallest": dataclasses.replace(
-        BENCH_SIZES, model=dict(d_model=16, n_head=2, d_head=8, d_inner=32), lm_steps=0,
-        max_per_package=3, test_fraction=0.4, segment_len=16, mem_len=32, train_tokens=32,
-        grad_segments=2,
-        epochs=1, tokens_read=(16, 32), probe_train=0, eager=True),
-}
-
-
-def define_flags():
-    flags.DEFINE_string("out", "demo_classify_out", "Output directory (data, LM, results, plot).")
-    flags.DEFINE_enum("size", "demo", list(SIZES), "demo: the few-minute run; smallest: a "
-                      "seconds-long check of the pipeline (fresh backbone, no pretraining).")
-    flags.DEFINE_string("stdlib_root", None, "The library to read (default: the running "
-                        "Python's).")
-
-
-def table(task_result):
-    """The printed comparison: one row per reading."""
-    readings = task_result["readings"]
-    width = max(map(len, READING_NAMES.values()))
-    lines = [f"| {'reading':<{width}} | tokens read | accuracy | macro-F1 |",
-             f"|{'-' * (width + 2)}|-------------|----------|----------|"]
-    lines += [f"| {READING_NAMES[reading]:<{width}} | {r['tokens_read']:>11} | "
-              f"{r['accuracy']:>8.3f} | {r['macro_f1']:>8.3f} |"
-              for reading, r in ((reading, readings[reading]) for reading in READINGS)]
-    return "\n".join(lines)
-
-
-def main(argv):
-    del argv
-    from tfxl.train.demo import figure_class, save_png
-    figure_class()  # a missing plots extra stops the demo now, not after minutes of training
-    sizes = SIZES[FLAGS.size]
-    results = run_experiment(FLAGS.out, sizes, FLAGS.stdlib_root)
-    print()
-    print(table(results["stdlib"]))
-    plot = os.path.join(FLAGS.out, "accuracy_vs_tokens.png")
-    save_png(accuracy_vs_tokens_figure(results["stdlib"]), plot)
-    write_json_atomically(os.path.join(FLAGS.out, "results.json"), results)
-    print(f"\nplot: {plot}\nresults: {os.path.join(FLAGS.out, 'results.json')} "
-          f"({results['seconds']:.0f} s)")
-    return 0
-
-
-def run():
-    cli.run(main, define_flags)
-
-
-if __name__ == "__main__":
-    run()

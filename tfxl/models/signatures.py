@@ -47,74 +47,36 @@ With a tokenizer:
 Bad requests (wrong rank or shape, memory of another export, batch mismatch, ids outside [0, V),
 empty inputs, sampling values out of range, NaN or infinity in a memory, a batch over
 `max_batch_size`) fail at the signature's entry with one InvalidArgumentError naming the input,
-the expected and the received shape or value (`tfxl.models.request_checks`): TF Serving feeds
-tensors into the graph unchecked. The batch bound: a signature that builds a memory from a few bytes
-(init_memory, generate_text, score_text, score_document*) would otherwise allocate B rows of it
-for a one-line request; max_batch_size is the largest B whose memory (keys, values, valid) fits
-in MAX_MEMORY_BYTES = 2 GiB, the most a protobuf response can carry back anyway. Likewise
-generate and generate_text refuse B x P, P rounded up to whole segments of T, over
-max_prompt_tokens (the prompt's working tensors, PROMPT_TOKEN_BYTES a token, in 2 GiB), and
-B x max_new_tokens over the int32 ids that fit 2 GiB (the buffer the new tokens are written to).
+the expected and the received shape or value (`tfxl.saved_model.request_checks`): TF Serving
+feeds tensors into the graph unchecked. The batch bound: a signature that builds a memory from a
+few bytes (init_memory, generate_text, score_text, score_document*) would otherwise allocate B
+rows of it for a one-line request; max_batch_size is the largest B whose memory (keys, values,
+valid) fits in MAX_MEMORY_BYTES = 2 GiB (`tfxl.saved_model.signature_set`), the most a protobuf
+response can carry back anyway. Likewise generate and generate_text refuse B x P, P rounded up
+to whole segments of T, over max_prompt_tokens (the prompt's working tensors,
+PROMPT_TOKEN_BYTES a token, in 2 GiB), and B x max_new_tokens over the int32 ids that fit 2 GiB
+(the buffer the new tokens are written to).
 
-Code: each signature is a `Signatures` method marked `@signature(input=(shape, dtype), ...)`, the
-shape in the glossary's letters; `Signatures.functions` holds one tf.function per signature with
-that input_signature. A loop several signatures run (whole-document scoring, generation) is a
-method marked `@shared(...)`: one tf.function per instance, called by those signatures, so an
-export traces it once and holds it once. `export_saved_model` (tfxl-export) writes them in a
-version directory, `export_model` (what `TransfoXLLM.export` calls) at the given path. What any
-export shares (the functions, batch and text checks, `publish_version`, `publish_at`) is
-`SignatureSet`'s and this module's: a document classifier's signatures
-(`tfxl.classification.export`) use them too.
+Code: each signature is a `Signatures` method marked `@signature`, a loop several of them run
+`@shared` (`tfxl.saved_model.signature_set`, what every export shares: the functions, batch and
+text checks and the request bound; a document classifier's signatures,
+`tfxl.classification.signatures`, are built the same way). `export_saved_model` (tfxl-export)
+publishes them as a version directory, `export_model` (what `TransfoXLLM.export` calls) at the
+given path (`tfxl.saved_model.publish`).
 """
 
 import math
-import os
 
 import tensorflow as tf
 
-from tfxl.files import StagedDirectory
-from tfxl.model_dir import SAVED_MODEL, write_export_record
 from tfxl.layers.memory import KEYS, VALID, VALUES, KeyValueMemory
 from tfxl.models.generation import generate
-from tfxl.models.request_checks import (checked, finite_rule, flat, has_rank, ids_rule,
-                                        padded_shape, range_rule, shape_of, shape_rule,
-                                        tokens_rule)
 from tfxl.models.sampling import sampling_rules
 from tfxl.models.scoring import score_document
-
-
-def next_version(output_dir):
-    """1 + the largest integer version under `output_dir` (1 when there is none).
-
-    Only integer names are versions: a staging directory (".tmp-export-...") never counts. A
-    version directory without saved_model.pb (an object-store publish killed midway, which no
-    reader loads) still counts: its number is not reused, since TF Serving may have seen it.
-    """
-    if not tf.io.gfile.isdir(output_dir):
-        return 1
-    versions = [int(name.strip("/")) for name in tf.io.gfile.listdir(output_dir)
-                if name.strip("/").isdigit()]
-    return max(versions, default=0) + 1
-
-
-def check_version(version):
-    """A version is a positive integer (TF Serving's directory names); ValueError otherwise."""
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise ValueError(f"--version must be a positive integer, got {version!r}")
-    return version
-
-
-def _exists_message(path):
-    if tf.io.gfile.exists(os.path.join(path, SAVED_MODEL)):
-        return f"{path} already exists; exports are never overwritten"
-    return (f"{path} already exists without {SAVED_MODEL} (an export still being published, or "
-            "one interrupted midway; delete it to reuse the version); exports are never "
-            "overwritten")
-
-
-# The largest memory a request may make the server build: a protobuf message's limit (2 GiB), so
-# no larger memory could be returned to the client either.
-MAX_MEMORY_BYTES = 2**31
+from tfxl.saved_model.publish import publish_at, publish_version
+from tfxl.saved_model.request_checks import (checked, finite_rule, flat, has_rank, ids_rule,
+                                             padded_shape, shape_of, shape_rule)
+from tfxl.saved_model.signature_set import SignatureSet, most_that_fit, shared, signature
 
 
 def _wire(memory):
@@ -129,96 +91,6 @@ MEMORY = {KEYS: ("B L N H M", tf.float32), VALUES: ("B L N M H", tf.float32),
           VALID: ("B M", tf.bool)}
 SAMPLING = {"max_new_tokens": ("", tf.int32), "temperature": ("", tf.float32),
             "top_k": ("", tf.int32), "top_p": ("", tf.float32), "seed": ("", tf.int32)}
-
-
-def signature(needs_tokenizer=False, **inputs):
-    """Marks a `Signatures` method as an exported signature taking `inputs` (in the method's
-    argument order); `Signatures.functions` holds it as a tf.function with that input_signature.
-    needs_tokenizer: exported only with a tokenizer."""
-    def mark(method):
-        method.signature_inputs, method.needs_tokenizer = inputs, needs_tokenizer
-        return method
-    return mark
-
-
-def shared(**inputs):
-    """Marks a `SignatureSet` method as a computation several signatures call (a whole-document
-    or generation loop): each instance holds it as one tf.function with that input_signature,
-    not exported itself, so an export traces the loop once and every signature calling it calls
-    that one trace (the SavedModel holds it once too)."""
-    def mark(method):
-        method.shared_inputs = inputs
-        return method
-    return mark
-
-
-class SignatureSet:
-    """What every export's signatures share: one tf.function per `@signature` method of the
-    subclass (`functions`, in the methods' order, with their input_signature; the text ones
-    only with a tokenizer), the model and tokenizer they serve, the checks of a batch and of
-    text inputs, and which signature is also serving_default (`serving_default`).
-
-    sizes: the glossary's fixed sizes by letter (the other letters are free, None, in the input
-    signatures); max_batch_size: the largest batch a request may make the server build.
-    """
-
-    serving_default = None
-
-    def export_record(self):
-        """What these signatures add to the export record (assets.extra/tfxl_data.json)."""
-        return {}
-
-    def __init__(self, model, tokenizer, sizes, max_batch_size):
-        if tokenizer is not None and tokenizer.vocab_size != model.config.vocab_size:
-            raise ValueError(f"tokenizer vocab_size {tokenizer.vocab_size} != model vocab_size "
-                             f"{model.config.vocab_size}")
-        self.model, self.tokenizer = model, tokenizer
-        self.sizes, self.max_batch_size = sizes, max_batch_size
-
-        def function(name, inputs):
-            # autograph=False: the bodies use tf control flow themselves (while_loop, cond).
-            return tf.function(getattr(self, name), autograph=False, input_signature=[
-                tf.TensorSpec([self.sizes.get(d) for d in shape.split()], dtype, input_name)
-                for input_name, (shape, dtype) in inputs.items()])
-
-        methods = vars(type(self)).items()
-        for name, method in methods:
-            if hasattr(method, "shared_inputs"):
-                setattr(self, name, function(name, method.shared_inputs))
-        self.functions = {name: function(name, method.signature_inputs)
-                          for name, method in methods if hasattr(method, "signature_inputs")
-                          and (tokenizer is not None or not method.needs_tokenizer)}
-
-    def _token_rules(self, what, ids, length="T", min_length=1):
-        return [tokens_rule(what, ids, length, min_length),
-                ids_rule(what, ids, self.model.config.vocab_size)]
-
-    def _batch_rule(self, what, batch_size):
-        """batch_size (int32, any shape) is in [1, max_batch_size]: see MAX_MEMORY_BYTES."""
-        return range_rule(what, batch_size,
-                          lambda b: (b >= 1) & (b <= self.max_batch_size),
-                          f"must be in [1, {self.max_batch_size}] (a memory of at most 2 GiB)")
-
-    def _text_rules(self, what, text):
-        """text is [B] with 1 <= B <= max_batch_size."""
-        return [(tf.logical_and(has_rank(text, 1), padded_shape(text, 1)[0] >= 1),
-                 [f"{what} must have shape [B] with B >= 1, but got", shape_of(text)]),
-                self._batch_rule(f"{what}: B", padded_shape(text, 1)[0])]
-
-    def _encode(self, what, text):
-        """Checked strings [B] -> (ragged ids [B, None], lengths int32 [B]), each >= 1 token."""
-        ids = self.tokenizer.tf_encode(text)
-        lengths = tf.cast(ids.row_lengths(), tf.int32)
-        rule = (tf.reduce_all(lengths >= 1),
-                [f"{what} must encode to >= 1 token each, but got token counts", lengths])
-        lengths, values = checked([rule], lengths, ids.flat_values)
-        return ids.with_flat_values(values), lengths
-
-
-def most_that_fit(item_bytes):
-    """How many items of `item_bytes` bytes (a memory's rows, a request's tokens) fit in
-    MAX_MEMORY_BYTES (at least 1). Read at call time, so a test may lower the limit."""
-    return max(1, MAX_MEMORY_BYTES // max(1, item_bytes))
 
 
 # Bytes per prompt token of generate's working tensors that grow with B x P: the ids received
@@ -272,7 +144,7 @@ class Signatures(SignatureSet):
                  [f"{what}: B x max_new_tokens must be at most {self.max_new_tokens} tokens "
                   "(2 GiB of int32 ids), but got B, max_new_tokens =", batch, new_tokens])]
 
-    # -- request checks (see tfxl.models.request_checks) ----------------------------------
+    # -- request checks (see tfxl.saved_model.request_checks) -----------------------------
     def _memory_rules(self, what, ids, keys, values, valid):
         """The memory fits the export (MEMORY's shapes) and the batch B of `ids`; its keys and
         values are finite (everywhere: a NaN in a valid slot makes every log-prob NaN)."""
@@ -431,56 +303,6 @@ class Signatures(SignatureSet):
         return {"text": self.tokenizer.tf_decode(ids[None])[0]}
 
 
-def write_signatures(signatures, path, data_dir=None, verbose=False):
-    """Writes the SavedModel of `signatures` (a `SignatureSet`) at `path` (the model's
-    variables, the tokenizer's tables and constants, its `serving_default` signature also under
-    that name), then the vocabulary record (`tfxl.model_dir`; a classifier's label names too).
-    verbose: prints each signature's inputs and outputs, as written.
-
-    `tf.saved_model.save` itself rather than `keras.export.ExportArchive`: the archive traces
-    every signature twice (once to list the variables it uses; once more inside the save, whose
-    tracing context differs), and tracing is nearly all of an export's time. Here each
-    signature is traced once, inside the save, and each `shared` loop once for all the
-    signatures that run it.
-    """
-    root = tf.Module()
-    # The tf.Variables themselves (`.value` of a Keras variable on TensorFlow): what the traced
-    # signatures capture, so the saver maps each capture to the one variable it restores.
-    root.model_variables = [variable.value for variable in signatures.model.variables]
-    if signatures.tokenizer is not None:
-        root.tokenizer = signatures.tokenizer  # its lookup tables and constants
-    for name, function in signatures.functions.items():
-        setattr(root, name, function)
-    default = signatures.functions[signatures.serving_default]
-    tf.saved_model.save(root, path, signatures={**signatures.functions,
-                                                "serving_default": default})
-    write_export_record(path, signatures.model.config.vocab_size,
-                        signatures.tokenizer.vocab_sha256 if signatures.tokenizer is not None
-                        else None, data_dir, **signatures.export_record())
-    if verbose:
-        print(describe_saved_model(path))
-
-
-def describe_saved_model(path):
-    """The signatures of the SavedModel at `path` as written, one line each:
-    `name(input: dtype [shape], ...) -> output: dtype [shape], ...` (-1: any size)."""
-    from tensorflow.core.protobuf import saved_model_pb2
-    saved = saved_model_pb2.SavedModel()
-    with tf.io.gfile.GFile(os.path.join(path, SAVED_MODEL), "rb") as f:
-        saved.ParseFromString(f.read())
-
-    def tensors(infos):
-        return ", ".join(f"{name}: {tf.dtypes.as_dtype(info.dtype).name} "
-                         f"{[dim.size for dim in info.tensor_shape.dim]}"
-                         for name, info in sorted(infos.items()))
-
-    lines = [f"Saved the SavedModel at {path}; its signatures:"]
-    for name, sig in sorted(saved.meta_graphs[0].signature_def.items()):
-        if not name.startswith("__"):  # TF's own (__saved_model_init_op)
-            lines.append(f"  {name}({tensors(sig.inputs)}) -> {tensors(sig.outputs)}")
-    return "\n".join(lines)
-
-
 def export_saved_model(model, output_dir, version=None, tgt_len=None, mem_len=None,
                        clamp_len=None, same_length=None, score_top_k=16, tokenizer=None,
                        data_dir=None):
@@ -488,40 +310,15 @@ def export_saved_model(model, output_dir, version=None, tgt_len=None, mem_len=No
 
     tgt_len/mem_len/clamp_len/same_length default to the config's evaluation settings;
     score_top_k is the size K of `score`'s top-k output (0: full log-probs). version: a positive
-    integer, default the next free one (`next_version`). An existing version directory is never
-    overwritten. The version is built under a temporary name and published whole
-    (`tfxl.files.StagedDirectory`, saved_model.pb last on object stores), so TF Serving watching
-    `output_dir` never loads half an export. data_dir: where `tokenizer` came from, recorded with
-    its vocabulary hash in assets.extra/tfxl_data.json (`tfxl.model_dir`).
+    integer, default the next free one (`tfxl.saved_model.publish.next_version`). An existing
+    version directory is never overwritten. The version is built under a temporary name and
+    published whole (`tfxl.files.StagedDirectory`, saved_model.pb last on object stores), so TF
+    Serving watching `output_dir` never loads half an export. data_dir: where `tokenizer` came
+    from, recorded with its vocabulary hash in assets.extra/tfxl_data.json (`tfxl.model_dir`).
     """
     signatures = Signatures(model, tokenizer, tgt_len, mem_len, clamp_len, same_length,
                             score_top_k)
     return publish_version(signatures, output_dir, version, data_dir)
-
-
-def publish_version(signatures, output_dir, version=None, data_dir=None):
-    """Writes `signatures` (a `SignatureSet`) as `<output_dir>/<version>/`, published whole (see
-    `export_saved_model`); returns its path."""
-    if version is not None:
-        check_version(version)
-    if tf.io.gfile.exists(output_dir) and not tf.io.gfile.isdir(output_dir):
-        raise ValueError(f"--output_dir={output_dir} is a file, not a directory")
-    number = next_version(output_dir) if version is None else version
-    path = os.path.join(output_dir, str(number))
-    if tf.io.gfile.exists(path):
-        raise ValueError(f"{_exists_message(path)} (pick another --version)")
-    with StagedDirectory(path, "export") as staged:
-        write_signatures(signatures, staged.path, data_dir)
-        while True:
-            try:
-                staged.publish(last=(SAVED_MODEL,))
-                return path
-            except FileExistsError:
-                if version is not None:  # given: never another one
-                    raise ValueError(f"{_exists_message(path)} (pick another --version)") \
-                        from None
-                # Another export took this number meanwhile: the next free one.
-                path = os.path.join(output_dir, str(next_version(output_dir)))
 
 
 def export_model(model, filepath, verbose=None, *, tgt_len=None, mem_len=None, clamp_len=None,
@@ -536,21 +333,3 @@ def export_model(model, filepath, verbose=None, *, tgt_len=None, mem_len=None, c
     signatures = Signatures(model, tokenizer, tgt_len, mem_len, clamp_len, same_length,
                             score_top_k)
     publish_at(signatures, filepath, verbose)
-
-
-def publish_at(signatures, filepath, verbose=None):
-    """Writes `signatures` (a `SignatureSet`) at `filepath` itself, published whole and never
-    over an existing file or non-empty directory (see `export_model`)."""
-    filepath = os.fspath(filepath)
-    message = (f"{filepath} already exists and is not an empty directory; exports are never "
-               "overwritten")
-    if tf.io.gfile.exists(filepath) and (not tf.io.gfile.isdir(filepath)
-                                         or tf.io.gfile.listdir(filepath)):
-        raise ValueError(message)
-    with StagedDirectory(filepath, "export") as staged:
-        write_signatures(signatures, staged.path,
-                         verbose=True if verbose is None else verbose)
-        try:
-            staged.publish(last=(SAVED_MODEL,))
-        except FileExistsError:
-            raise ValueError(message) from None
