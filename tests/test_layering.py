@@ -15,7 +15,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The repository's folders train/ and tpu/ install as tfxl.train and tfxl.tpu (setup.cfg).
 FOLDERS = {"tfxl": ROOT / "tfxl", "tfxl.train": ROOT / "train", "tfxl.tpu": ROOT / "tpu"}
-SUBPACKAGES = ("classification", "cli", "convert", "data", "hub", "layers", "models",
+SUBPACKAGES = ("analysis", "classification", "cli", "convert", "data", "hub", "layers", "models",
                "saved_model", "serving", "tpu", "train")
 
 # package -> the packages it must never import.
@@ -32,6 +32,8 @@ FORBIDDEN = {
     "tfxl.convert": ("tfxl.train", "tfxl.serving"),
     "tfxl.hub": ("tfxl.train", "tfxl.serving"),
     "tfxl.serving": ("tfxl.train",),
+    # Beside the model: it reads models and data, never the trainer or the serving tools.
+    "tfxl.analysis": ("tfxl.train", "tfxl.serving", "tfxl.classification", "tfxl.hub"),
     "tfxl.tpu": ("tfxl.models", "tfxl.layers", "tfxl.data", "tfxl.train", "tfxl.serving",
                  "tfxl.classification", "tfxl.hub"),
 }

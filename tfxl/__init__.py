@@ -26,8 +26,8 @@ _LAZY = {
 __all__ = list(_LAZY)
 # Subpackages and modules, imported on first attribute access too (`tfxl.data.input_fn`).
 _SUBMODULES = ("analysis", "checkpoints", "classification", "cli", "config", "convert", "data",
-               "files", "hub", "layers", "metrics", "model_dir", "models", "serving", "tpu",
-               "train")
+               "files", "hub", "layers", "metrics", "model_dir", "models", "saved_model",
+               "serving", "tpu", "train")
 
 
 def __getattr__(name):
