@@ -11,12 +11,10 @@ STAMP  := $(VENV)/.installed
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# uv (from PyPI, into the venv) installs what pip would, from PyPI, in parallel (a fresh
-# clone on 2 cores: 30 s against pip's 109 s). Like pip, it compiles every module to bytecode
-# (--compile-bytecode, ~15 s more): without .pyc files, and with PYTHONDONTWRITEBYTECODE set as on
-# this project's machines, every process that imports TensorFlow compiles its modules again
-# (9 s instead of 3.3 s), and the suite starts some fifty: a fresh clone's `.ci/run` took
-# 9 min 18 s with them, 11 min 12 s without (the same tests, the same host).
+# uv (from PyPI, into the venv) installs what pip would, from PyPI, in parallel, which is several
+# times faster on a fresh clone. Like pip, it compiles every module to bytecode
+# (--compile-bytecode): without .pyc files, and with PYTHONDONTWRITEBYTECODE set, every process
+# that imports TensorFlow compiles its modules again, and the suite starts dozens of them.
 # uv reads its own settings, not pip's: the wheel folder pip is configured with (PIP_FIND_LINKS,
 # else pip.conf's find-links) is passed on, so that torch==2.13.0 resolves to its CPU wheel where
 # one is there (else PyPI's CUDA build: the same tests, several GB more to download).
@@ -62,13 +60,13 @@ test-large: $(STAMP) ## the tests marked large, on TensorFlow and JAX
 	$(PYTEST_TF) -m large $(PYTEST_ARGS) tests
 	$(PYTEST_JAX) -m large $(PYTEST_ARGS) tests
 
-test-expensive: test-large  ## the former name of test-large
+test-expensive: test-large  ## another name for test-large
 
 test-jax: $(STAMP) ## the every_backend tests under KERAS_BACKEND=jax, without the large ones
 	$(PYTEST_JAX) -m "not large" $(PYTEST_ARGS) tests
 
-# The same modules on PyTorch, the large ones included: eager, nothing to compile, the whole pass
-# ~20 s. One intra-op thread per worker: two workers share the cores, and the tests' ops are small.
+# The same modules on PyTorch, the large ones included: eager, nothing to compile, so the whole
+# pass is short. One intra-op thread per worker: two workers share the cores, and the tests' ops are small.
 test-torch: $(STAMP) ## the every_backend tests under KERAS_BACKEND=torch
 	KERAS_BACKEND=torch OMP_NUM_THREADS=1 $(PYTEST) $(PYTEST_ARGS) tests
 
@@ -78,7 +76,7 @@ lint: $(STAMP)     ## ruff, configured in pyproject.toml
 demo: $(DEMO_INSTALL)  ## the main job on the embedded default corpus (its plots: the `plots` extra)
 	$(PY) -m tfxl.train.demo
 
-demo-classify: $(DEMO_INSTALL)  ## issue #18's classifier on stdlib packages: memory vs none vs truncation, plot
+demo-classify: $(DEMO_INSTALL)  ## the document classifier on stdlib packages: memory vs none vs truncation, plot
 	$(PY) -m benchmarks.classify_demo
 
 clean:

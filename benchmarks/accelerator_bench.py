@@ -65,7 +65,7 @@ benchmarks/accelerator_run.sh's header says where the rest needs TensorFlow.
 
 `--smoke`: a 2-layer model of each preset's shape (tail clusters for wt103), few steps: the check
 that the harness runs (CPU, JAX), not a measurement. benchmarks/accelerator_run.sh runs it on the
-GPU machine (BENCHMARKS.md, "Accelerator").
+GPU machine (its results: BENCHMARKS.md).
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ import numpy as np
 BACKEND = keras.backend.backend()
 
 # XLA's settings for a test process on JAX (tests/conftest.py sets them, unless XLA_FLAGS is
-# already set): JAX compiles each eager op of a test on its own, and these halve that compile
-# (XLA's CPU backend at -O0, and its older loop emitters instead of the fusion emitters: the test
-# modules of the JAX pass 51 s instead of 82 s, and the per-op compiles 8.0 s instead of 16.5 s).
+# already set): JAX compiles each eager op of a test on its own, and these roughly halve that
+# compile time (XLA's CPU backend at -O0, and its older loop emitters instead of the fusion
+# emitters), which dominates the JAX pass.
 JAX_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 
 # Run first in a child process (or as its sitecustomize): TensorFlow is then absent there as

@@ -255,7 +255,7 @@ def test_torch_reader_half_precision_and_bad_files(tmp_path):
 
 
 def test_a_storage_larger_than_its_tensors_is_refused_before_it_is_inflated(tmp_path):
-    """A 64 KiB tensor whose deflated storage inflates to 256 MiB (the issue's had 3 GiB): the
+    """A 64 KiB tensor whose deflated storage inflates to 256 MiB: the
     zip directory's declared size is checked against the tensor, and nothing is inflated."""
     import tracemalloc
     path = tmp_path / "bomb.pt"

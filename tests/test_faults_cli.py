@@ -98,7 +98,7 @@ def trained(tmp_path_factory):
     return dirs
 
 
-# --------------------------------------------------------------------------- point 4
+# --------------------------------------------------------------------------- vocabularies
 def test_export_and_generate_refuse_another_vocabulary(trained, tmp_path):
     exports = tmp_path / "exports"
     export = ("tfxl.serving.export_main", f"--model={trained['model']}",
@@ -134,7 +134,7 @@ def test_generate_from_an_export_needs_no_data_dir(trained, tmp_path):
                    "another vocabulary")
 
 
-# --------------------------------------------------------------------------- point 10
+# --------------------------------------------------------------------------- quiet tools
 @pytest.mark.large
 @pytest.mark.subprocess
 def test_tools_are_quiet_unless_verbose(trained):
@@ -184,7 +184,7 @@ def test_a_bad_model_description_is_one_error_line_naming_its_source(trained, tm
     assert not output.exists()
 
 
-# --------------------------------------------------------------------------- point 7
+# --------------------------------------------------------------------------- tfxl-prepare's writes
 def prepare_cli(argv, capsys):
     values = flags.FlagValues()
     prepare_lib.define_flags(values)
@@ -273,7 +273,7 @@ def test_prepare_write_error_keeps_old_data(tmp_path, capsys, monkeypatch):
     assert_one_error_and_data_intact(code, err, before, out, str(out), "No space left")
 
 
-# --------------------------------------------------------------------------- issue 17: 5, 6, 10
+# --------------------------------------------------------------------------- ranges and sizes
 @pytest.mark.parametrize("flag,least", [("--max_train_bytes=-7", -1), ("--max_eval_bytes=-2", -1),
                                         ("--min_freq=0", 1), ("--max_size=-1", 0),
                                         ("--wordpiece_vocab_size=0", 1)])
@@ -314,7 +314,7 @@ def test_a_data_dir_that_is_a_file_is_named_as_one(trained, tmp_path):
 def test_eval_refuses_sizes_no_machine_holds_before_building_the_model(trained, tmp_path):
     evaluate = ("tfxl.train.evaluate", f"--model_dir={trained['model']}")
     output = tmp_path / "result.json"
-    # 10**11 slots: some 30 TiB, more than any host has (10**9, the issue's, is 330 GiB)
+    # 10**11 slots: some 30 TiB, more than any host has
     refused = assert_refused(run_in_process(*evaluate, f"--data_dir={trained['data']}",
                                       "--mem_len=100000000000", f"--output={output}"),
                              "the estimated memory of this evaluation",

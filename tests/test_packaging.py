@@ -1,5 +1,5 @@
 """What `pip install tfxl` puts into site-packages: the top-level folders train/ and tpu/ install
-as tfxl.train and tfxl.tpu, never as bare `train`/`tpu` names (BUILD.md, "Installed names")."""
+as tfxl.train and tfxl.tpu, never as bare `train`/`tpu` names (BUILD.md, "Installing")."""
 
 import configparser
 import os

@@ -350,7 +350,7 @@ def test_the_controller_saves_at_the_loop_end_skips_the_evaluation_and_stops(dat
                                   f"{tmp_path}/checkpoints/ckpt-4; run the same command to resume")
 
 
-# -- why not tf.distribute.experimental.PreemptionCheckpointHandler (BUILD.md, "Preemption") ------
+# -- why not PreemptionCheckpointHandler (docs/training.md, "Preemption and exit status") ---------
 
 def test_tensorflows_preemption_handler_does_nothing_on_gcp_cpu_and_tpu_vms_and_adds_a_key(
         tmp_path, monkeypatch):

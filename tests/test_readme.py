@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-# Runs a process per snippet: `large` once that marker is registered (BUILD.md, "Tests").
+# Runs a process per snippet (the markers: BUILD.md, "Tests").
 pytestmark = pytest.mark.subprocess
 
 
@@ -112,16 +112,6 @@ def test_readme_output_paths_are_git_ignored():
     for path in sorted(written):
         check = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", f"{path}/x"])
         assert check.returncode == 0, f"{path}/ (written by the README) is not ignored"
-
-
-def test_readme_says_make_demo_installs_from_pypi():
-    """`make demo` depends on an install stamp (packages from PyPI; its own, or the test
-    extra's): the README's first mention of it, which says it needs no data download, must say
-    so too."""
-    makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^demo: \$\(DEMO_INSTALL\)", makefile, re.M)
-    demo_line = README.read_text().split("make demo", 1)[1].split("```", 1)[0]
-    assert "PyPI" in demo_line and "(no download)" not in demo_line
 
 
 # -- a manual, not a diary ---------------------------------------------------------------------

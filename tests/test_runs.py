@@ -1,4 +1,4 @@
-"""A run's own history stays true (#16 points 4 and 5): the train log holds each step once after
+"""A run's own history stays true: the train log holds each step once after
 any restart and is written in parts, never appended; one trainer per model_dir (the lease); a
 damaged `checkpoint` state file never blocks resuming; every check that can refuse a run comes
 before the first write; the settings that shape a run are recorded and a restart that changes

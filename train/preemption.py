@@ -28,7 +28,8 @@ the same answer at the same step, the signalled one and the others. One device, 
 and TPUStrategy have one Python process (one worker): its own signal is the answer.
 
 Why not `tf.distribute.experimental.PreemptionCheckpointHandler` (TensorFlow 2.21, read in
-tensorflow/python/distribute/failure_handling/failure_handling.py): BUILD.md, "Preemption".
+tensorflow/python/distribute/failure_handling/failure_handling.py): docs/training.md,
+"Preemption and exit status".
 """
 
 import dataclasses

@@ -2,7 +2,7 @@
 
 TensorFlow turns its oneDNN kernels on by itself only on CPUs with AVX-512; on an AVX2-only CPU
 (the AMD EPYC these tools were measured on) it leaves them off, and they are faster there too
-(BENCHMARKS.md, "oneDNN on an AVX2-only host"). So every tool sets TF_ENABLE_ONEDNN_OPTS=1 before
+(BENCHMARKS.md, "oneDNN on CPU"). So every tool sets TF_ENABLE_ONEDNN_OPTS=1 before
 TensorFlow loads, unless TF_ENABLE_ONEDNN_OPTS is already in the environment: exporting 0 turns
 it off (oneDNN's kernels round differently: the test suite pins 0 for that reason). On an
 AVX-512 host it changes nothing: TensorFlow's own default there is on. Importing tfxl never sets
