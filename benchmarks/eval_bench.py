@@ -140,7 +140,7 @@ def memory_paths(settings, batch=16, segments=8, jit=True, reps=3):
     counts.
     """
     tf = common.setup()
-    from tfxl.layers.memory import MemoryVariables
+    from tfxl.models.memory_variables import MemoryVariables
 
     model = _bench_model()
     config = model.config

@@ -1,6 +1,6 @@
 """The attention is an extension point: a new position scheme is one subclass, used by the whole
-model through `attention_cls`, on both memories, and saved in `.keras` files,
-on every backend."""
+model through `attention_cls`, on every memory type (equal to the numpy oracle of the scheme),
+and saved in `.keras` files, on every backend."""
 
 import keras
 import numpy as np
@@ -8,8 +8,10 @@ import pytest
 
 from backends import to_numpy
 from factories import tiny_config
+from naive_reference import NaiveTransfoXL
 from tfxl import TransfoXLLM
 from tfxl.layers import RelativeMultiHeadAttention, TransformerXLBlock
+from tfxl.layers.memory import PositionCache, RecentWindowMemory
 
 pytestmark = pytest.mark.every_backend
 
@@ -21,7 +23,7 @@ class ContentOnlyAttention(RelativeMultiHeadAttention):
     def project_positions(self, position_encoding):
         return position_encoding[None, :1, :1]  # nothing to precompute; a placeholder tensor
 
-    def position_score(self, query, position_keys, key_distance=None):
+    def position_score(self, query, position_keys):
         return query[..., :1] * 0.0  # broadcasts over the keys
 
 
@@ -47,6 +49,41 @@ def test_a_position_scheme_is_one_class_for_the_whole_model(tmp_path):
     loaded = keras.saving.load_model(tmp_path / "custom.keras")
     assert isinstance(loaded.backbone.blocks[0].attention, ContentOnlyAttention)
     np.testing.assert_allclose(to_numpy(loaded(ids)[0]), to_numpy(got), atol=1e-6)
+
+
+B, M, TOKENS = 2, 5, 12
+MEMORIES = {  # memory type -> (T, the first memory, the oracle's M)
+    "layer inputs": (4, lambda lm: lm.init_memory(B, mem_len=M), M),
+    "key/value": (4, lambda lm: lm.init_key_value_memory(B, mem_len=M), M),
+    "ring": (3, lambda lm: lm.init_key_value_ring(B, 3, M), M),  # S 9: one spare slot
+    "window": (1, lambda lm: RecentWindowMemory.from_memory(
+        lm.init_key_value_memory(B, mem_len=M), 3), M),  # merged every 3 tokens
+    # Slots by absolute position: the token at t sees all t before it.
+    "positions": (1, lambda lm: PositionCache.empty(
+        B, lm.config.n_layer, TOKENS, lm.config.n_head, lm.config.d_head), TOKENS - 1),
+}
+
+
+@pytest.mark.parametrize("kind", MEMORIES)
+def test_a_position_scheme_runs_on_every_memory_type_as_its_oracle(kind):
+    """Content-only attention is the paper's with W_k,R = 0: the numpy oracle with a zero position
+    kernel, segment after segment."""
+    segment_len, first_memory, oracle_mem_len = MEMORIES[kind]
+    lm = TransfoXLLM(config(), attention_cls=ContentOnlyAttention)
+    lm.build((None, segment_len))
+    naive = NaiveTransfoXL(lm.backbone)
+    naive.blocks = [(dict(w, wr=np.zeros_like(w["wr"])), ff) for w, ff in naive.blocks]
+    ids = np.random.default_rng(1).integers(0, 30, (B, TOKENS))
+    memory = first_memory(lm)
+    memory_type = type(memory)
+    for start in range(0, TOKENS, segment_len):
+        if isinstance(memory, RecentWindowMemory):
+            memory = memory.merged_if_full()
+        x = ids[:, start:start + segment_len]
+        hidden, memory = lm.backbone(x, memory)
+        assert type(memory) is memory_type
+        np.testing.assert_allclose(to_numpy(hidden), naive.step(x, oracle_mem_len), atol=2e-5,
+                                   err_msg=f"{kind}, tokens {start}..")
 
 
 def test_block_config_names_its_attention_class():

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from factories import tiny_lm
 from tfxl import AdaptiveEmbedding
-from tfxl.layers.memory import from_dict
+from tfxl.layers.memory import as_memory
 
 T, M = 3, 4
 
@@ -29,7 +29,7 @@ def with_garbage_in_invalid_slots(memory, garbage):
         moved = np.moveaxis(value, slot_axis, 1)
         moved[invalid] = garbage
         out[name] = tf.constant(np.moveaxis(moved, 1, slot_axis))
-    return from_dict(out)
+    return as_memory(out)
 
 
 @pytest.mark.parametrize("kind", ["states", "keys_values"])

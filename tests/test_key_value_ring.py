@@ -9,6 +9,7 @@ from backends import compiled, to_numpy
 from factories import tiny_lm
 from naive_reference import NaiveTransfoXL
 from tfxl.layers import KeyValueMemory, KeyValueRing, RelativeMultiHeadAttention
+from tfxl.layers.memory import RingSlots
 
 pytestmark = pytest.mark.every_backend
 
@@ -141,9 +142,10 @@ def test_ring_position_scores_are_each_slots_distance(write_slot):
     rng = np.random.default_rng(0)
     query = rng.normal(size=(2, heads, t_len, size)).astype("float32")
     position_keys = rng.normal(size=(heads, size, m_len + t_len + 1)).astype("float32")
-    got = to_numpy(layer.key_position_score(ops.convert_to_tensor(query),
-                                            ops.convert_to_tensor(position_keys), ring_size,
-                                            segment_start=write_slot))
+    ring = RingSlots(np.zeros((2, heads, size, ring_size), "float32"),
+                     np.zeros((2, heads, ring_size, size), "float32"), write_slot)
+    got = to_numpy(ring.position_score(layer, ops.convert_to_tensor(query),
+                                       ops.convert_to_tensor(position_keys)))
     key_len = m_len + t_len
     for i in range(t_len):
         for j in range(ring_size):

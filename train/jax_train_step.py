@@ -189,6 +189,6 @@ class JaxTrainingMemory:
     def restore_from(self, values):
         """The memory from the checkpoint's {name: global value}."""
         import jax
-        from tfxl.layers.memory import from_dict
-        memory = from_dict(values)
+        from tfxl.layers.memory import as_memory
+        memory = as_memory(values)
         self.value = jax.tree_util.tree_map(self.strategy.split_along_batch, memory)

@@ -25,7 +25,8 @@ back its rows. Batch slot g of the global batch is replica g // b, row g % b, th
 import keras
 import tensorflow as tf
 
-from tfxl.layers.memory import MemoryVariables, from_dict
+from tfxl.layers.memory import as_memory
+from tfxl.models.memory_variables import MemoryVariables
 
 
 def replica_variable(strategy, initial_value, name):
@@ -105,7 +106,7 @@ class CheckpointedReplicaMemory(ReplicaMemory):
 
         # The global copies live on the host: read them here and hand them to the replicas as
         # arguments (a TPU computation cannot read a host variable itself).
-        self.strategy.run(take_rows, args=(from_dict({
+        self.strategy.run(take_rows, args=(as_memory({
             key: getattr(self.checkpointed, key).read_value()
             for key in self.variables.to_dict()}),))
 

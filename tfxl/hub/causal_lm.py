@@ -160,7 +160,7 @@ class TransfoXLCausalLM(CausalLM):
         # Slot t is the token itself; slots after it are not written yet.
         mask = self._sees(t, slots[None, :], cache[PROMPT_LENGTH][:, None]) & (slots <= t)
         lm = self.backbone.language_model
-        hidden, _, written = lm.backbone.run_blocks(
+        hidden, written = lm.backbone.run_blocks(
             lm.backbone.embedding(token_ids), PositionCache(tuple(keys), tuple(values), t),
             position_keys, mask[:, None, None, :], training=False)
         return lm.head(hidden), None, {**cache, KEYS: [k for k, _ in written],
@@ -187,8 +187,8 @@ class TransfoXLCausalLM(CausalLM):
                                          config.n_head, config.d_head, backbone.compute_dtype)
         # The backbone's own call builds its mask from a memory; the prefill needs per-row prompt
         # lengths, so it runs the backbone's block loop with the mask above.
-        _, _, written = backbone.run_blocks(backbone.embedding(token_ids), no_memory,
-                                            position_keys, mask, training=False)
+        _, written = backbone.run_blocks(backbone.embedding(token_ids), no_memory,
+                                         position_keys, mask, training=False)
         return {KEYS: [k for k, _ in written], VALUES: [v for _, v in written],
                 PROMPT_LENGTH: prompt_length}
 

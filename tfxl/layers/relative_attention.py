@@ -14,8 +14,8 @@ The layer owns no memory layout. Its memory argument is one layer of a memory ty
 (`tfxl.layers.memory`), which says how the segment's rows become the keys and values attended to
 (layer inputs re-projected with the segment's: training, W_k and W_v learn through the memory
 rows; cached keys and values with the segment's appended; rows written into fixed buffers) and
-where the segment sits among them. `compute_attention` then scores every layout with one code
-path, as Model Garden's `MultiHeadAttention.compute_attention` does.
+how the position scores line up with those keys. `compute_attention` then scores every layout
+with one code path, as Model Garden's `MultiHeadAttention.compute_attention` does.
 """
 
 import functools
@@ -25,7 +25,7 @@ import keras
 from keras import ops
 
 from tfxl.layers.dropout import HashDropout
-from tfxl.layers.memory import as_layer_memory
+from tfxl.layers.memory import as_layer_view
 
 
 def rel_shift(x):
@@ -192,30 +192,15 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         score = ops.einsum("bnth,nhk->bntk", query, position_keys)  # column m: distance K - m
         return rel_shift_prepadded(score)
 
-    def key_position_score(self, query, position_keys, key_len, segment_start=None):
-        """`position_score` for K = `key_len` keys laid out as `AttendedKeys` says: oldest first
-        (`segment_start` None), or cyclically with the segment's T rows from slot
-        `segment_start` (the oldest-first scores rolled by segment_start + T). Position keys for
-        fewer than K distances get zero columns in front: distances only masked slots have.
-        """
-        distances = position_keys.shape[-1]
-        if isinstance(key_len, int) and distances is not None and key_len > distances - 1:
-            position_keys = ops.pad(position_keys, [[0, 0]] * (len(position_keys.shape) - 1)
-                                    + [[key_len - distances + 1, 0]])
-        score = self.position_score(query, position_keys)
-        if segment_start is None:
-            return score
-        return ops.roll(score, (segment_start + _dims(query)[2]) % key_len, axis=-1)
-
     # -- attention ----------------------------------------------------------------------------
     def compute_attention(self, query, keys, position_keys, mask, content_bias, position_bias,
                           training=None):
         """Attention contexts [B, T, N, H] of `query` [B, N, T, H] over `keys` (an `AttendedKeys`:
-        key and value parts, and where the segment's rows sit among them).
+        key and value parts, and the position scores in their order).
 
         The one place scores are computed, for every memory type: the memory lays the keys out
-        (oldest first, or cyclically in a buffer: `key_position_score`), the mask says which
-        each query sees.
+        and lines the position scores up with them (`keys.position_score`), the mask says which
+        keys each query sees.
         """
         query_u = query + ops.cast(content_bias, query.dtype)[:, None, :]  # u: [N, 1, H]
         query_v = query + ops.cast(position_bias, query.dtype)[:, None, :]
@@ -223,9 +208,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         # each step to join them would cost more than attending to them.
         content_score = _concatenate([ops.einsum("bnth,bnhk->bntk", query_u, k)       # AC
                                       for k in keys.keys])
-        key_len = sum(_dims(v)[2] for v in keys.values)
-        position_score = self.key_position_score(query_v, position_keys, key_len,     # BD
-                                                 keys.segment_start)
+        position_score = keys.position_score(query_v, position_keys)                  # BD
         # Softmax in float32 whatever the compute dtype: the mask value below is representable,
         # and bf16/fp16 logits lose too much precision in exp/normalise.
         score = ops.cast(content_score + position_score, "float32") * self.scale
@@ -246,7 +229,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
     def call(self, hidden, memory, position_keys, mask, content_bias, position_bias,
              training=None):
         """See the class docstring."""
-        memory = as_layer_memory(memory)
+        memory = as_layer_view(memory)
         segment = self.normalized(hidden)
         query = ops.transpose(_project(segment, self.query_kernel), (0, 2, 1, 3))  # [B, N, T, H]
         keys = memory.attend(self, segment)
@@ -260,7 +243,7 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         return output, keys.written
 
     def compute_output_spec(self, hidden, memory=None, *args, **kwargs):
-        written = as_layer_memory(memory).written_spec(hidden, self.n_head, self.d_head,
+        written = as_layer_view(memory).written_spec(hidden, self.n_head, self.d_head,
                                                        self.compute_dtype)
         return keras.KerasTensor(hidden.shape, self.compute_dtype), written
 

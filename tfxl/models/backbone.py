@@ -67,7 +67,7 @@ class TransfoXLBackbone(keras.layers.Layer):
         longer settings with the same weights).
       position_keys: `position_keys(M + T, clamp_len)` computed once and reused by every call of
         that shape (inference; without it each call projects the K encodings in every layer).
-      memory_gradient: keep the gradient path through the new layer-input memory (default False:
+      memory_gradient: keep the gradient path through the new memory (default False:
         the paper's stop-gradient). Document classification reads its last segments with it, so
         that the loss reaches them through the memory (`tfxl.classification`).
     Returns:
@@ -135,7 +135,7 @@ class TransfoXLBackbone(keras.layers.Layer):
         Carries a trainer's or a client's memory over to the inference path exactly: the keys and
         values are what every later segment would have projected from those layer inputs.
         """
-        memory = as_memory(memory, "key_value_memory")
+        memory = as_memory(memory, "key_value_memory", dicts=False)
         if isinstance(memory, KeyValueMemory):
             return memory
         pairs = [block.attention.project_memory(memory.states[:, i])
@@ -157,7 +157,7 @@ class TransfoXLBackbone(keras.layers.Layer):
             ops.shape(token_ids)[1])
         if memory is None:
             memory = self.init_memory(ops.shape(token_ids)[0])
-        memory = as_memory(memory, self.name).reset(reset).with_invalid_slots_zeroed()
+        memory = as_memory(memory, self.name, dicts=False).reset(reset).with_invalid_slots_zeroed()
         mask = memory.attention_mask(segment_len, same_length, segment_valid)
         key_length = memory.key_length(segment_len)
         if position_keys is not None and position_keys[0].shape[-1] not in (None,
@@ -169,29 +169,28 @@ class TransfoXLBackbone(keras.layers.Layer):
             position = self.position_dropout(position, training=training)
             position_keys = [b.attention.project_positions(position) for b in self.blocks]
         hidden = self.embedding_dropout(self.embedding(token_ids), training=training)
-        hidden, layer_inputs, written = self.run_blocks(hidden, memory, position_keys, mask,
-                                                        training)
+        hidden, kept = self.run_blocks(hidden, memory, position_keys, mask, training)
         hidden = self.output_dropout(hidden, training=training)
         if not self.return_memory:
             return hidden
-        return hidden, memory.updated(layer_inputs, written, segment_len, segment_valid,
+        return hidden, memory.updated(kept, segment_len, segment_valid,
                                       stop_gradient=not memory_gradient)
 
     def run_blocks(self, hidden, memory, position_keys, mask, training=None):
         """Every block in turn on embedded `hidden` [B, T, D], each attending to its layer of
-        `memory` under the caller's attention `mask`; returns (hidden, each layer's input, what
-        each layer wrote: `memory.updated`'s arguments). `call` builds the mask from the memory;
-        tfxl.hub's cache passes its own per-row mask."""
+        `memory` under the caller's attention `mask`; returns (hidden, what the memory keeps of
+        each layer: `memory.updated`'s argument, as each layer's view says). `call` builds the
+        mask from the memory; tfxl.hub's cache passes its own per-row mask."""
         c = self.config
-        layer_inputs, written = [], []
+        kept = []
         for i, block in enumerate(self.blocks):
-            layer_inputs.append(hidden)
+            view = memory.layer(i)
             u = self.content_bias[i] if c.untie_r else self.content_bias
             v = self.position_bias[i] if c.untie_r else self.position_bias
-            hidden, layer_written = block(hidden, memory.layer(i), position_keys[i], mask, u, v,
-                                          training=training)
-            written.append(layer_written)
-        return hidden, layer_inputs, written
+            output, written = block(hidden, view, position_keys[i], mask, u, v, training=training)
+            kept.append(view.kept(hidden, written))
+            hidden = output
+        return hidden, kept
 
     def compute_output_shape(self, ids_shape, memory_shape=None):
         """hidden [B, T, D] and, with return_memory, the memory's shapes (a memory type of
@@ -216,7 +215,7 @@ class TransfoXLBackbone(keras.layers.Layer):
             memory = LayerInputMemory(
                 keras.KerasTensor((None, c.n_layer, c.mem_len, c.d_model), self.compute_dtype),
                 keras.KerasTensor((None, c.mem_len), "bool"))
-        memory = as_memory(memory, self.name)
+        memory = as_memory(memory, self.name, dicts=False)
         hidden = keras.KerasTensor((token_ids.shape[0], token_ids.shape[1], c.d_model),
                                    self.compute_dtype)
         if not self.return_memory:

@@ -23,7 +23,7 @@ import keras
 from keras import ops
 
 from tfxl.backend import is_tensorflow
-from tfxl.layers.memory import MemoryVariables
+from tfxl.models.memory_variables import MemoryVariables
 from tfxl.models.backbone import as_config, default_name
 from tfxl.models.language_model import TransfoXLLM
 
