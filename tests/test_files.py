@@ -134,9 +134,14 @@ def test_staged_files_replace_their_namesakes_the_trusted_one_removed_first_and_
     final.mkdir()
     for name, text in (("config.json", "old"), ("a.txt", "old"), ("keep.txt", "old")):
         (final / name).write_text(text)
-    with StagedDirectory(str(final), "preset", scratch="tfxl-test-", local=local) as staged:
+    if local:
+        (tmp_path / ".tmp-preset").mkdir()
+        where = {"path": str(tmp_path / ".tmp-preset")}
+    else:
+        where = {"scratch": "tfxl-test-", "local": False}
+    with StagedDirectory(str(final), "preset", **where) as staged:
         scratch = staged.path
-        assert os.path.isdir(scratch) and not scratch.startswith(str(tmp_path))
+        assert os.path.isdir(scratch) and scratch.startswith(str(tmp_path)) == local
         for name in ("config.json", "a.txt", "sub/b.txt"):
             os.makedirs(os.path.dirname(os.path.join(scratch, name)), exist_ok=True)
             with open(os.path.join(scratch, name), "w") as f:

@@ -312,12 +312,13 @@ class StagedDirectory:
       * given (`path=`): a name the caller's readers already ignore, on `final`'s file system
         (prepare's ``.tmp-prepare-<pid>`` inside its output directory), created by the caller;
       * `scratch=` a prefix: a fresh local temporary directory (it exists), for a tree written
-        with os and open() (a keras-hub preset, a .keras file) wherever `final` lies;
-      * `local`: whether `final` is on a local disk (default: `is_local`), for a caller that has
-        already decided;
+        with os and open() (a keras-hub preset, a .keras file), published by an upload or by
+        `publish_file` (a rename from it may cross disks);
       * otherwise ".tmp-<kind>-<name>-<random>", a name readers ignore: beside `final` on a
         local disk, in a local temporary directory for an object store (gfile lists a local tree
         reliably, and a killed run leaves nothing in the bucket).
+    `local` says whether `final` is on a local disk (default: `is_local(final)`), for a caller
+    that has decided already.
 
     Three ways to publish: `publish()` makes the staged tree `final` (never over anything);
     `publish(replace=True)` moves the staged files into `final` over their namesakes;
