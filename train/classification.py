@@ -141,7 +141,7 @@ def copy_backbone(language_model, classifier, source):
 
 def save_classifier(model, path):
     """`model` as a .keras file at `path` (local or gs://), whole or not at all."""
-    # Keras writes a .keras file with open(): staged on the local disk, then published.
+    # A .keras file is a zip archive Keras writes piece by piece: built on the local disk first.
     with StagedDirectory(path, "classifier", scratch="tfxl-classifier-") as staged:
         model.save(os.path.join(staged.path, CLASSIFIER_FILE))
         staged.publish_file(CLASSIFIER_FILE)
