@@ -111,3 +111,79 @@ def test_two_writers_in_one_process_replace_a_file_without_losing_either_write(t
         thread.join()
     assert not failures, failures
     assert open(path).read() in ("a", "b") and os.listdir(tmp_path) == ["lease.json"]
+
+
+def watch(monkeypatch, *names):
+    """The tf.io.gfile calls `names` made from now on, as (name, last argument's path)."""
+    events = []
+    for name in names:
+        def logged(*args, _call=getattr(tf.io.gfile, name), _name=name, **kwargs):
+            events.append((_name, os.fspath(args[1] if len(args) > 1 else args[0])))
+            return _call(*args, **kwargs)
+        monkeypatch.setattr(tf.io.gfile, name, logged)
+    return events
+
+
+@pytest.mark.parametrize("local", [True, False], ids=["local", "object store"])
+def test_staged_files_replace_their_namesakes_the_trusted_one_removed_first_and_put_last(
+        tmp_path, monkeypatch, local):
+    """publish(replace=True): the old trusted file goes before anything else changes and the
+    new one comes last, so no reader combines the old files with the new; the files the staged
+    tree does not hold stay."""
+    final = tmp_path / "preset"
+    final.mkdir()
+    for name, text in (("config.json", "old"), ("a.txt", "old"), ("keep.txt", "old")):
+        (final / name).write_text(text)
+    if local:
+        (tmp_path / ".tmp-preset").mkdir()
+        where = {"path": str(tmp_path / ".tmp-preset")}
+    else:
+        where = {"scratch": "tfxl-test-", "local": False}
+    with StagedDirectory(str(final), "preset", **where) as staged:
+        scratch = staged.path
+        assert os.path.isdir(scratch) and scratch.startswith(str(tmp_path)) == local
+        for name in ("config.json", "a.txt", "sub/b.txt"):
+            os.makedirs(os.path.dirname(os.path.join(scratch, name)), exist_ok=True)
+            with open(os.path.join(scratch, name), "w") as f:
+                f.write("new")
+        events = watch(monkeypatch, "remove", "rename", "copy")
+        staged.publish(last=("config.json", "missing.json"), replace=True)
+    config = str(final / "config.json")
+    moved = "rename" if local else "copy"
+    assert events[0] == ("remove", config) and events[-1] == (moved, config)
+    assert [kind for kind, _ in events] == ["remove"] + [moved] * 3
+    assert {name: (final / name).read_text() for name in list_files(str(final))} == {
+        "a.txt": "new", "config.json": "new", "keep.txt": "old", "sub/b.txt": "new"}
+    assert not os.path.exists(scratch)
+
+
+def test_staged_names_only_are_published_and_a_tree_without_the_trusted_file_keeps_it(tmp_path):
+    final = tmp_path / "data"
+    final.mkdir()
+    (final / "manifest.json").write_text("old")
+    staging = final / ".tmp-prepare-1"
+    staging.mkdir()
+    for name in ("shard", "scratch.bin"):
+        (staging / name).write_text("new")
+    staged = StagedDirectory(str(final), "prepare", path=str(staging))
+    staged.publish(last=("manifest.json",), names=["shard"], replace=True)
+    assert (final / "manifest.json").read_text() == "old" and (final / "shard").exists()
+    assert sorted(os.listdir(staging)) == ["scratch.bin"]
+    staged.discard()
+    assert sorted(os.listdir(final)) == ["manifest.json", "shard"]
+
+
+@pytest.mark.parametrize("local", [True, False], ids=["local", "object store"])
+def test_one_staged_file_is_published_whole(tmp_path, monkeypatch, local):
+    if not local:
+        monkeypatch.setattr(tfxl.files, "is_local", lambda path: False)
+    final = tmp_path / "model.keras"
+    final.write_text("old")
+    with StagedDirectory(str(final), "classifier", scratch="tfxl-test-") as staged:
+        with open(os.path.join(staged.path, "model.keras"), "w") as f:
+            f.write("new")
+        events = watch(monkeypatch, "rename")
+        staged.publish_file("model.keras")
+    assert final.read_text() == "new" and os.listdir(tmp_path) == ["model.keras"]
+    assert [kind for kind, _ in events] == (["rename"] if local else [])  # one object write
+    assert not os.path.exists(staged.path)

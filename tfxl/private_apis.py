@@ -1,6 +1,7 @@
 """Every private API of TensorFlow and keras-hub that tfxl uses, each where no public one does
-the same, with the reason. Everything else in tfxl uses public APIs only; a name here moving in a
-new release fails tests/test_private_apis.py, which names it.
+the same, with the reason, and every private method of theirs that a tfxl class overrides
+(`PRIVATE_OVERRIDES`). Everything else in tfxl uses public APIs only; a name here moving in a new
+release fails tests/test_private_apis.py, which names it.
 
     from tfxl.private_apis import checkpoint_management
 
@@ -33,6 +34,20 @@ PRIVATE_APIS = {
        for name in ("preprocessing_function", "canonicalize_python_string_inputs",
                     "canonicalize_python_token_inputs", "convert_to_ragged_batch",
                     "restore_outer_shape")},
+}
+
+# Private methods of TensorFlow, Keras and keras-hub classes that a tfxl class overrides (a
+# method or attribute of its own under a name the third-party class already has): name ->
+# (module, class that defines it, why no public API serves). Not importable from here: nothing is
+# read, the name is defined. tests/test_private_apis.py finds every override and fails on one not
+# listed here.
+PRIVATE_OVERRIDES = {
+    "_all_reduce_sum_gradients": (
+        "keras.src.backend.tensorflow.optimizer", "TFOptimizer",
+        "the one place Keras' TensorFlow optimizers sum the gradients over the replicas inside "
+        "apply; train/optimization.py's optimizers take gradients the trainer has already summed "
+        "(global-norm clipping needs the summed gradient's norm) and pass them through, so they "
+        "are not summed twice; no public optimizer option skips that sum"),
 }
 
 __all__ = sorted(PRIVATE_APIS)

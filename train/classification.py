@@ -25,7 +25,6 @@ document row (static: --max_tokens rounded up to T), T segment length, C classes
 """
 
 import os
-import tempfile
 
 import keras
 import tensorflow as tf
@@ -36,7 +35,7 @@ from tfxl.classification.readings import LENGTHS, MEMORY
 from tfxl.data.classification import classification_dataset, load_classification_manifest
 from tfxl.data.manifest import split_info
 from tfxl.data.pipeline import verify_shards
-from tfxl.files import write_text_atomically
+from tfxl.files import StagedDirectory
 from tfxl.model_dir import check_data_fingerprint, check_or_store_config
 from tfxl.train.task import Task
 
@@ -139,11 +138,10 @@ def copy_backbone(language_model, classifier, source):
 
 def save_classifier(model, path):
     """`model` as a .keras file at `path` (local or gs://), whole or not at all."""
-    with tempfile.TemporaryDirectory(prefix="tfxl-classifier-") as scratch:
-        local = os.path.join(scratch, CLASSIFIER_FILE)
-        model.save(local)
-        with tf.io.gfile.GFile(local, "rb") as f:  # local scratch; gfile as every read
-            write_text_atomically(path, f.read())
+    # A .keras file is a zip archive Keras writes piece by piece: built on the local disk first.
+    with StagedDirectory(path, "classifier", scratch="tfxl-classifier-") as staged:
+        model.save(os.path.join(staged.path, CLASSIFIER_FILE))
+        staged.publish_file(CLASSIFIER_FILE)
 
 
 class ClassificationTask(Task):

@@ -16,7 +16,8 @@ import pytest
 import tensorflow as tf
 
 from data_helpers import run_cli, run_prepare, sample_text
-from tfxl.data import staging, storage
+import tfxl.files
+from tfxl.data import staging
 from tfxl.data.errors import DataError
 from tfxl.data.manifest import load_manifest
 from tfxl.data.pipeline import InputParams, input_fn, verify_shards
@@ -52,9 +53,9 @@ def ram(tmp_path, monkeypatch):
 
 
 def test_is_local():
-    assert storage.is_local("/data/x") and storage.is_local("data") and storage.is_local(
+    assert tfxl.files.is_local("/data/x") and tfxl.files.is_local("data") and tfxl.files.is_local(
         "file:///data/x")
-    assert not any(storage.is_local(p) for p in ("gs://b/x", "s3://b/x", "ram://x", "hdfs://h/x"))
+    assert not any(tfxl.files.is_local(p) for p in ("gs://b/x", "s3://b/x", "ram://x", "hdfs://h/x"))
 
 
 # ------------------------------------------------------------------ a non-local file system
@@ -83,7 +84,7 @@ def test_prepare_and_read_back_on_a_non_local_file_system(ram, tmp_path):
     (local_dir / "corpus").mkdir(parents=True)
     for name in ("train-1.txt", "train-2.txt", "valid.txt"):
         (local_dir / "corpus" / name).write_bytes(
-            storage.read_bytes(f"{ram}/in/{name}"))
+            tfxl.files.read_bytes(f"{ram}/in/{name}"))
     local = run_prepare(local_dir / "out", train=[str(local_dir / "corpus" / "train-*.txt")],
                         valid=[str(local_dir / "corpus" / "valid.txt")], tokenizer="words",
                         tgt_len=8, num_streams=2)
@@ -207,7 +208,7 @@ class WriteLog:
 def object_store(monkeypatch, tmp_path):
     """Treats every path as an object store's (the local disk standing in for a bucket); the
     token scratch files go to tmp_path/scratch."""
-    monkeypatch.setattr(storage, "is_local", lambda path: False)
+    monkeypatch.setattr(tfxl.files, "is_local", lambda path: False)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
@@ -311,7 +312,7 @@ def test_object_store_killed_first_prepare_leaves_no_manifest_and_is_cleaned_up(
     with pytest.raises(DataError, match="manifest.json not found"):
         load_manifest(str(out))
     monkeypatch.undo()
-    monkeypatch.setattr(storage, "is_local", lambda path: False)
+    monkeypatch.setattr(tfxl.files, "is_local", lambda path: False)
     # A leftover is not data: no --overwrite needed, and it is removed.
     manifest = run_prepare(out, **kwargs)
     assert sorted(os.listdir(out)) == sorted([generation_of(manifest), "manifest.json"])

@@ -13,8 +13,8 @@ Public API (imported lazily, so ``import tfxl.data`` does not load TensorFlow):
 `tokenizer_from_spec` (tokenizers), `PrepareConfig` (options: tfxl-prepare's options,
 each declared once; run it with `tfxl.data.prepare.prepare`) and `DataError`.
 Modules: `records` (the segment record), `sources`, `formats`, `segments`,
-`staging` (tfxl-prepare's parts), `storage` (every user-given path goes
-through `tf.io.gfile`: ``gs://`` works like a local path).
+`staging` (tfxl-prepare's parts). Every user-given path goes through `tf.io.gfile`
+(`tfxl.files`): ``gs://`` works like a local path.
 The package knows nothing about the model; see docs/data.md.
 """
 

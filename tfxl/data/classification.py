@@ -38,12 +38,12 @@ from typing import TYPE_CHECKING, Dict, Optional, Sequence
 import numpy as np
 
 from tfxl.data import manifest as manifest_lib
-from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.data.labelled import LABELLED_FORMATS, read_labelled
 from tfxl.data.options import ERRORS, option
 from tfxl.data.staging import open_output_dir
 from tfxl.deferred import deferred_import
+from tfxl.files import fsync_local
 
 # TensorFlow, the tokenizers (TensorFlow modules) and the input pipeline are imported on first
 # use: tfxl-prepare-classification's --help reads `ClassificationConfig` for its flags and should
@@ -195,7 +195,7 @@ class _SplitWriter:
         shards = []
         for name, documents in zip(self.names, self.shard_documents):
             path = os.path.join(self.staging.path, name)
-            storage.fsync_local(path)
+            fsync_local(path)
             shards.append({"file": self.staging.listed(name), "documents": documents,
                            "bytes": tf.io.gfile.stat(path).length})
         return {"documents": self.documents, "tokens": self.tokens,

@@ -16,11 +16,11 @@ from typing import Iterator, List
 
 import numpy as np
 
-from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.data.sources import (CHUNK_BYTES, FilePiece, decode, open_piece, raw_chunks,
                                zip_members)
 from tfxl.deferred import deferred_import
+from tfxl.files import reason
 
 tf = deferred_import("tensorflow")  # imported on first use: not by the tools' --help
 
@@ -161,7 +161,7 @@ class JsonLinesFormat(CorpusFormat):
                 try:
                     raw = handle.readline()
                 except (OSError, tf.errors.OpError) as e:
-                    raise DataError(f"cannot read {piece.label}: {storage.reason(e, piece.path)}"
+                    raise DataError(f"cannot read {piece.label}: {reason(e, piece.path)}"
                                     ) from None
                 if not raw:
                     return

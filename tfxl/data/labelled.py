@@ -6,7 +6,7 @@
   fields may span lines; line numbers are the row's first line).
 * ``folders``: a directory with one sub-directory per label, each file in it one document.
 
-Every path goes through `tf.io.gfile` (`tfxl.data.storage`): ``gs://`` works. A bad input is a
+Every path goes through `tf.io.gfile` (`tfxl.files`): ``gs://`` works. A bad input is a
 `DataError` (a ValueError) naming the file and, for jsonl and csv, the line: not JSON, no text,
 no label, an unknown column, a file without documents.
 """
@@ -20,10 +20,10 @@ import json
 import os
 from typing import Iterator, List, Sequence, Union
 
-from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.data.sources import decode, expand_paths
 from tfxl.deferred import deferred_import
+from tfxl.files import listdir, open_read, read_bytes
 
 tf = deferred_import("tensorflow")  # imported on first use: not by the tools' --help
 
@@ -78,7 +78,7 @@ def _label_name(value, where: str, label_field: str) -> str:
 
 def _jsonl_documents(path: str, text_field: str, label_field: str,
                      errors: str) -> Iterator[LabelledDocument]:
-    with storage.open_read(path) as handle:
+    with open_read(path) as handle:
         offset = 0
         for number, raw in enumerate(handle, start=1):
             line = decode(raw, path, offset, errors)
@@ -102,7 +102,7 @@ def _jsonl_documents(path: str, text_field: str, label_field: str,
 def _csv_documents(path: str, text_field: str, label_field: str,
                    errors: str) -> Iterator[LabelledDocument]:
     try:
-        with io.TextIOWrapper(storage.open_read(path), encoding="utf-8", errors=errors,
+        with io.TextIOWrapper(open_read(path), encoding="utf-8", errors=errors,
                               newline="") as handle:
             rows = csv.reader(handle)
             header = next(rows, None)
@@ -134,7 +134,7 @@ def _folder_documents(root: str, what: str, as_text: bool,
     if not tf.io.gfile.isdir(root):
         raise DataError(f"{what}: {root} is not a directory (the folders format takes a "
                         "directory with one sub-directory per label)")
-    labels = sorted(name for name in storage.listdir(root)
+    labels = sorted(name for name in listdir(root)
                     if tf.io.gfile.isdir(os.path.join(root, name)))
     if not labels:
         raise DataError(f"{what}: {root} has no label sub-directories")
@@ -142,11 +142,11 @@ def _folder_documents(root: str, what: str, as_text: bool,
         folder = os.path.join(root, label)
         for name in _files(folder):
             path = os.path.join(folder, name)
-            data = storage.read_bytes(path)
+            data = read_bytes(path)
             yield LabelledDocument(decode(data, path, 0, errors) if as_text else data, label,
                                    path)
 
 
 def _files(folder: str) -> List[str]:
-    return sorted(name for name in storage.listdir(folder)
+    return sorted(name for name in listdir(folder)
                   if not tf.io.gfile.isdir(os.path.join(folder, name)))

@@ -37,9 +37,9 @@ import json
 import os
 
 
-from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.deferred import deferred_import
+from tfxl.files import read_bytes, reason
 
 tf = deferred_import("tensorflow")
 
@@ -72,12 +72,12 @@ def load_manifest(data_dir: str, kind: str | None = LANGUAGE_MODEL) -> dict:
         problem = data_dir_problem(data_dir)
         if problem:
             raise DataError(f"data directory {data_dir} {problem}")
-        raw = storage.read_bytes(path)
+        raw = read_bytes(path)
     except tf.errors.NotFoundError:
         raise DataError(f"{path} not found: {data_dir} is not a prepared data directory "
                         "(or tfxl-prepare was interrupted); run tfxl-prepare") from None
     except (OSError, tf.errors.OpError) as e:
-        raise DataError(f"cannot read {path}: {storage.reason(e, path)}") from None
+        raise DataError(f"cannot read {path}: {reason(e, path)}") from None
     try:
         manifest = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -53,9 +53,10 @@ from typing import List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tfxl.data import records, storage
+from tfxl.data import records
 from tfxl.data.errors import DataError
 from tfxl.data.manifest import check_manifest, load_manifest, split_info
+from tfxl.files import reason
 
 FEATURES = ("inputs", "targets", "target_mask", "reset", "stream", "position")
 
@@ -119,7 +120,7 @@ def verify_shards(data_dir: str, streams: Sequence[dict], crc: bool = True,
         except tf.errors.NotFoundError:
             raise DataError(f"shard {path} is missing") from None
         except tf.errors.OpError as e:
-            raise DataError(f"cannot read shard {path}: {storage.reason(e, path)}") from None
+            raise DataError(f"cannot read shard {path}: {reason(e, path)}") from None
         if size != info["bytes"]:
             raise DataError(f"shard {path} is truncated or modified: {size} bytes, the "
                             f"manifest says {info['bytes']}")

@@ -29,7 +29,7 @@ from absl import flags
 
 from tfxl import cli
 from tfxl.data import manifest as manifest_lib
-from tfxl.data import records, storage
+from tfxl.data import records
 from tfxl.data.errors import DataError
 from tfxl.data.formats import DOCUMENTS, FORMATS, get_format
 from tfxl.data.options import (DEFAULT_TGT_LEN, ERRORS, STDLIB_MAX_EVAL_BYTES,
@@ -39,6 +39,7 @@ from tfxl.data.segments import TokenReader, iter_segments, shard_name, stream_bo
 from tfxl.data.sources import CORPORA, capped, piece_bytes, split_pieces
 from tfxl.data.staging import open_output_dir
 from tfxl.deferred import deferred_import
+from tfxl.files import fsync_local, local_path
 
 # TensorFlow, Keras and the tokenizers (TensorFlow modules) are imported on first use: --help
 # reads this module for its flags and should not wait for them (tests/test_cli_help.py).
@@ -68,7 +69,7 @@ if TYPE_CHECKING:
 #    either way a killed prepare never leaves a manifest pointing at partial shards).
 #
 # Every path a user gives (inputs, --output_dir, --sentencepiece_model) goes through
-# `tf.io.gfile` (`tfxl.data.storage`): ``gs://`` works wherever a local path does.
+# `tf.io.gfile` (`tfxl.files`): ``gs://`` works wherever a local path does.
 #
 # On a terminal, each pass shows a Keras progress bar with rate and ETA (on stdout; the
 # log lines go to stderr); nothing of it when stdout is not a terminal.
@@ -167,7 +168,7 @@ def prepare(config: PrepareConfig, log=print, progress: Optional[bool] = None) -
         staging.discard()
         # Inputs were checked above: what fails here is writing (read-only, full disk, quota).
         if (isinstance(err, OSError) and scratch and scratch != staging.path
-                and str(err.filename or "").startswith(storage.local_path(scratch))):
+                and str(err.filename or "").startswith(local_path(scratch))):
             # The token scratch files of an object-store prepare are on the local disk.
             raise DataError(f"cannot write the scratch token file {err.filename} of "
                             f"--output_dir {config.output_dir}: {err.strerror or err} (set "
@@ -292,7 +293,7 @@ def _tokenize_split(split, inputs, documents, tokenizer, dtype, scratch, progres
     cutoffs. (Plain file calls: scratch is prepare's own, always on a local disk.)"""
     text = tokenizer.reads_text
     bar = _Progress(f"{split}: tokenizing", _input_bytes(inputs), "kB", progress, scale=1000)
-    path = os.path.join(storage.local_path(scratch), f"{split}.tokens.bin")
+    path = os.path.join(local_path(scratch), f"{split}.tokens.bin")
     tokens = _TokenFile(path, dtype, [], 0, 0)
     with open(tokens.path, "wb") as out:
         for document in documents:
@@ -348,7 +349,7 @@ def _write_shards(split, tokens, tokenizer, config, staging, progress) -> List[d
         if segments == 0:
             raise DataError(f"split {split!r}: stream {s} has no tokens (too many empty "
                             "documents for --num_streams); lower --num_streams")
-        storage.fsync_local(path)
+        fsync_local(path)
         streams.append({"file": staging.listed(name), "bytes": tf.io.gfile.stat(path).length,
                         "segments": segments, "tokens": targets})
     bar.finish()

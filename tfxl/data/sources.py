@@ -1,7 +1,7 @@
 """Where a split's text comes from: input files (checked up front), the embedded corpus, the
 train/valid/test split, byte caps, and reading a byte range of a file in validated chunks.
 
-Input files, globs and zip archives are read through `tf.io.gfile` (`tfxl.data.storage`), so
+Input files, globs and zip archives are read through `tf.io.gfile` (`tfxl.files`), so
 ``--train=gs://bucket/enwik8.zip`` works like a local path.
 
 A split is a list of `FilePiece`s (byte ranges of files or zip members) in corpus order; how the
@@ -19,9 +19,9 @@ import sysconfig
 import zipfile
 from typing import Iterator, List, Optional, Sequence
 
-from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.deferred import deferred_import
+from tfxl.files import open_read, reason
 
 tf = deferred_import("tensorflow")  # imported on first use: not by the tools' --help
 
@@ -51,7 +51,7 @@ class FilePiece:
             handle = _ZipMember(self.path, self.member)
             _skip(handle, self.start)
             return handle
-        handle = storage.open_read(self.path)
+        handle = open_read(self.path)
         handle.seek(self.start)
         return handle
 
@@ -61,7 +61,7 @@ class _ZipMember:
     `zipfile` seeks in); closing it closes the archive and the file."""
 
     def __init__(self, path: str, member: str):
-        self._file = storage.open_read(path)
+        self._file = open_read(path)
         try:
             self._archive = zipfile.ZipFile(self._file)
             self._member = self._archive.open(member)
@@ -89,7 +89,7 @@ class _ZipMember:
 
 def zip_members(path: str) -> Optional[List[str]]:
     """The file members of a zip archive, or None when `path` is not one."""
-    with storage.open_read(path) as f:
+    with open_read(path) as f:
         if not zipfile.is_zipfile(f):
             return None
         with zipfile.ZipFile(f) as archive:
@@ -112,7 +112,7 @@ def expand_paths(flag: str, patterns: Sequence[str]) -> List[str]:
             try:
                 matches = sorted(tf.io.gfile.glob(pattern))
             except tf.errors.OpError as e:
-                raise DataError(f"--{flag}: cannot list {pattern!r}: {storage.reason(e)}"
+                raise DataError(f"--{flag}: cannot list {pattern!r}: {reason(e)}"
                                 ) from None
             if not matches:
                 raise DataError(f"--{flag}: no files match {pattern!r}")
@@ -125,16 +125,16 @@ def expand_paths(flag: str, patterns: Sequence[str]) -> List[str]:
                 raise DataError(f"--{flag}: file not found: {path}")
             if tf.io.gfile.isdir(path):
                 raise DataError(f"--{flag}: {path} is a directory, expected a file or glob")
-            with storage.open_read(path) as f:
+            with open_read(path) as f:
                 f.read(1)
         except (OSError, tf.errors.OpError) as e:
-            raise DataError(f"--{flag}: cannot read {path}: {storage.reason(e, path)}") from None
+            raise DataError(f"--{flag}: cannot read {path}: {reason(e, path)}") from None
     return paths
 
 
 def piece_size(piece: FilePiece) -> int:
     if piece.member:
-        with storage.open_read(piece.path) as f, zipfile.ZipFile(f) as archive:
+        with open_read(piece.path) as f, zipfile.ZipFile(f) as archive:
             return archive.getinfo(piece.member).file_size
     return tf.io.gfile.stat(piece.path).length
 
@@ -149,7 +149,7 @@ def open_piece(piece: FilePiece):
     try:
         return piece.open()
     except (OSError, tf.errors.OpError, zipfile.BadZipFile, KeyError) as e:
-        raise DataError(f"cannot read {piece.label}: {storage.reason(e, piece.path)}") from None
+        raise DataError(f"cannot read {piece.label}: {reason(e, piece.path)}") from None
 
 
 def _next_line_start(piece: FilePiece, pos: int, size: int) -> int:
@@ -299,7 +299,7 @@ def raw_chunks(piece: FilePiece, whole_lines: bool) -> Iterator[tuple]:
             try:
                 block = handle.read(want) if want > 0 else b""
             except (OSError, tf.errors.OpError) as e:
-                raise DataError(f"cannot read {piece.label}: {storage.reason(e, piece.path)}"
+                raise DataError(f"cannot read {piece.label}: {reason(e, piece.path)}"
                                 ) from None
             if remaining is not None:
                 remaining -= len(block)

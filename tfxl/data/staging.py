@@ -2,22 +2,24 @@
 
 Readers (`tfxl.data.manifest.load_manifest`, `input_fn`, `load_tokenizer`) trust only
 ``manifest.json`` and read only the files it lists, so the manifest is always the last thing
-written. How the other files get there depends on the file system (`storage.is_local`):
+written. How the other files get there depends on the file system (`tfxl.files.is_local`):
 
 * **Local disk** (`StagingDirectory`): everything is written into ``output_dir/.tmp-prepare-<pid>/``
-  (the new manifest too, fsynced); at the end the old manifest (with --overwrite) is removed,
-  files are renamed into place (a rename is atomic), the manifest last; then the old data's files
+  (the new manifest too, fsynced); at the end (`tfxl.files.StagedDirectory.publish` with
+  replace=True) the old manifest (with --overwrite) is removed, files are renamed into place (a
+  rename is atomic), the manifest last; then the old data's files
   the new manifest does not list are removed. A killed prepare never leaves a manifest pointing at
   partial shards; its leftover temporary directory is not data and the next prepare into the same
   directory removes it.
 * **Object store** such as GCS (`GenerationDirectory`): there is no atomic rename (renaming a
   "directory" copies its objects one by one), so nothing is moved. The run writes its shards and
   vocabulary under a fresh ``output_dir/gen-<UTC time>-<random>/`` that no manifest names, then
-  writes ``manifest.json`` (one object: it becomes visible whole when its writer closes, replacing
-  the old one in one step) naming those files, and only then deletes what the old manifest listed
-  and the new one does not, and every other ``gen-*`` directory. Until the manifest is written the
-  old manifest and all its files are untouched (a new directory has no manifest at all); a killed
-  prepare leaves only a ``gen-*`` directory no manifest names, which the next prepare removes.
+  writes ``manifest.json`` (one object, `tfxl.files.write_text_atomically`: it becomes visible
+  whole when its writer closes, replacing the old one in one step) naming those files, and only
+  then deletes what the old manifest listed and the new one does not, and every other ``gen-*``
+  directory. Until the manifest is written the old manifest and all its files are untouched (a
+  new directory has no manifest at all); a killed prepare leaves only a ``gen-*`` directory no
+  manifest names, which the next prepare removes.
   The token scratch files go to a local temporary directory (`tempfile`), never to the bucket.
 """
 
@@ -31,10 +33,11 @@ import tempfile
 import time
 from typing import List, Optional
 
+import tfxl.files
 from tfxl.data import manifest as manifest_lib
-from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.deferred import deferred_import
+from tfxl.files import StagedDirectory, fsync_local, listdir, reason, write_text_atomically
 
 tf = deferred_import("tensorflow")  # imported on first use: not by the tools' --help
 
@@ -50,7 +53,7 @@ def open_output_dir(output_dir: str, overwrite: bool):
     `StagingDirectory` on a local file system, a `GenerationDirectory` on any other."""
     if not output_dir:
         raise DataError("--output_dir is required")
-    publication = StagingDirectory if storage.is_local(output_dir) else GenerationDirectory
+    publication = StagingDirectory if tfxl.files.is_local(output_dir) else GenerationDirectory
     return publication(output_dir, overwrite)
 
 
@@ -67,14 +70,14 @@ class _Publication:
         self.output_dir = output_dir
         try:
             self.created = _make_directory(output_dir)
-            entries = storage.listdir(output_dir)
+            entries = listdir(output_dir)
             self.old_manifest, known = _old_manifest(output_dir, entries)
             leftovers = self._leftovers(entries, self.old_manifest if known else None, known)
             for entry in leftovers:
                 _remove_tree(os.path.join(output_dir, entry))
         except tf.errors.OpError as e:
             raise DataError(f"cannot use --output_dir {output_dir}: "
-                            f"{storage.reason(e, output_dir)}") from None
+                            f"{reason(e, output_dir)}") from None
         if [e for e in entries if e not in leftovers] and not overwrite:
             raise DataError(f"--output_dir {output_dir} is not empty; pass --overwrite to replace "
                             "its prepared data")
@@ -90,7 +93,7 @@ class _Publication:
     def _remove_output_dir_if_created_empty(self) -> None:
         try:
             if (self.created and tf.io.gfile.isdir(self.output_dir)
-                    and not storage.listdir(self.output_dir)):
+                    and not listdir(self.output_dir)):
                 tf.io.gfile.rmtree(self.output_dir)
         except tf.errors.OpError:
             pass  # an empty directory left behind is harmless: the next prepare uses it
@@ -103,6 +106,7 @@ class StagingDirectory(_Publication):
     def __init__(self, output_dir: str, overwrite: bool):
         super().__init__(output_dir, overwrite)
         self.path = os.path.join(output_dir, f"{TMP_PREFIX}{os.getpid()}")
+        self._staged = StagedDirectory(output_dir, "prepare", path=self.path)
 
     def _leftovers(self, entries, old_manifest, known):
         return [e for e in entries if e.startswith(TMP_PREFIX)]
@@ -116,25 +120,18 @@ class StagingDirectory(_Publication):
 
     def discard(self) -> None:
         """Removes the staged files (and `output_dir` when this prepare created it empty)."""
-        _remove_tree(self.path)
+        self._staged.discard()
         self._remove_output_dir_if_created_empty()
 
     def commit(self, files: List[str], manifest: dict) -> None:
         """Moves `files` into place, manifest last; then removes the old data's leftovers."""
-        output_dir, tmp_dir = self.output_dir, self.path
-        manifest_path = os.path.join(output_dir, manifest_lib.MANIFEST_NAME)
-        # Staged first: from the removal of the old manifest on, only renames follow (no new space).
-        staged = os.path.join(tmp_dir, manifest_lib.MANIFEST_NAME)
-        _write_manifest(staged, manifest)
-        if tf.io.gfile.exists(manifest_path):
-            tf.io.gfile.remove(manifest_path)   # from here on the directory is "not prepared"
-        for name in files:
-            tf.io.gfile.rename(os.path.join(tmp_dir, name), os.path.join(output_dir, name),
-                               overwrite=True)
-        tf.io.gfile.rename(staged, manifest_path, overwrite=True)
+        # Staged first: from the removal of the old manifest on (the directory is "not prepared"
+        # until the new one is renamed into place), only renames follow (no new space).
+        _write_manifest(os.path.join(self.path, manifest_lib.MANIFEST_NAME), manifest)
+        self._staged.publish(last=(manifest_lib.MANIFEST_NAME,), names=files, replace=True)
         if self.old_manifest:
-            _remove_unlisted(output_dir, self.old_manifest, set(files))
-        _remove_tree(tmp_dir)
+            _remove_unlisted(self.output_dir, self.old_manifest, set(files))
+        self._staged.discard()
 
 
 class GenerationDirectory(_Publication):
@@ -178,7 +175,7 @@ class GenerationDirectory(_Publication):
         self.published = True
         try:
             _remove_unlisted(self.output_dir, self.old_manifest or {}, set(files))
-            for entry in storage.listdir(self.output_dir):
+            for entry in listdir(self.output_dir):
                 if _GENERATION.fullmatch(entry) and entry != self.generation:
                     _remove_tree(os.path.join(self.output_dir, entry))
         except tf.errors.OpError:
@@ -197,7 +194,7 @@ def _make_directory(output_dir: str) -> bool:
         tf.io.gfile.makedirs(output_dir)
     except tf.errors.OpError as e:
         raise DataError(f"--output_dir: cannot create {output_dir}: "
-                        f"{storage.reason(e, output_dir)}") from None
+                        f"{reason(e, output_dir)}") from None
     return True
 
 
@@ -213,9 +210,15 @@ def _old_manifest(output_dir: str, entries: List[str]) -> tuple:
 
 
 def _write_manifest(path: str, manifest: dict) -> None:
+    """The staged manifest of a local output (fsynced: it is renamed into place), or the one
+    object that publishes an object store's (whole once written)."""
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    if not tfxl.files.is_local(path):
+        write_text_atomically(path, text)
+        return
     with tf.io.gfile.GFile(path, "w") as f:
-        f.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    storage.fsync_local(path)
+        f.write(text)
+    fsync_local(path)
 
 
 def _remove_tree(path: Optional[str]) -> None:
@@ -238,7 +241,7 @@ def _remove_unlisted(output_dir: str, old_manifest: dict, keep: set) -> None:
                 emptied.add(name.split("/")[0])
     for generation in emptied:
         path = os.path.join(output_dir, generation)
-        if not storage.listdir(path):
+        if not listdir(path):
             tf.io.gfile.rmtree(path)
 
 

@@ -9,9 +9,9 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.data.tokenizers.learners import TrainingText, VocabularyOptions
+from tfxl.files import read_bytes, reason
 
 # tensorflow_text is imported by the tokenizers that use it (and the optional sentencepiece by the
 # one function that needs it): loading tensorflow_text loads its op library, which `import tfxl`
@@ -109,9 +109,9 @@ class Tokenizer(tf.Module):
 def read_checked(path: str, expected_sha256: str | None) -> bytes:
     """A vocabulary file's bytes (any TensorFlow file system), checked against its sha256."""
     try:
-        data = storage.read_bytes(path)
+        data = read_bytes(path)
     except (OSError, tf.errors.OpError) as e:
-        raise DataError(f"cannot read vocabulary file {path}: {storage.reason(e, path)}"
+        raise DataError(f"cannot read vocabulary file {path}: {reason(e, path)}"
                         ) from None
     if expected_sha256 and sha256_bytes(data) != expected_sha256:
         raise DataError(f"vocabulary file {path} does not match the manifest "

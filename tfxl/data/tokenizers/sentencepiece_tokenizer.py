@@ -6,11 +6,11 @@ import os
 
 import tensorflow as tf
 
-from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.data.tokenizers.base import Tokenizer, read_checked, sha256_bytes
 from tfxl.data.tokenizers.learners import learn_sentencepiece_model, sample_lines
 from tfxl.data.tokenizers.line_framing import EosLineFraming
+from tfxl.files import read_bytes, reason, write_bytes
 
 
 class SentencePieceTokenizer(EosLineFraming, Tokenizer):
@@ -62,7 +62,7 @@ class SentencePieceTokenizer(EosLineFraming, Tokenizer):
                 "model_file": self.model_filename, "vocab_sha256": sha256_bytes(self.model)}
 
     def save(self, data_dir: str) -> dict:
-        storage.write_bytes(os.path.join(data_dir, self.model_filename), self.model)
+        write_bytes(os.path.join(data_dir, self.model_filename), self.model)
         return self.spec()
 
     @classmethod
@@ -71,10 +71,10 @@ class SentencePieceTokenizer(EosLineFraming, Tokenizer):
         try:
             if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
                 raise DataError(f"--sentencepiece_model: file not found: {path}")
-            model = storage.read_bytes(path)
+            model = read_bytes(path)
         except (OSError, tf.errors.OpError) as e:
             raise DataError(f"--sentencepiece_model: cannot read {path}: "
-                            f"{storage.reason(e, path)}") from None
+                            f"{reason(e, path)}") from None
         return cls(model)
 
     @classmethod

@@ -8,10 +8,10 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tfxl.data import storage
 from tfxl.data.errors import DataError
 from tfxl.data.tokenizers.base import (EOD, PAD, TEXT_SPECIALS, UNK, Tokenizer, read_checked,
                                        sha256_bytes)
+from tfxl.files import write_bytes
 
 
 class VocabFileTokenizer(Tokenizer):
@@ -52,7 +52,7 @@ class VocabFileTokenizer(Tokenizer):
                 "vocab_sha256": sha256_bytes(self._vocab_bytes())}
 
     def save(self, data_dir: str) -> dict:
-        storage.write_bytes(os.path.join(data_dir, self.vocab_filename), self._vocab_bytes())
+        write_bytes(os.path.join(data_dir, self.vocab_filename), self._vocab_bytes())
         return self.spec()
 
     @classmethod
