@@ -121,15 +121,17 @@ def check_fields(record, path, what, fields):
 
 
 def write_text_atomically(path, text):
-    """Writes `text` to `path` whole or not at all: to a temporary file renamed over `path`, or,
-    on an object store, as one object write (atomic when the upload completes at close)."""
+    """Writes `text` (str, or bytes) to `path` whole or not at all: to a temporary file renamed
+    over `path`, or, on an object store, as one object write (atomic when the upload completes
+    at close)."""
+    mode = "wb" if isinstance(text, bytes) else "w"
     if not is_local(path):
-        with tf.io.gfile.GFile(path, "w") as f:
+        with tf.io.gfile.GFile(path, mode) as f:
             f.write(text)
         return
     # Unique per writer, not per process: two writers in one process (threads) must not share it.
     tmp = f"{path}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
+    with tf.io.gfile.GFile(tmp, mode) as f:
         f.write(text)
     tf.io.gfile.rename(tmp, path, overwrite=True)
 

@@ -108,7 +108,7 @@ def save_plot(path, contexts, models, r):
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    import tensorflow as tf
+    from tfxl.files import write_text_atomically
     figure, axes = pyplot.subplots(figsize=(7, 4.5))
     for name, result in models.items():
         (line,) = axes.plot(contexts, result["loss"], marker="o", label=name)
@@ -121,9 +121,7 @@ def save_plot(path, contexts, models, r):
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
     pyplot.close(figure)
-    with tf.io.gfile.GFile(path + ".tmp", "wb") as f:
-        f.write(buffer.getvalue())
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    write_text_atomically(path, buffer.getvalue())
 
 
 def main(argv):
