@@ -9,7 +9,7 @@
                                (train/train_log.py; steps as 10-digit numbers)
       train_log.jsonl          the single-file log of earlier versions (still read)
       metrics.json             the results of the run that trained it
-      checkpoints/ckpt-N       training checkpoints (train/checkpointing.py)
+      checkpoints/ckpt-N       training checkpoints (tfxl/checkpoints/training.py)
       checkpoints/checkpoint   TensorFlow's checkpoint state file (a cache: the files are listed)
       tmp_worker_checkpoints/  MultiWorkerMirrored workers' own copies (not the chief's)
       train/                   TensorBoard scalars

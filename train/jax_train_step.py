@@ -23,6 +23,7 @@ import functools
 import keras
 import numpy as np
 
+from tfxl.checkpoints.training import TrainingMemory
 from tfxl.train.host_loop import TrainStepBase
 from tfxl.train.optimization import OptimizerParams, clip_by_global_norm
 from tfxl.train.task import Task
@@ -144,12 +145,11 @@ class JaxTrainStep(TrainStepBase):
         return state, losses, norms
 
 
-class JaxTrainingMemory:
+class JaxTrainingMemory(TrainingMemory):
     """The training memory on JAX: the global [B, ...] arrays of a memory, split along the
     mesh's batch axis (each device keeps its own streams, as a TensorFlow replica keeps its
-    rows), with the global copies a checkpoint holds (`checkpointed`, under the names and
-    shapes `CheckpointedReplicaMemory` gives them: a checkpoint does not say which backend or
-    how many devices wrote it)."""
+    rows); its `TrainingMemory` side (tfxl/checkpoints/training.py) has the names and shapes
+    of TensorFlow's: a checkpoint does not say which backend or how many devices wrote it."""
 
     def __init__(self, strategy, empty):
         import jax
@@ -166,15 +166,15 @@ class JaxTrainingMemory:
                 key: tf.Variable(tf.zeros(value.shape, value.dtype), trainable=False)
                 for key, value in self.value.to_dict().items()})
 
-    def checkpointed_shapes(self):
+    def checkpoint_shapes(self):
         return {key: tuple(value.shape) for key, value in self.value.to_dict().items()}
 
     def save_to_checkpoint(self):
         for key, value in self.value.to_dict().items():
             getattr(self.checkpointed, key).assign(self.strategy.to_numpy(value))
 
-    def restore_from(self, values):
-        """The memory from the checkpoint's {name: global value}."""
+    def restore_from_checkpoint(self, values):
+        """The memory from the checkpoint's {name: global value}, split along the batch."""
         import jax
         from tfxl.layers.memory import from_dict
         memory = from_dict(values)
