@@ -23,7 +23,7 @@
 # tensorflow-cpu 2.21 wheel alone is about 270 MB; a call carries at most 64 MiB, and nothing can
 # be fetched there), and around the step the trainer reads tfxl-prepare's TFRecord streams
 # through tf.data (tfxl/data/pipeline.py), writes TensorFlow-format checkpoints through
-# tf.train.Checkpoint mirrors (tfxl/checkpoint_tree.py, train/checkpointing.py, and the training
+# tf.train.Checkpoint mirrors (tfxl/checkpoints/tree.py and training.py, and the training
 # memory's, made at the first checkpoint), TensorBoard scalars through tf.summary
 # (train/controller.py), and train/run.py, train/controller.py and train/preemption.py import
 # TensorFlow at the top. The run says whether TensorFlow imports there.

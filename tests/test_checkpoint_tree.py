@@ -1,4 +1,4 @@
-"""TensorFlow-format checkpoints of Keras objects on any backend (tfxl/checkpoint_tree.py): the
+"""TensorFlow-format checkpoints of Keras objects on any backend (tfxl/checkpoints/tree.py): the
 walk names every variable by the path TensorFlow's object graph gives it, a `CheckpointTree`'s
 checkpoint restores as a `tf.train.Checkpoint` of the model and optimizer does, a checkpoint
 written on JAX restores on TensorFlow and the other way round, and `read_checkpoint` assigns
@@ -16,9 +16,9 @@ import tensorflow as tf
 import factories
 from backends import JAX_XLA_FLAGS
 from tfxl import TransfoXLLM
-from tfxl.checkpoint_tree import (CheckpointTree, checkpoint_paths, checkpoint_shapes,
-                                  read_checkpoint, variable_paths, variables_by_path)
-from tfxl.checkpoints import restore_weights
+from tfxl.checkpoints.tree import (CheckpointTree, checkpoint_paths, checkpoint_shapes,
+                                   read_checkpoint, restore_weights, variable_paths,
+                                   variables_by_path)
 from tfxl.train.optimization import OptimizerParams, make_optimizer
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -121,7 +121,7 @@ import keras, numpy as np, tensorflow as tf
 tests, work, written_on_tensorflow = sys.argv[1:4]
 sys.path.insert(0, tests)
 from test_checkpoint_tree import model_and_optimizer, take_a_step, values
-from tfxl.checkpoint_tree import CheckpointTree, read_checkpoint
+from tfxl.checkpoints.tree import CheckpointTree, read_checkpoint
 assert keras.backend.backend() == "jax", keras.backend.backend()
 keras.utils.set_random_seed(7)
 

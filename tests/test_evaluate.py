@@ -177,7 +177,8 @@ def test_a_newer_checkpoint_without_its_index_is_named_when_skipped(tmp_path):
     """tfxl-eval (restore_weights) passes over a newer checkpoint whose .index was deleted saying
     so, as over a damaged one. Prefixes without an index alone are no checkpoint (a first save
     killed before its index): the trainer starts from scratch, tfxl-eval finds none."""
-    from tfxl.checkpoints import newest_readable_checkpoint, restore_weights
+    from tfxl.checkpoints.finding import newest_readable_checkpoint
+    from tfxl.checkpoints.tree import restore_weights
     model = factories.tiny_lm()
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=model), str(tmp_path), 3)
     older, newest = manager.save(1), manager.save(2)

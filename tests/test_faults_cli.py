@@ -324,7 +324,7 @@ def test_eval_refuses_sizes_no_machine_holds_before_building_the_model(trained, 
 
 
 def test_a_truncated_keras_file_is_named_as_such(tmp_path):
-    from tfxl.models.loading import load_language_model
+    from tfxl.checkpoints.loading import load_language_model
     path = tmp_path / "model.keras"
     TransfoXLLM(tiny_config()).save(path)
     path.write_bytes(path.read_bytes()[:1000])

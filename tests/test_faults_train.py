@@ -13,9 +13,9 @@ import tensorflow as tf
 
 import factories
 from factories import assert_one_error_line, run_in_process
-from tfxl.models.loading import load_language_model
+from tfxl.checkpoints.loading import load_language_model
 from tfxl.train import flags as train_flags
-from tfxl.checkpoints import restore_weights
+from tfxl.checkpoints.tree import restore_weights
 from tfxl.train.language_model import build_model
 from tfxl.model_dir import check_or_store_config
 from tfxl.train.optimization import OptimizerParams

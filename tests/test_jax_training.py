@@ -214,7 +214,7 @@ def test_jax_bfloat16_losses_equal_tensorflow_to_bfloat16_precision(data_dir, in
 LOAD_ON_JAX = """
 import sys
 import numpy as np
-from tfxl.models.loading import load_language_model
+from tfxl.checkpoints.loading import load_language_model
 model = load_language_model(sys.argv[1])
 np.savez(sys.argv[2], *[np.asarray(v.value) for v in model.weights])
 """
@@ -226,7 +226,7 @@ def test_a_model_dir_loads_on_either_backend_with_the_same_weights(data_dir, ini
     """load_language_model reads a JAX run's model_dir on TensorFlow and on JAX alike."""
     import subprocess
     import sys
-    from tfxl.models.loading import load_language_model
+    from tfxl.checkpoints.loading import load_language_model
     model_dir = tmp_path / "jax"
     train(data_dir, model_dir, init_checkpoint, "--train_steps=5", backend="jax")
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")

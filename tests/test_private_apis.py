@@ -48,12 +48,12 @@ def test_what_tfxl_calls_of_them_is_there():
 
 
 def test_keras_names_every_seed_generator_state_variable_alike():
-    """train/checkpointing.py finds a model's dropout seeds by this public name (no private
+    """tfxl/checkpoints/training.py finds a model's dropout seeds by this public name (no private
     Layer._seed_generators)."""
     import keras
     assert keras.random.SeedGenerator(0).state.name == "seed_generator_state", (
         "keras.random.SeedGenerator's state variable is no longer named 'seed_generator_state': "
-        "train/checkpointing.py's seed_generator_states would save no dropout seeds")
+        "tfxl/checkpoints/training.py's seed_generator_states would save no dropout seeds")
 
 
 def test_no_other_module_imports_a_private_api():

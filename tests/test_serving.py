@@ -926,7 +926,7 @@ def test_models_prompts_and_records_in_a_bucket_are_read_through_gfile(model, tm
     like the bucket appears."""
     from tfxl.data.prepare import PrepareConfig, prepare
     from tfxl.serving.generate_main import read_prompt
-    from tfxl.models.loading import (EXPORT, KERAS, MODEL_DIR, load_checked_tokenizer,
+    from tfxl.checkpoints.loading import (EXPORT, KERAS, MODEL_DIR, load_checked_tokenizer,
                                      load_language_model, model_kind)
     monkeypatch.chdir(tmp_path)
     bucket = "ram://serving-load"

@@ -1,5 +1,6 @@
 """The trainer: recurrence end to end, strategies agree, resume is exact, failures are clean."""
 
+import functools
 import json
 import os
 
@@ -147,10 +148,10 @@ def test_memory_survives_host_loops_and_checkpoints(plain_run):
     np.testing.assert_allclose(after.states.numpy(), before.states.numpy())
 
 
-def test_checkpoint_keys_of_the_dropout_seeds_are_those_earlier_checkpoints_have(copy_data,
-                                                                                  tmp_path):
-    """`rng/seed_<i>` in model.non_trainable_variables order: a run checkpointed by an earlier
-    version of the trainer resumes with the same dropout stream."""
+def test_the_dropout_seeds_are_checkpointed_under_their_keys(copy_data, tmp_path):
+    """`rng/seed_<i>` in model.non_trainable_variables order, the keys a run on either backend
+    writes and reads (tfxl/checkpoints/training.py): a resumed run continues the same dropout
+    stream."""
     _, runner, _ = train_losses(copy_data, tmp_path / "m", steps=4, dropout=0.1)
     latest = runner.checkpoint.manager.latest_checkpoint
     names = [name for name, _ in tf.train.list_variables(latest) if name.startswith("rng/")]
@@ -160,6 +161,47 @@ def test_checkpoint_keys_of_the_dropout_seeds_are_those_earlier_checkpoints_have
     for i, state in enumerate(states):
         np.testing.assert_array_equal(
             reader.get_tensor(f"rng/seed_{i}/.ATTRIBUTES/VARIABLE_VALUE"), state.numpy())
+
+
+def test_both_training_memories_have_the_one_protocol_of_the_training_checkpoint():
+    """TensorFlow's and JAX's training memory implement `TrainingMemory` under its names and
+    parameters, so that one `TrainingCheckpoint.restore` serves both."""
+    import inspect
+    from tfxl.checkpoints.training import TrainingCheckpoint, TrainingMemory
+    from tfxl.train.jax_train_step import JaxTrainingMemory
+    from tfxl.train.memory_state import CheckpointedReplicaMemory
+    methods = [name for name, value in vars(TrainingMemory).items()
+               if inspect.isfunction(value) and not name.startswith("_")]
+    assert sorted(methods) == ["checkpoint_shapes", "restore_from_checkpoint",
+                               "save_to_checkpoint"]
+    for holder in (CheckpointedReplicaMemory, JaxTrainingMemory):
+        assert TrainingMemory in holder.__mro__
+        for name in methods:
+            assert getattr(holder, name) is not getattr(TrainingMemory, name), (holder, name)
+            assert (list(inspect.signature(getattr(holder, name)).parameters)
+                    == list(inspect.signature(getattr(TrainingMemory, name)).parameters))
+    assert set(TrainingMemory.__annotations__) == {"checkpointed"}
+    assert isinstance(vars(JaxTrainingMemory)["checkpointed"], functools.cached_property)
+    assert "restore" in vars(TrainingCheckpoint) and TrainingCheckpoint.__subclasses__() == []
+
+
+def test_the_memory_comes_back_from_its_checkpoint_values_row_for_row(mirrored):
+    """Each of two replicas takes its own rows of the global values a checkpoint holds, in
+    replica order (`restore_from_checkpoint`), and `save_to_checkpoint` gathers them back."""
+    from tfxl.layers.memory import LayerInputMemory
+    from tfxl.train.memory_state import CheckpointedReplicaMemory
+    b, m, d = 2, 3, 4
+    empty = LayerInputMemory(tf.zeros((b, 1, m, d)), tf.zeros((b, m), tf.bool))
+    memory = CheckpointedReplicaMemory(mirrored, empty, "test_memory")
+    assert memory.checkpoint_shapes() == {"states": (2 * b, 1, m, d), "valid": (2 * b, m)}
+    states = np.arange(2 * b * m * d, dtype=np.float32).reshape(2 * b, 1, m, d)
+    valid = np.arange(2 * b * m).reshape(2 * b, m) % 3 == 0
+    memory.restore_from_checkpoint({"states": tf.constant(states), "valid": tf.constant(valid)})
+    per_replica = mirrored.experimental_local_results(memory.variables.valid.value)
+    np.testing.assert_array_equal(per_replica[1].numpy(), valid[b:])
+    memory.save_to_checkpoint()
+    np.testing.assert_array_equal(memory.checkpointed.states.numpy(), states)
+    np.testing.assert_array_equal(memory.checkpointed.valid.numpy(), valid)
 
 
 def common_flags(data_dir, model_dir, steps):

@@ -13,10 +13,9 @@ import tensorflow as tf
 
 import factories
 from backends import JAX_XLA_FLAGS
-from tfxl.checkpoint_tree import variables_by_path
-from tfxl.checkpoints import restore_weights
+from tfxl.checkpoints import warm_start
+from tfxl.checkpoints.tree import restore_weights, variables_by_path
 from tfxl.model_dir import check_or_store_config
-from tfxl.train import warm_start
 from tfxl.train.language_model import build_model
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train.train_log import read_train_log
@@ -288,8 +287,8 @@ tests, data_dir, model_dir, work, *sources = sys.argv[1:]
 sys.path.insert(0, tests)
 import factories
 from tfxl import TransfoXLLM
-from tfxl.checkpoint_tree import variables_by_path
-from tfxl.train import warm_start
+from tfxl.checkpoints import warm_start
+from tfxl.checkpoints.tree import variables_by_path
 assert keras.backend.backend() == "jax", keras.backend.backend()
 with open(f"{data_dir}/manifest.json") as f:
     manifest = json.load(f)
@@ -307,7 +306,7 @@ for i, source in enumerate(sources):
 def test_warm_start_on_jax_from_a_tensorflow_model_dir_and_a_keras_file(data_dir, source,
                                                                         tmp_path):
     """The same weights as on TensorFlow, from the model_dir's training checkpoint and from
-    the .keras file (tfxl/checkpoint_tree.py reads the one, Keras the other)."""
+    the .keras file (tfxl/checkpoints/tree.py reads the one, Keras the other)."""
     expected = weights(source_model(data_dir, source))
     path = str(tmp_path / "source.keras")
     source_model(data_dir, source).save(path)

@@ -8,7 +8,7 @@
       train_log/<first>-<last>.jsonl   one JSON line per step, in parts written once
                                (train/train_log.py; steps as 10-digit numbers)
       metrics.json             the results of the run that trained it
-      checkpoints/ckpt-N       training checkpoints (train/checkpointing.py)
+      checkpoints/ckpt-N       training checkpoints (tfxl/checkpoints/training.py)
       checkpoints/checkpoint   TensorFlow's checkpoint state file (a cache: the files are listed)
       tmp_worker_checkpoints/  MultiWorkerMirrored workers' own copies (not the chief's)
       train/                   TensorBoard scalars

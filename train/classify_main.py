@@ -74,7 +74,7 @@ def define_flags():
 
 def load_language_model(path, manifest):
     """The TransfoXLLM at --init_checkpoint=`path`, checked against the data's vocabulary."""
-    from tfxl.models.loading import load_language_model as load  # only with the flag
+    from tfxl.checkpoints.loading import load_language_model as load  # only with the flag
     try:
         language_model = load(path)
     except ValueError as err:

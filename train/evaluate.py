@@ -18,7 +18,7 @@ import sys
 from absl import flags
 
 from tfxl import cli
-from tfxl.checkpoints import restore_weights
+from tfxl.checkpoints.tree import restore_weights
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import load_manifest, split_info
 from tfxl.model_dir import ModelDir

@@ -23,8 +23,9 @@ import functools
 import keras
 import numpy as np
 
-from tfxl.train.host_loop import loop_outputs
-from tfxl.train.optimization import OptimizerParams, make_optimizer
+from tfxl.checkpoints.training import TrainingMemory
+from tfxl.train.host_loop import TrainStepBase
+from tfxl.train.optimization import OptimizerParams, clip_by_global_norm
 from tfxl.train.task import Task
 
 
@@ -36,47 +37,37 @@ def check_precision(mixed_precision):
                          "scale); on JAX use mixed_bfloat16")
 
 
-class JaxTrainStep:
+class JaxTrainStep(TrainStepBase):
     """Trains `model` (built in `strategy.scope()`) on the train split of `data` with `task`'s
     loss, on JAX; the same interface as `TrainStep` (`step`, `train(n)`, `train_loop_begin`,
     `rewind_input`, `optimizer`, `memory`, `schedule`).
 
     Args:
-      task, model, data, global_batch, optimizer, mixed_precision: as `TrainStep`'s.
+      task, model, data, global_batch, optimizer, mixed_precision: as `TrainStepBase`'s
+        (train/host_loop.py).
       strategy: a `tfxl.tpu.jax_mesh.JaxDistribution`.
     """
 
+    replicas = "devices of the mesh's batch axis"
+    check_precision = staticmethod(check_precision)
+
     def __init__(self, task: Task, model, *, strategy, data, global_batch: int,
                  optimizer: OptimizerParams, mixed_precision: str = "float32"):
-        if global_batch % strategy.num_replicas_in_sync:
-            raise ValueError(f"--train_batch_size={global_batch} is not divisible by the "
-                             f"{strategy.num_replicas_in_sync} devices of the mesh's batch axis")
-        check_precision(mixed_precision)
-        self.task, self.model, self.strategy, self.data = task, model, strategy, data
-        self.global_batch, self.clip = global_batch, optimizer.clip
-        with strategy.scope():
-            self.optimizer, self.schedule = make_optimizer(optimizer, mixed_precision)
-            self.optimizer.build(model.trainable_variables)
+        super().__init__(task, model, strategy=strategy, data=data, global_batch=global_batch,
+                         optimizer=optimizer, mixed_precision=mixed_precision)
         empty = task.initial_memory(model, global_batch)
         self.memory = None if empty is None else JaxTrainingMemory(strategy, empty)
-        self._iterator = None
         self._loops = None  # compiled at the first loop, for the state's layouts
 
     @property
     def step(self):
         return int(np.asarray(self.optimizer.iterations.value))
 
-    def rewind_input(self):
-        """The next loop rebuilds the input at the current step (after a restore): the
-        pipeline is deterministic, so the step is the input's position (as `TrainStep`)."""
-        self._iterator = None
+    @staticmethod
+    def iterate(dataset):
+        return dataset.as_numpy_iterator()
 
     # -- host ---------------------------------------------------------------------------------
-    def train_loop_begin(self):
-        if self._iterator is None:
-            dataset = self.data.dataset("train", self.global_batch, True, skip_batches=self.step)
-            self._iterator = dataset.as_numpy_iterator()
-
     def train(self, num_steps):
         """Runs `num_steps` steps in one compiled call; returns {"loss", "grad_norm",
         "learning_rate"} per step."""
@@ -97,7 +88,7 @@ class JaxTrainStep:
                                   out_shardings=(layouts, replicated, replicated))
         state, losses, norms = self._loops(state, batches)
         self._set_state(state)
-        return loop_outputs(self.schedule, first_step, np.asarray(losses), np.asarray(norms))
+        return self.train_loop_end(first_step, np.asarray(losses), np.asarray(norms))
 
     def _state(self):
         return ([v.value for v in self.model.trainable_variables],
@@ -144,10 +135,7 @@ class JaxTrainStep:
             trainable, non_trainable, optimizer_variables, memory = state
             (loss, (non_trainable, memory)), grads = jax.value_and_grad(
                 self._loss, has_aux=True)(trainable, non_trainable, batch, memory)
-            # tf.clip_by_global_norm's rule, as the TensorFlow step applies it.
-            norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32))) for g in grads))
-            scale = self.clip / jnp.maximum(norm, self.clip)
-            grads = [g * scale.astype(g.dtype) for g in grads]
+            grads, norm = clip_by_global_norm(grads, self.clip)
             trainable, optimizer_variables = self.optimizer.stateless_apply(
                 optimizer_variables, grads, trainable)
             return ((trainable, non_trainable, optimizer_variables, memory),
@@ -157,12 +145,11 @@ class JaxTrainStep:
         return state, losses, norms
 
 
-class JaxTrainingMemory:
+class JaxTrainingMemory(TrainingMemory):
     """The training memory on JAX: the global [B, ...] arrays of a memory, split along the
     mesh's batch axis (each device keeps its own streams, as a TensorFlow replica keeps its
-    rows), with the global copies a checkpoint holds (`checkpointed`, under the names and
-    shapes `CheckpointedReplicaMemory` gives them: a checkpoint does not say which backend or
-    how many devices wrote it)."""
+    rows); its `TrainingMemory` side (tfxl/checkpoints/training.py) has the names and shapes
+    of TensorFlow's: a checkpoint does not say which backend or how many devices wrote it."""
 
     def __init__(self, strategy, empty):
         import jax
@@ -179,15 +166,15 @@ class JaxTrainingMemory:
                 key: tf.Variable(tf.zeros(value.shape, value.dtype), trainable=False)
                 for key, value in self.value.to_dict().items()})
 
-    def checkpointed_shapes(self):
+    def checkpoint_shapes(self):
         return {key: tuple(value.shape) for key, value in self.value.to_dict().items()}
 
     def save_to_checkpoint(self):
         for key, value in self.value.to_dict().items():
             getattr(self.checkpointed, key).assign(self.strategy.to_numpy(value))
 
-    def restore_from(self, values):
-        """The memory from the checkpoint's {name: global value}."""
+    def restore_from_checkpoint(self, values):
+        """The memory from the checkpoint's {name: global value}, split along the batch."""
         import jax
         from tfxl.layers.memory import as_memory
         memory = as_memory(values)

@@ -18,7 +18,7 @@ from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.model_dir import check_data_fingerprint, claim
 from tfxl.models import TransfoXLLM
-from tfxl.train import warm_start as warm_starting
+from tfxl.checkpoints import warm_start as warm_starting
 from tfxl.train.task import Task
 
 __all__ = ["LanguageModelTask", "build_model", "make_evaluator"]
@@ -61,8 +61,8 @@ class LanguageModelTask(Task):
     Args:
       config: the model; its vocab_size and tgt_len must be the data's.
       data_dir: tfxl-prepare's output.
-      init_checkpoint: weights a new run starts from (train/warm_start.py; ignored, with a note,
-        when the model_dir has checkpoints), or None.
+      init_checkpoint: weights a new run starts from (tfxl/checkpoints/warm_start.py; ignored,
+        with a note, when the model_dir has checkpoints), or None.
     """
 
     def __init__(self, config: TransfoXLConfig, *, data_dir: str,

@@ -13,10 +13,11 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
 from absl import flags
 
 from tfxl import cli
+from tfxl.checkpoints import warm_start
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 from tfxl.tpu import jax_mesh
 from tfxl.train import flags as train_flags, lease, run_record, train_log
-from tfxl.train import plan as training_plan, warm_start
+from tfxl.train import plan as training_plan
 
 FLAGS = flags.FLAGS
 

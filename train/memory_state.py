@@ -25,6 +25,7 @@ back its rows. Batch slot g of the global batch is replica g // b, row g % b, th
 import keras
 import tensorflow as tf
 
+from tfxl.checkpoints.training import TrainingMemory
 from tfxl.layers.memory import as_memory
 from tfxl.models.memory_variables import MemoryVariables
 
@@ -73,30 +74,38 @@ class ReplicaMemory(MemoryVariables):
             per_replica, self.variables)
 
 
-class CheckpointedReplicaMemory(ReplicaMemory):
-    """The training memory: a `ReplicaMemory` with global copies for tf.train.Checkpoint.
+class CheckpointedReplicaMemory(ReplicaMemory, TrainingMemory):
+    """The training memory on TensorFlow: a `ReplicaMemory` with the global copies a checkpoint
+    holds, the `TrainingMemory` of tfxl/checkpoints/training.py.
 
     `checkpointed` is the trackable to put in the checkpoint; `save_to_checkpoint()` before a
-    save, `restore_from_checkpoint()` after a restore (both cross-replica). Its variables are
-    named as the memory's dict form names its tensors ("states", "valid"), as checkpoints have
-    always named them.
+    save, `restore_from_checkpoint(values)` after a read (both cross-replica). Its variables are
+    named as the memory's dict form names its tensors ("states", "valid").
     """
 
     def __init__(self, strategy, empty, name):
         super().__init__(strategy, empty, name)
-        self.restore_from_checkpoint = tf.function(self._restore_from_checkpoint)
+        self._take_rows = tf.function(self._take_rows_fn)
         # Global copies for checkpoints; plain variables outside the strategy.
         with tf.device("/cpu:0"):
             self.checkpointed = tf.train.Checkpoint(**{
-                key: tf.Variable(tf.zeros((self.global_batch,) + tuple(value.shape[1:]),
-                                          value.dtype), trainable=False)
-                for key, value in empty.to_dict().items()})
+                key: tf.Variable(tf.zeros(shape, value.dtype), trainable=False)
+                for (key, shape), value in zip(self.checkpoint_shapes().items(),
+                                               empty.to_dict().values())})
+
+    def checkpoint_shapes(self):
+        return {key: (self.global_batch,) + tuple(value.shape[1:])
+                for key, value in self.variables.to_dict().items()}
 
     def save_to_checkpoint(self):
         for key, value in self.gather().to_dict().items():
             getattr(self.checkpointed, key).assign(value)
 
-    def _restore_from_checkpoint(self):
+    def restore_from_checkpoint(self, values):
+        """Each replica takes its rows of the global `values` ({name: [B, ...]})."""
+        self._take_rows({key: values[key] for key in self.variables.to_dict()})
+
+    def _take_rows_fn(self, values):
         b = self.per_replica_batch
 
         def take_rows(memory):
@@ -104,11 +113,9 @@ class CheckpointedReplicaMemory(ReplicaMemory):
             rows = tf.range(b) + tf.cast(replica, tf.int32) * b
             self.write(tf.nest.map_structure(lambda value: tf.gather(value, rows), memory))
 
-        # The global copies live on the host: read them here and hand them to the replicas as
-        # arguments (a TPU computation cannot read a host variable itself).
-        self.strategy.run(take_rows, args=(as_memory({
-            key: getattr(self.checkpointed, key).read_value()
-            for key in self.variables.to_dict()}),))
+        # The global values live on the host: they reach the replicas as arguments (a TPU
+        # computation cannot read a host variable itself).
+        self.strategy.run(take_rows, args=(as_memory(values),))
 
 
 class ReplicaPositionKeys:

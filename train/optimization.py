@@ -76,3 +76,22 @@ def make_optimizer(p: OptimizerParams, mixed_precision: str):
     if mixed_precision == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     return optimizer, schedule
+
+
+def clip_by_global_norm(grads, clip_norm):
+    """(`grads` scaled so that their global norm is at most `clip_norm`, their global norm):
+    tf.clip_by_global_norm's rule in keras.ops, so that the steps of both backends clip alike.
+
+    The norm is the square root of the sum of every gradient's squares, in float32; each
+    gradient is scaled by `clip_norm * min(1 / norm, 1 / clip_norm)` (1 under the clip, also at a
+    norm of 0). A norm that is not finite (an inf or NaN gradient, or squares past float32's
+    range) makes every gradient NaN, as TensorFlow's does: the step then fails visibly (a NaN
+    loss, or the float16 loss scale skipping it) instead of silently applying a zero update.
+    None gradients stay None.
+    """
+    ops = keras.ops
+    present = [ops.cast(g, "float32") for g in grads if g is not None]
+    norm = ops.sqrt(ops.sum(ops.stack([ops.sum(ops.square(g)) for g in present])))
+    clip = ops.convert_to_tensor(clip_norm, "float32")
+    scale = clip * ops.minimum(1.0 / norm, 1.0 / clip) + (norm - norm)  # NaN where not finite
+    return [None if g is None else g * ops.cast(scale, g.dtype) for g in grads], norm

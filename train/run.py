@@ -3,7 +3,7 @@
 `TrainingRun` is the same for the language model (tfxl-train, make demo) and the document
 classifier (tfxl-classify-train): the checks before anything is written, the lease
 (train/lease.py), the model_dir's records (tfxl/model_dir.py, train/run_record.py), resuming
-(train/checkpointing.py, train/train_log.py), the controller with its log sinks
+(tfxl/checkpoints/training.py, train/train_log.py), the controller with its log sinks
 (train/controller.py), SIGTERM/SIGINT (train/preemption.py) and metrics.json. What differs
 between models (data, model, training memory, loss, evaluation, results) is the task's;
 `TrainStep` (train/train_step.py) owns the optimizer, the training memory and the compiled step.
@@ -21,11 +21,11 @@ import time
 import keras
 import tensorflow as tf
 
-from tfxl.checkpoints import checkpoints_newest_first
+from tfxl.checkpoints.finding import checkpoints_newest_first
+from tfxl.checkpoints.training import TrainingCheckpoint
 from tfxl.cli.quiet import stream_is_terminal
 from tfxl.files import read_json, write_json_atomically
 from tfxl.model_dir import METRICS_FIELDS, ModelDir, check_or_store_config
-from tfxl.train.checkpointing import TrainingCheckpoint
 from tfxl.train.controller import Controller, ProgressBar, ProgressLines, TensorBoardScalars
 from tfxl.train.lease import Lease, LeaseParams
 from tfxl.train.optimization import OptimizerParams
@@ -147,13 +147,12 @@ class TrainingRun:
                                                log=log)
         worker_id = None if options.is_chief else worker_index(strategy)
         if keras.backend.backend() == "jax":  # a functional step: train/jax_train_step.py
-            from tfxl.train.checkpointing import JaxTrainingCheckpoint
             from tfxl.train.jax_train_step import JaxTrainStep
             self.train_step = JaxTrainStep(task, self.model, strategy=strategy, data=self.data,
                                            global_batch=options.global_batch,
                                            optimizer=optimizer,
                                            mixed_precision=options.mixed_precision)
-            self.checkpoint = JaxTrainingCheckpoint(
+            self.checkpoint = TrainingCheckpoint(
                 self.model, self.train_step.optimizer, self.train_step.memory,
                 options.model_dir, worker_id, to_numpy=strategy.to_numpy)
         else:

@@ -13,59 +13,39 @@ Shape glossary: B global batch, b per-replica batch, T segment length, R replica
 import keras
 import tensorflow as tf
 
-from tfxl.train.host_loop import loop_outputs
+from tfxl.train.host_loop import TrainStepBase
 from tfxl.train.memory_state import CheckpointedReplicaMemory
-from tfxl.train.optimization import OptimizerParams, make_optimizer
+from tfxl.train.optimization import OptimizerParams, clip_by_global_norm
 from tfxl.train.task import Task
 
 
-class TrainStep:
+class TrainStep(TrainStepBase):
     """Trains `model` (built under `strategy`) on the train split of `data` with `task`'s loss.
 
     Args:
-      task: the `Task` whose `initial_memory`, `batch_weight` and `loss` a step computes.
-      model: the task's model, built under `strategy`.
-      data: what has the `dataset(split, batch, training, skip_batches)` method (the task's
-        `load_data`), or None when the caller feeds `replica_step` itself.
-      global_batch: B, divisible by the number of replicas.
-      optimizer: the optimizer and its schedule. mixed_precision: the Keras dtype policy name.
+      task, model, data, global_batch, optimizer, mixed_precision: as `TrainStepBase`'s
+        (train/host_loop.py); data None when the caller feeds `replica_step` itself.
+      strategy: a `tf.distribute` strategy; the batch is split over its replicas.
       jit_compile: XLA-compile each replica's forward and backward pass.
     """
 
     def __init__(self, task: Task, model, *, strategy, data, global_batch: int,
                  optimizer: OptimizerParams, mixed_precision: str = "float32",
                  jit_compile: bool = False):
-        if global_batch % strategy.num_replicas_in_sync:
-            raise ValueError(f"--train_batch_size={global_batch} is not divisible by the "
-                             f"{strategy.num_replicas_in_sync} replicas")
-        self.task, self.model, self.strategy, self.data = task, model, strategy, data
-        self.global_batch = global_batch
+        super().__init__(task, model, strategy=strategy, data=data, global_batch=global_batch,
+                         optimizer=optimizer, mixed_precision=mixed_precision)
         self.per_replica_batch = global_batch // strategy.num_replicas_in_sync
-        self.clip = optimizer.clip
-        with strategy.scope():
-            self.optimizer, self.schedule = make_optimizer(optimizer, mixed_precision)
-            self.optimizer.build(model.trainable_variables)
         self.loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         empty = task.initial_memory(model, self.per_replica_batch)
         self.memory = (None if empty is None
                        else CheckpointedReplicaMemory(strategy, empty, "train_memory"))
         self._forward_backward = (tf.function(self._forward_backward_fn, jit_compile=True)
                                   if jit_compile else self._forward_backward_fn)
-        self._iterator = None
         self._loop = tf.function(self._loop_fn)
 
     @property
     def step(self):
         return int(self.optimizer.iterations.numpy())
-
-    def rewind_input(self):
-        """The next loop rebuilds the input at the current step (after a restore).
-
-        Distributed tf.data iterators cannot be checkpointed under Mirrored/MultiWorker/TPU
-        strategies, so the input position is the step: the pipeline is deterministic and is
-        rebuilt skipping the `step` batches already consumed (one path for every strategy).
-        """
-        self._iterator = None
 
     # -- host ---------------------------------------------------------------------------------
     def train(self, num_steps):
@@ -74,14 +54,6 @@ class TrainStep:
         first_step = self.step
         losses, norms = self._loop(self._iterator, tf.constant(num_steps))
         return self.train_loop_end(first_step, losses.numpy(), norms.numpy())
-
-    def train_loop_begin(self):
-        if self._iterator is None:
-            self._iterator = iter(self.data.dataset("train", self.global_batch, True,
-                                                    skip_batches=self.step))
-
-    def train_loop_end(self, first_step, losses, norms):
-        return loop_outputs(self.schedule, first_step, losses, norms)
 
     def _loop_fn(self, iterator, steps):
         losses = tf.TensorArray(tf.float32, size=steps)
@@ -116,7 +88,7 @@ class TrainStep:
         if self.loss_scaled:
             scale = tf.cast(self.optimizer.dynamic_scale, tf.float32)
             grads = [g / scale for g in grads]
-        grads, grad_norm = tf.clip_by_global_norm(grads, self.clip)
+        grads, grad_norm = clip_by_global_norm(grads, self.clip)
         if self.loss_scaled:
             grads = [g * scale for g in grads]  # the LossScaleOptimizer unscales (and skips inf)
         self.optimizer.apply(grads, self.model.trainable_variables)

@@ -17,7 +17,7 @@ from tfxl import TransfoXLLM
 from tfxl.classification import evaluate_classifier
 from tfxl.data.classification import (ClassificationConfig, classification_dataset,
                                       load_classification_manifest, prepare_classification)
-from tfxl.models.loading import load_language_model
+from tfxl.checkpoints.loading import load_language_model
 from tfxl.train.classification import ClassificationTask, DocumentData
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train.run import RunOptions, TrainingRun

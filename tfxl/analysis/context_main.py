@@ -154,7 +154,7 @@ def main(argv):
 
     from tfxl.data.split_tokens import split_tokens
     from tfxl.analysis import context_losses, relative_gains, target_positions
-    from tfxl.models.loading import load_checked_tokenizer, load_language_model
+    from tfxl.checkpoints.loading import load_checked_tokenizer, load_language_model
     tokens = split_tokens(FLAGS.data_dir, FLAGS.split)
     positions = target_positions(tokens.size, FLAGS.positions, contexts[-1], seed=FLAGS.seed)
     tf.io.gfile.makedirs(FLAGS.output_dir)

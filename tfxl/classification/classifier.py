@@ -176,7 +176,8 @@ class DocumentClassifier(keras.Model):
 
         lm_or_path: a `TransfoXLLM`, or where one is: a `.keras` file (tfxl-convert's output of
           a published checkpoint too) or a tfxl-train model_dir (its newest readable checkpoint,
-          or `checkpoint`), local or gs://, loaded by `tfxl.models.loading.load_language_model`.
+          or `checkpoint`), local or gs://, loaded by
+          `tfxl.checkpoints.loading.load_language_model`.
         kwargs: the classifier's own arguments (pooling, grad_segments, ...); the backbone's
           config and attention class are the language model's.
         """
@@ -184,7 +185,7 @@ class DocumentClassifier(keras.Model):
         if isinstance(lm_or_path, str):
             # Imported here: loading reads model_dirs and checkpoints with TensorFlow, and the
             # classifier needs it only to find a language model's weights.
-            from tfxl.models.loading import load_language_model
+            from tfxl.checkpoints.loading import load_language_model
             lm = load_language_model(lm_or_path, checkpoint=checkpoint)
         classifier = cls(lm.config, num_classes, attention_cls=lm.attention_cls, **kwargs)
         classifier.backbone.set_weights(lm.backbone.get_weights())

@@ -58,7 +58,7 @@ def define_flags():
 def load_classifier(path):
     """The DocumentClassifier in the .keras file `path`; ValueError naming the flag otherwise."""
     from tfxl.classification.classifier import DocumentClassifier
-    from tfxl.models.loading import load_keras_model
+    from tfxl.checkpoints.loading import load_keras_model
 
     try:
         return load_keras_model(path, DocumentClassifier)
@@ -120,7 +120,7 @@ def progress_printer(total, seconds=10.0, out=None):
 def evaluate_from_flags():
     from tfxl.classification.evaluation import evaluate_classifier
     from tfxl.data.classification import classification_dataset, load_classification_manifest
-    from tfxl.models.loading import check_classifier_fits
+    from tfxl.checkpoints.loading import check_classifier_fits
 
     for name in ("model", "data_dir"):
         if not FLAGS[name].value:

@@ -33,7 +33,7 @@ def causal_lm_from_model_dir(source, data_dir=None, checkpoint=None, **kwargs):
     """`causal_lm_from_model` of a `.keras` file or a tfxl-train model_dir (its newest readable
     checkpoint, or `checkpoint`), with the tokenizer of the tfxl-prepare `data_dir` checked to be
     the model's vocabulary (as tfxl-generate checks it). kwargs: see `causal_lm_from_model`."""
-    from tfxl.models.loading import load_checked_tokenizer, load_language_model
+    from tfxl.checkpoints.loading import load_checked_tokenizer, load_language_model
     model = load_language_model(source, checkpoint)
     tokenizer = None
     if data_dir is not None:

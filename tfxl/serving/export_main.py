@@ -50,7 +50,7 @@ def export_classifier_from_flags(model):
     """The export of a DocumentClassifier: it reads as the Python model reads (its segment and
     memory lengths), so the flags that set a language model's reading do not apply."""
     from tfxl.classification.signatures import export_classifier
-    from tfxl.models.loading import load_classifier_data
+    from tfxl.checkpoints.loading import load_classifier_data
     given = [f"--{name}" for name in (*cli.eval_overrides(), "score_top_k", "checkpoint")
              if FLAGS[name].present]
     if given:
@@ -70,7 +70,7 @@ def main(argv):
     del argv
     from tfxl.classification import DocumentClassifier
     from tfxl.models import TransfoXLLM
-    from tfxl.models.loading import (KERAS, load_checked_tokenizer, load_keras_model,
+    from tfxl.checkpoints.loading import (KERAS, load_checked_tokenizer, load_keras_model,
                                      load_language_model, model_kind)
     from tfxl.models.signatures import export_saved_model
     from tfxl.saved_model.publish import check_version

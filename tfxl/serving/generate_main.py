@@ -172,7 +172,7 @@ def main(argv):
     prompt = (read_prompt(FLAGS.prompt_file) if FLAGS.prompt_file
               else utf8_text(os.fsencode(FLAGS.prompt), "--prompt"))
     from tfxl.model_dir import export_vocab_size
-    from tfxl.models.loading import (EXPORT, load_checked_tokenizer, load_language_model,
+    from tfxl.checkpoints.loading import (EXPORT, load_checked_tokenizer, load_language_model,
                                      model_kind)
     if model_kind(FLAGS.model) == EXPORT:
         if FLAGS.data_dir:  # checked before the (slow) load

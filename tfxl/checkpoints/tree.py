@@ -8,7 +8,8 @@ attributes are their children. On JAX they are not trackable, but they have the 
 mirrors every variable reached in a `tf.Variable` at the same path, so a training run on JAX
 writes checkpoints that tfxl-eval, tfxl-export and tfxl-generate restore as they restore a
 TensorFlow run's, and `read_checkpoint` reads any of them back by the same paths (a TensorFlow
-run's weights warm-start a JAX run).
+run's weights warm-start a JAX run). `restore_weights` is the one weight-only restore of a model
+(evaluation, export, generation), on any backend.
 
 What the walk leaves out is what Keras keeps out of TensorFlow's object graph: a layer's own
 tracking lists (`_layers`, `_trainable_variables`, ...), which alias attributes already walked,
@@ -21,6 +22,7 @@ import functools
 
 import numpy as np
 
+from tfxl.checkpoints.finding import check_readable, newest_readable_checkpoint
 from tfxl.deferred import deferred_import
 
 keras = deferred_import("keras")  # imported on use: the tools' --help imports this module
@@ -191,3 +193,34 @@ def read_checkpoint(path, fits, *, arrays=None, **roots):
     for variable, array in values:
         variable.assign(array.astype(keras.backend.standardize_dtype(variable.dtype)))
     return read
+
+
+def restore_weights(model, checkpoint=None, directory=None, fits="this model", log=None):
+    """Restores only `model`'s weights (not the optimizer, step or memory a training checkpoint
+    also holds) for evaluation, export or generation, on any Keras backend; returns the
+    checkpoint path.
+
+    From `checkpoint`, which must read cleanly, else from the newest readable checkpoint in
+    `directory` (damaged newer ones reported through `log`). ValueError when there is none, or
+    when it does not fit `fits` (what the model was built from, for the message).
+    """
+    path = check_readable(checkpoint) if checkpoint else newest_readable_checkpoint(directory, log)
+    if not path:
+        raise ValueError(f"no checkpoint in {directory}")
+    if keras.backend.backend() == "tensorflow":
+        restore_fitting(tf.train.Checkpoint(model=model), path, fits, partial=True)
+    else:  # a Keras model of another backend, read by the paths TensorFlow names it by
+        read_checkpoint(path, fits, model=model)
+    return path
+
+
+def restore_fitting(checkpoint, path, fits, partial=False):
+    """`checkpoint.restore(path)` (`partial`: read only what `checkpoint` tracks, e.g. the
+    model's weights out of a training checkpoint), every object it tracks matched; ValueError
+    "checkpoint … does not fit `fits`: <first line of the reason>" otherwise."""
+    try:
+        status = checkpoint.read(path).expect_partial() if partial else checkpoint.restore(path)
+        status.assert_existing_objects_matched()
+    except (tf.errors.OpError, AssertionError, ValueError) as err:
+        raise ValueError(f"checkpoint {path} does not fit {fits}: "
+                         f"{str(err).splitlines()[0]}") from None

@@ -3,9 +3,10 @@ tfxl model from a `.keras` file, a data dir's tokenizer or labels once they fit 
 telling what a `--model` path holds. Every path may be a bucket (gs://...): tf.io.gfile
 throughout.
 
-Classification, keras-hub, serving and training import this module; it imports the model, the
-checkpoints and the data manifests, never any of them (a classifier is read through its
-attributes: num_classes, config)."""
+Classification, keras-hub, serving and training import this module; it imports the model
+(tfxl.models.language_model), the rest of this package and the data manifests, never any of
+them, and tfxl/models/ never imports it (a classifier is read through its attributes:
+num_classes, config)."""
 
 import os
 import zipfile
@@ -14,7 +15,7 @@ import zlib
 import keras
 import tensorflow as tf
 
-from tfxl.checkpoints import restore_weights
+from tfxl.checkpoints.tree import restore_weights
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import CLASSIFICATION, load_manifest
 from tfxl.data.tokenizers import load_tokenizer

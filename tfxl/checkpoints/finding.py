@@ -1,8 +1,7 @@
 """Which checkpoint to load: the newest one whose files read back cleanly.
 
-Used by training (resume), evaluation and loading for export/generation, so all of them skip the
-same damaged checkpoints for the same reason; `restore_weights` is the one weight-only restore
-(evaluation, export, generation).
+Used by training (resume), warm starts, evaluation and loading for export/generation, so all of
+them skip the same damaged checkpoints for the same reason.
 
 A checkpoint is *damaged* when its index or data files cannot be read back in full (a truncated
 copy, a disk error, garbage written over it). Restoring one fails deep inside TensorFlow with an
@@ -23,12 +22,11 @@ import os
 import re
 import sys
 
-from google.protobuf import text_format
-
 from tfxl.model_dir import CHECKPOINT_STATE
 from tfxl.deferred import deferred_import
 
 tf = deferred_import("tensorflow")
+text_format = deferred_import("google.protobuf.text_format")
 
 
 class DamagedCheckpoint(ValueError):
@@ -114,39 +112,6 @@ def newest_readable_checkpoint(directory, log=None):
         raise DamagedCheckpoint(f"no readable checkpoint in {directory}: every one is damaged "
                                 f"({'; '.join(skipped)}); move them away to start from scratch")
     return None
-
-
-def restore_weights(model, checkpoint=None, directory=None, fits="this model", log=None):
-    """Restores only `model`'s weights (not the optimizer, step or memory a training checkpoint
-    also holds) for evaluation, export or generation, on any Keras backend; returns the
-    checkpoint path.
-
-    From `checkpoint`, which must read cleanly, else from the newest readable checkpoint in
-    `directory` (damaged newer ones reported through `log`). ValueError when there is none, or
-    when it does not fit `fits` (what the model was built from, for the message).
-    """
-    path = check_readable(checkpoint) if checkpoint else newest_readable_checkpoint(directory, log)
-    if not path:
-        raise ValueError(f"no checkpoint in {directory}")
-    import keras
-    if keras.backend.backend() == "tensorflow":
-        restore_fitting(tf.train.Checkpoint(model=model), path, fits, partial=True)
-    else:  # a Keras model of another backend, read by the paths TensorFlow names it by
-        from tfxl.checkpoint_tree import read_checkpoint
-        read_checkpoint(path, fits, model=model)
-    return path
-
-
-def restore_fitting(checkpoint, path, fits, partial=False):
-    """`checkpoint.restore(path)` (`partial`: read only what `checkpoint` tracks, e.g. the
-    model's weights out of a training checkpoint), every object it tracks matched; ValueError
-    "checkpoint … does not fit `fits`: <first line of the reason>" otherwise."""
-    try:
-        status = checkpoint.read(path).expect_partial() if partial else checkpoint.restore(path)
-        status.assert_existing_objects_matched()
-    except (tf.errors.OpError, AssertionError, ValueError) as err:
-        raise ValueError(f"checkpoint {path} does not fit {fits}: "
-                         f"{str(err).splitlines()[0]}") from None
 
 
 def checkpoint_state_damage(directory):

@@ -2,10 +2,10 @@
 
 The source is a `.keras` file (e.g. `tfxl-convert`'s output of a published checkpoint), another
 model_dir (its newest readable checkpoint; damaged ones are skipped as everywhere,
-tfxl/checkpoints.py), or a checkpoint prefix (`.../checkpoints/ckpt-N`); any of them may be in a
-bucket (`gs://`): everything is read through tf.io.gfile (Keras reads remote `.keras` files
-through it too). Only the model's weights are taken: the optimizer, the training memory, the
-dropout seeds and the step start fresh, at step 0.
+tfxl/checkpoints/finding.py), or a checkpoint prefix (`.../checkpoints/ckpt-N`); any of them
+may be in a bucket (`gs://`): everything is read through tf.io.gfile (Keras reads remote
+`.keras` files through it too). Only the model's weights are taken: the optimizer, the
+training memory, the dropout seeds and the step start fresh, at step 0.
 
 It applies to a model_dir without checkpoints only. A model_dir with checkpoints resumes from its
 own newest one and the flag is ignored, with a note: the run's own checkpoint always wins, so
@@ -14,7 +14,7 @@ re-running the same command after an interruption continues the run instead of s
 Before anything is written to the model_dir, every variable of the model (the flags' model with
 the data's vocabulary) is matched by its path in the object graph (`backbone/block_0/attention/
 query_kernel`, the names of a training checkpoint's `model/` keys; the same on every backend,
-tfxl/checkpoint_tree.py, so a checkpoint of a run on either backend starts a run on either) and
+tfxl/checkpoints/tree.py, so a checkpoint of a run on either backend starts a run on either) and
 its shape against the source; what does not fit (other shapes, variables only on one side, a
 different `pre_lnorm`, which changes no shape) is listed in one error line, with the vocabulary
 sizes when they differ and the source's own config to build its model with.
@@ -25,8 +25,10 @@ import zipfile
 
 from absl import flags
 
-from tfxl.checkpoint_tree import checkpoint_shapes, read_checkpoint, variables_by_path
-from tfxl.checkpoints import check_readable, checkpoints_newest_first, newest_readable_checkpoint
+from tfxl.checkpoints.finding import (check_readable, checkpoints_newest_first,
+                                      newest_readable_checkpoint)
+from tfxl.checkpoints.training import MODEL
+from tfxl.checkpoints.tree import checkpoint_shapes, read_checkpoint, variables_by_path
 from tfxl.config import TransfoXLConfig
 from tfxl.model_dir import ModelDir, check_data_fingerprint
 from tfxl.deferred import deferred_import
@@ -34,7 +36,6 @@ from tfxl.deferred import deferred_import
 keras = deferred_import("keras")
 tf = deferred_import("tensorflow")
 
-MODEL = "model"  # what a training checkpoint (train/checkpointing.py) calls the model
 SHOWN = 6  # mismatches listed by name; the rest are counted
 
 
