@@ -128,8 +128,8 @@ def restore_weights(model, checkpoint=None, directory=None, fits="this model", l
     path = check_readable(checkpoint) if checkpoint else newest_readable_checkpoint(directory, log)
     if not path:
         raise ValueError(f"no checkpoint in {directory}")
-    import keras
-    if keras.backend.backend() == "tensorflow":
+    from tfxl.backend import is_tensorflow
+    if is_tensorflow():
         restore_fitting(tf.train.Checkpoint(model=model), path, fits, partial=True)
     else:  # a Keras model of another backend, read by the paths TensorFlow names it by
         from tfxl.checkpoint_tree import read_checkpoint
