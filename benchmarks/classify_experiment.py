@@ -186,6 +186,7 @@ def pretrain(lm_dir, model_dir, sizes, log=print):
     import tensorflow as tf
 
     from tfxl.data.manifest import load_manifest
+    from tfxl.train.backends import configure_process
     from tfxl.train.language_model import LanguageModelTask
     from tfxl.train.run import RunOptions, TrainingRun
     from tfxl.train.optimization import OptimizerParams
@@ -196,6 +197,7 @@ def pretrain(lm_dir, model_dir, sizes, log=print):
         f"{sizes.lm_segment_len} tokens")
     opt = OptimizerParams(learning_rate=2e-3, warmup_steps=min(100, sizes.lm_steps // 10),
                           min_lr_ratio=0.05, train_steps=sizes.lm_steps, clip=0.25)
+    configure_process(mixed_precision="float32", seed=sizes.seed)
     runner = TrainingRun(
         LanguageModelTask(config, data_dir=lm_dir), strategy=tf.distribute.get_strategy(),
         options=RunOptions(model_dir=model_dir, global_batch=sizes.lm_batch, optimizer=opt,

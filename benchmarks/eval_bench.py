@@ -216,12 +216,14 @@ def trainer_throughput(settings, jit=True, dtype="float32", batches=20, data_roo
     from tfxl.train.language_model import LanguageModelTask
     from tfxl.train.optimization import OptimizerParams
     from tfxl.train.run import RunOptions, TrainingRun
+    from tfxl.train.backends import configure_process
 
     config = common.bench_config()
     results = []
     with common.temp_dir() as tmp:
         root = data_root or tmp
         data_dir = common.prepare_data(root, config.tgt_len)
+        configure_process(mixed_precision=dtype, seed=0)
         runner = TrainingRun(
             LanguageModelTask(config, data_dir=data_dir), strategy=tf.distribute.get_strategy(),
             options=RunOptions(model_dir=os.path.join(root, f"eval_model_{os.getpid()}"),

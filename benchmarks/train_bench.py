@@ -35,11 +35,13 @@ def run_one(config_name, dtype, jit, steps, loops, data_root, profile_dir=None):
     tf = common.setup()
     from tfxl.train.language_model import LanguageModelTask
     from tfxl.train.optimization import OptimizerParams
+    from tfxl.train.backends import configure_process
     from tfxl.train.run import RunOptions, TrainingRun
 
     config = common.CONFIGS[config_name]()
     data_dir = common.prepare_data(data_root, config.tgt_len)
     model_dir = os.path.join(data_root, f"model_{config_name}_{dtype}_{jit}_{os.getpid()}")
+    configure_process(mixed_precision=dtype, seed=0)
     runner = TrainingRun(LanguageModelTask(config, data_dir=data_dir),
                          strategy=tf.distribute.get_strategy(),
                          options=RunOptions(

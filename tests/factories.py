@@ -111,10 +111,14 @@ def data_config(data_dir, tgt_len=8, **overrides):
 def language_model_run(config, *, data_dir, model_dir, global_batch, optimizer, strategy=None,
                        init_checkpoint=None, **options):
     """A `TrainingRun` of the language model's task, as tfxl-train builds it: `options` are
-    `RunOptions` fields (default strategy: the current one)."""
+    `RunOptions` fields (default strategy: the current one), with the process configured as the
+    tools configure it (its dtype policy and seed: the same initial weights every run)."""
     import tensorflow as tf
+    from tfxl.train.backends import configure_process
     from tfxl.train.language_model import LanguageModelTask
     from tfxl.train.run import RunOptions, TrainingRun
+    configure_process(mixed_precision=options.get("mixed_precision", "float32"),
+                      seed=options.get("seed", 0))
     return TrainingRun(
         LanguageModelTask(config, data_dir=data_dir, init_checkpoint=init_checkpoint),
         strategy=strategy or tf.distribute.get_strategy(),

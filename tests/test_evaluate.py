@@ -12,6 +12,7 @@ from tfxl.data import pipeline
 from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.data.rechunk import rechunk
 from tfxl.layers.memory import KeyValueRing
+from tfxl.train.backends import configure_process
 from tfxl.train.evaluator import EvalProgress
 from tfxl.train.language_model import make_evaluator
 
@@ -40,6 +41,7 @@ def make_test_evaluator(data_dir, model_dir, strategy, jit_compile):
     # A large init_std: predictions far from uniform, so the mean loss moves with every key.
     config = factories.tiny_config(vocab_size=vocab_size, d_model=32, d_head=16, d_inner=64,
                                    tgt_len=T, mem_len=T, init_std=0.3)
+    configure_process(mixed_precision="float32", seed=0)  # as tfxl-eval does
     return make_evaluator(config, strategy, data_dir, str(model_dir), STREAMS,
                           jit_compile=jit_compile, steps_per_loop=3)
 
@@ -163,6 +165,7 @@ def test_settings_follow_the_one_rule_given_else_eval_fields_else_training(data_
     vocab_size = pipeline.load_manifest(data_dir)["vocab_size"]
     config = factories.tiny_config(vocab_size=vocab_size, tgt_len=T, mem_len=T, eval_mem_len=12,
                                    eval_same_length=True)
+    configure_process(mixed_precision="float32", seed=0)
     evaluator = make_evaluator(config, tf.distribute.get_strategy(), data_dir,
                                str(tmp_path / "m"), STREAMS, steps_per_loop=3)
     assert evaluator.settings() == dict(batch_size=STREAMS, tgt_len=T, mem_len=12, clamp_len=-1,

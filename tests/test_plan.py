@@ -120,13 +120,14 @@ def test_a_run_over_the_limit_is_refused_with_what_to_lower():
     assert fits.startswith("memory: ") and fits.endswith("of 24.0 GiB")
 
 
-def test_gpus_are_checked_per_replica_and_unknown_memory_is_not_checked(monkeypatch):
-    plan = readme_plan(replicas=8, global_batch=24 * 8, local_replicas=8, device="GPU")
-    monkeypatch.setattr(training_plan, "gpu_memory_bytes", lambda: 12 * GIB)
+def test_gpus_are_checked_per_replica_and_unknown_memory_is_not_checked():
+    reported = [12 * GIB]  # what the backend's device_memory_bytes says
+    plan = readme_plan(replicas=8, global_batch=24 * 8, local_replicas=8, device="GPU",
+                       device_memory=lambda: reported[0])
     with pytest.raises(ValueError, match=r"per replica, exceeds the 12.0 GiB of each GPU"):
         plan.check_memory()
     assert plan.check_memory(limit=80 * GIB).endswith("of the 80.0 GiB of each GPU")
-    monkeypatch.setattr(training_plan, "gpu_memory_bytes", lambda: None)
+    reported[0] = None
     assert plan.check_memory().startswith("memory: not checked (GPU memory is not reported")
     assert readme_plan(device="TPU").check_memory().startswith("memory: not checked (TPU")
 
@@ -229,6 +230,7 @@ def test_an_evaluation_is_checked_as_training_is(monkeypatch):
                                          r"--tgt_len \(80, flag --tgt_len\) or --mem_len "
                                          r"\(2100, flag --mem_len\)"):
         check(config, strategy, 16, settings, sources, limit=GIB)
-    monkeypatch.setattr(training_plan, "device_kind", lambda devices: "GPU")
-    monkeypatch.setattr(training_plan, "gpu_memory_bytes", lambda: None)
+    from tfxl.train.backends.tensorflow import TensorFlowBackend
+    monkeypatch.setattr(TensorFlowBackend, "device_kind", "GPU")
+    monkeypatch.setattr(TensorFlowBackend, "device_memory_bytes", lambda self: None)
     check(config, strategy, 16, {**settings, "mem_len": 10**12}, sources)

@@ -20,8 +20,8 @@ from factories import STARTED, no_process_left_behind  # noqa: F401 (autouse)
 from tfxl.model_dir import ModelDir, check_or_store_config
 from tfxl.train.controller import Controller
 from tfxl.train.optimization import OptimizerParams
-from tfxl.train.preemption import (StopOnSignals, StopRequest, StopRequests, TrainingStopped,
-                                   worker_tasks)
+from tfxl.train.backends import for_strategy
+from tfxl.train.preemption import StopOnSignals, StopRequest, StopRequests, TrainingStopped
 from tfxl.train.train_log import read_train_log
 
 T = 8          # segment length of the test data
@@ -310,8 +310,8 @@ def test_the_handlers_are_in_place_only_while_training_and_the_first_signal_asks
 
 def test_one_process_is_one_worker_and_its_own_signal_is_the_answer(mirrored):
     for strategy in (tf.distribute.get_strategy(), mirrored):
-        assert worker_tasks(strategy) == (["worker 0"], 0)
-        stops = StopRequests(strategy)
+        assert for_strategy(strategy).worker_tasks() == (["worker 0"], 0)
+        stops = StopRequests(for_strategy(strategy))
         assert stops.agreed() is None
         stops.signals.requested = signal.SIGINT
         assert stops.agreed() == StopRequest(signal.SIGINT)

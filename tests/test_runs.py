@@ -24,6 +24,7 @@ from tfxl.model_dir import ModelDir, check_or_store_config
 from tfxl.train.lease import Lease, LeaseHeld, LeaseLost, LeaseParams
 from tfxl.train.run import TrainingDiverged
 from tfxl.train.optimization import OptimizerParams
+from tfxl.train.backends import for_strategy
 from tfxl.train.run_record import RunRecord, run_settings
 from tfxl.train import train_log
 from tfxl.train.train_log import TrainLog, read_train_log, resume_train_log
@@ -491,7 +492,7 @@ def test_a_restart_with_other_settings_is_refused_unless_allowed(data_dir, train
 
 def test_the_recorded_settings_and_a_run_without_a_checkpoint(tmp_path, mirrored):
     settings = run_settings(OptimizerParams(train_steps=100), 8, "mixed_bfloat16", 3, 50,
-                            mirrored)
+                            for_strategy(mirrored))
     assert settings == {
         "optimizer": "adam", "weight_decay": 0.0, "learning_rate": 2.5e-4, "warmup_steps": 0,
         "min_lr_ratio": 0.004, "schedule_steps": None, "train_batch_size": 8, "clip": 0.25,
@@ -501,7 +502,7 @@ def test_the_recorded_settings_and_a_run_without_a_checkpoint(tmp_path, mirrored
     assert first.schedule_steps == 100
     first.store(0)
     other = run_settings(OptimizerParams(train_steps=100), 8, "float32", 3, 50,
-                         tf.distribute.get_strategy())
+                         for_strategy(tf.distribute.get_strategy()))
     with pytest.raises(ValueError, match=r"mixed_precision: run.json has 'mixed_bfloat16', "
                                          r"this run 'float32'; strategy: run.json has "
                                          r"'mirrored', this run 'default'; replicas: run.json "

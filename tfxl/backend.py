@@ -1,12 +1,13 @@
 """What tfxl's model code needs to know about the Keras backend it runs on, in one place.
 
 The layers and models are `keras.ops` and run on TensorFlow, JAX and PyTorch. Two questions have
-no `keras.ops` answer: which backend runs (`is_tensorflow`, for the few paths that keep a
-TensorFlow-only op because it is faster there), and whether a tensor holds values now or is a
-placeholder being traced (`is_concrete`, for checks that read values in Python). Each backend's
-own module is imported only when that backend is the one running. The model features that are
-TensorFlow code import it through `tensorflow(feature)`, which names the feature where
-TensorFlow is missing.
+no `keras.ops` answer: which backend runs (`backend_name`, `is_tensorflow`, `is_torch`, for the
+few paths that keep a backend's own op or work around one), and whether a tensor holds values
+now or is a placeholder being traced (`is_concrete`, for checks that read values in Python).
+Each backend's own module is imported only when that backend is the one running. The model
+features that are TensorFlow code import it through `tensorflow(feature)`, which names the
+feature where TensorFlow is missing; a tool that is TensorFlow code refuses another backend
+with `check_tensorflow_tool`.
 """
 
 import importlib.util
@@ -34,9 +35,27 @@ def has_tensorflow():
         return False
 
 
+def backend_name():
+    """The backend Keras runs on: "tensorflow", "jax" or "torch" (KERAS_BACKEND)."""
+    return keras.backend.backend()
+
+
 def is_tensorflow():
     """Whether Keras runs on TensorFlow."""
-    return keras.backend.backend() == "tensorflow"
+    return backend_name() == "tensorflow"
+
+
+def is_torch():
+    """Whether Keras runs on PyTorch."""
+    return backend_name() == "torch"
+
+
+def check_tensorflow_tool(error=RuntimeError):
+    """Raises `error` unless Keras runs on TensorFlow: for a tool that is TensorFlow code (every
+    tool but tfxl-train, which also trains on JAX)."""
+    if not is_tensorflow():
+        raise error(f"this tool runs on TensorFlow, and Keras runs on {backend_name()} here "
+                    "(KERAS_BACKEND): unset it (tfxl-train is the tool that also trains on JAX)")
 
 
 def is_concrete(x):
@@ -45,7 +64,7 @@ def is_concrete(x):
     is built. Python may read the values of a concrete tensor only."""
     if isinstance(x, keras.KerasTensor):
         return False
-    backend = keras.backend.backend()
+    backend = backend_name()
     if backend == "tensorflow":
         import tensorflow as tf
         return tf.executing_eagerly()

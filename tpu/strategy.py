@@ -49,6 +49,16 @@ def _gpus(num_gpus, strategy):
     return [d.name for d in found[:num_gpus]]
 
 
+def check_strategy_name(strategy):
+    """StrategyError unless `strategy` names a tf.distribute strategy (a JAX one is refused
+    with where it runs)."""
+    if strategy in JAX_STRATEGIES:
+        raise StrategyError(f"--strategy={strategy} is Keras' distribution API on JAX: "
+                            "tfxl-train with KERAS_BACKEND=jax (README, \"Train on JAX\")")
+    if strategy not in STRATEGIES:
+        raise StrategyError(f"--strategy={strategy!r} is not one of {', '.join(STRATEGIES)}")
+
+
 def resolve_strategy(strategy="default", tpu=None, num_gpus=None):
     """The strategy named by `strategy`, connected and initialised.
 
@@ -58,19 +68,12 @@ def resolve_strategy(strategy="default", tpu=None, num_gpus=None):
     mirrored: all visible GPUs (or the first `num_gpus`), or every logical CPU when there is no GPU
       (which is how the tests emulate two devices).
     one_device: the first GPU if any, else the CPU. default: TensorFlow's default strategy.
-    Raises StrategyError with the reason when the hardware or configuration is missing.
+    Raises StrategyError with the reason when the hardware or configuration is missing. Keras
+    must run on TensorFlow: a tool refuses another backend before (tfxl.train.backends,
+    tfxl.backend.check_tensorflow_tool).
     """
-    if strategy in JAX_STRATEGIES:
-        raise StrategyError(f"--strategy={strategy} is Keras' distribution API on JAX: "
-                            "tfxl-train with KERAS_BACKEND=jax (README, \"Train on JAX\")")
-    import keras
-    if keras.backend.backend() != "tensorflow":
-        raise StrategyError(f"this tool runs on TensorFlow, and Keras runs on "
-                            f"{keras.backend.backend()} here (KERAS_BACKEND): unset it "
-                            "(tfxl-train is the tool that also trains on JAX)")
+    check_strategy_name(strategy)
     import tensorflow as tf
-    if strategy not in STRATEGIES:
-        raise StrategyError(f"--strategy={strategy!r} is not one of {', '.join(STRATEGIES)}")
     if strategy == "default":
         return tf.distribute.get_strategy()
     if strategy == "one_device":

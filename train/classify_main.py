@@ -24,9 +24,10 @@ from absl import flags
 from tfxl import cli
 from tfxl.classification.readings import MEMORY, NO_MEMORY, POOLINGS, READINGS, TRUNCATION
 from tfxl.model_dir import check_data_fingerprint, check_or_store_config
-from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
-from tfxl.train import flags as train_flags, lease, plan as training_plan, run_record, train_log
-from tfxl.train.main import failures, is_chief
+from tfxl.tpu import StrategyError, define_flags as define_strategy_flags
+from tfxl.train import backends, flags as train_flags, lease, plan as training_plan, run_record
+from tfxl.train import train_log
+from tfxl.train.main import failures
 
 # The data reader, the task and the trainer (TensorFlow, Keras) are imported in main(): --help
 # should not wait for them (tests/test_cli_help.py).
@@ -105,8 +106,11 @@ def main(argv):
     language_model = (load_language_model(FLAGS.init_checkpoint, manifest)
                       if FLAGS.init_checkpoint else None)
     config = backbone_config(manifest, language_model)
-    strategy = strategy_from_flags()
-    chief = is_chief(strategy)
+    strategy = backends.strategy_from_flags()
+    # Before the classifier is built (the language model above is read as it was saved): the
+    # same initial head and dropout stream every run.
+    backends.configure_process(mixed_precision=FLAGS.mixed_precision, seed=FLAGS.seed)
+    chief = backends.for_strategy(strategy).is_chief
     if chief:
         check_or_store_config(FLAGS.model_dir, config, store=False)
     max_tokens = FLAGS.max_tokens

@@ -113,6 +113,7 @@ def write_plots(out_dir, results, training_mem_len, model_dir):
 def main(argv):
     # Here, not at the top: --help, which defines the flags only, loads no TensorFlow.
     from tfxl.data.prepare import PrepareConfig, prepare
+    from tfxl.train.backends import configure_process
     from tfxl.train.language_model import LanguageModelTask
     from tfxl.train.optimization import OptimizerParams
     from tfxl.train.run import RunOptions, TrainingRun, TrainingStopped
@@ -132,6 +133,7 @@ def main(argv):
     check_or_store_config(model_dir, config, store=False)  # TrainingRun.train stores it
     opt = OptimizerParams(learning_rate=2e-3, warmup_steps=100, min_lr_ratio=0.05,
                           train_steps=FLAGS.train_steps, clip=0.25)
+    configure_process(mixed_precision="float32", seed=0)  # RunOptions' own
     runner = TrainingRun(LanguageModelTask(config, data_dir=data_dir),
                          strategy=tf.distribute.get_strategy(),
                          options=RunOptions(model_dir=model_dir, global_batch=FLAGS.batch_size,

@@ -22,8 +22,8 @@ from tfxl.checkpoints.tree import restore_weights
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import load_manifest, split_info
 from tfxl.model_dir import ModelDir
-from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
-from tfxl.train import flags as train_flags
+from tfxl.tpu import StrategyError, define_flags as define_strategy_flags
+from tfxl.train import backends, flags as train_flags
 from tfxl.files import check_writable
 from tfxl.train.plan import check_evaluation_memory
 
@@ -67,7 +67,8 @@ def evaluate_from_flags():
     settings, sources = evaluation_settings(config)
     warn("evaluating with " + ", ".join(f"{key}={value} ({sources[key]})"
                                         for key, value in settings.items()))
-    strategy = strategy_from_flags()
+    strategy = backends.strategy_from_flags()
+    backends.configure_process(mixed_precision=FLAGS.mixed_precision, seed=0)
     manifest = load_manifest(FLAGS.data_dir)
     batch = manifest["num_streams"] if FLAGS.eval_batch_size is None else FLAGS.eval_batch_size
     # Before the model is built: a size no machine holds is named, not an OOM deep inside.

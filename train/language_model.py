@@ -3,15 +3,14 @@
 `LanguageModelTask` is what train/run.py's `TrainingRun` trains for a `TransfoXLLM`: the streams
 of a tfxl-prepare data dir (train/datasets.py), the memory carried from step to step on every
 replica (train/memory_state.py), the token-weighted mean loss, and the evaluation with memory
-(train/evaluator.py). `make_evaluator` (tfxl-eval) builds only the model and the evaluator: no
-optimizer, no training memory.
+(train/evaluator.py, train/jax_evaluator.py: the backend's, train/backends/). `make_evaluator`
+(tfxl-eval) builds only the model and the evaluator: no optimizer, no training memory.
 
 The task's step (`initial_memory`, `batch_weight`, `loss`) imports no TensorFlow: the JAX train
 step runs it where none is installed (benchmarks/accelerator_bench.py). Its data and evaluation
 (tf.data, TensorFlow's evaluator) import it when used.
 """
 
-import keras
 from keras import ops
 
 from tfxl.config import TransfoXLConfig
@@ -46,13 +45,23 @@ def make_evaluator(config, strategy, data_dir, model_dir, global_batch,
                    mixed_precision="float32", jit_compile=False, steps_per_loop=100,
                    progress=None):
     """tfxl-eval's evaluator: the model (weights not restored yet: `restore_weights`) and the
-    evaluation state only. progress: show a progress bar (None: when stderr is a terminal)."""
-    from tfxl.train.evaluator import EvalProgress, Evaluator
+    evaluation state only, built with the process's dtype policy, which must be
+    `mixed_precision` (`tfxl.train.backends.configure_process`, before). progress: show a
+    progress bar (None: when stderr is a terminal)."""
+    import keras
+
+    from tfxl.train import backends
+    from tfxl.train.evaluator import EvalProgress
+    policy = keras.config.dtype_policy().name
+    if policy != mixed_precision:
+        raise ValueError(f"mixed_precision={mixed_precision!r} is not the process's Keras dtype "
+                         f"policy, {policy!r}: call tfxl.train.backends.configure_process("
+                         "mixed_precision=..., seed=...) before the evaluator is built")
     data = load_data(config, strategy, data_dir, model_dir, seed=0)
-    keras.config.set_dtype_policy(mixed_precision)
-    keras.utils.set_random_seed(0)
-    return Evaluator(build_model(config, strategy), strategy, data, global_batch,
-                     steps_per_loop, jit_compile, EvalProgress(progress))
+    return backends.for_strategy(strategy).evaluator(
+        build_model(config, strategy), data=data, global_batch=global_batch,
+        steps_per_loop=steps_per_loop, jit_compile=jit_compile,
+        progress=EvalProgress(progress))
 
 
 class LanguageModelTask(Task):
@@ -107,11 +116,10 @@ class LanguageModelTask(Task):
 
     def build_evaluator(self, model, strategy, data, *, global_batch, steps_per_loop,
                         jit_compile):
-        if keras.backend.backend() == "jax":
-            from tfxl.train.jax_evaluator import JaxEvaluator
-            return JaxEvaluator(model, strategy, data, global_batch, steps_per_loop)
-        from tfxl.train.evaluator import Evaluator
-        return Evaluator(model, strategy, data, global_batch, steps_per_loop, jit_compile)
+        from tfxl.train import backends
+        return backends.for_strategy(strategy).evaluator(
+            model, data=data, global_batch=global_batch, steps_per_loop=steps_per_loop,
+            jit_compile=jit_compile)
 
     def evaluate(self, evaluator, data, split="valid", *, max_batches=None, **settings):
         """`Evaluator.evaluate` (settings: batch_size, tgt_len, mem_len, clamp_len,

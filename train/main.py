@@ -14,8 +14,9 @@ from absl import flags
 
 from tfxl import cli
 from tfxl.checkpoints import warm_start
-from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
+from tfxl.tpu import StrategyError, define_flags as define_strategy_flags
 from tfxl.tpu import jax_mesh
+from tfxl.train import backends
 from tfxl.train import flags as train_flags, lease, run_record, train_log
 from tfxl.train import plan as training_plan
 
@@ -37,28 +38,13 @@ def define_flags():
     warm_start.define_flags()
 
 
-def is_chief(strategy):
-    if isinstance(strategy, jax_mesh.JaxDistribution):  # process 0
-        return strategy.is_chief
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.task_type:
-        return True
-    return resolver.task_type == "chief" or (resolver.task_type == "worker" and
-                                             resolver.task_id == 0 and
-                                             "chief" not in resolver.cluster_spec().jobs)
-
-
 def run_strategy(config):
     """The strategy of the backend Keras runs on: tf.distribute's on TensorFlow, Keras'
     distribution API on JAX (the model's layout map for model_parallel)."""
-    import keras
-    if keras.backend.backend() != "jax":
-        return strategy_from_flags()
-    from tfxl.train.jax_train_step import check_precision
-    check_precision(FLAGS.mixed_precision)  # before the plan: not said, then refused
     from tfxl.models import TransfoXLLM
-    return jax_mesh.distribution_from_flags(
-        layout_map=lambda mesh: TransfoXLLM.get_layout_map(config, mesh))
+    return backends.strategy_from_flags(
+        jax_layout_map=lambda mesh: TransfoXLLM.get_layout_map(config, mesh),
+        mixed_precision=FLAGS.mixed_precision)
 
 
 def main(argv):
@@ -73,7 +59,9 @@ def main(argv):
     manifest = load_manifest(FLAGS.data_dir)
     config = train_flags.model_config(manifest["vocab_size"], manifest.get("cutoffs"))
     strategy = run_strategy(config)
-    chief = is_chief(strategy)
+    # Before anything is built: the same initial weights and dropout stream every run.
+    backends.configure_process(mixed_precision=FLAGS.mixed_precision, seed=FLAGS.seed)
+    chief = backends.for_strategy(strategy).is_chief
     if chief:
         check_or_store_config(FLAGS.model_dir, config, store=False)
     # The data checks of the first step, here too so that a dry run makes them.

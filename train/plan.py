@@ -22,7 +22,7 @@ import sys
 from absl import flags
 
 from tfxl.host import host_memory_bytes
-from tfxl.tpu.jax_mesh import JaxDistribution
+from tfxl.train import backends
 
 # tfxl.train.footprint is imported where it is used: it reads the model's cluster layout from
 # tfxl.layers, which loads Keras, and --help defines this module's flags only.
@@ -47,35 +47,6 @@ def _size(n):
     return f"{n / MIB:.1f} MiB" if n >= MIB else f"{n / 1024:.0f} KiB"
 
 
-def local_devices(strategy):
-    """The devices of this host's replicas (the default strategy: where TensorFlow places ops)."""
-    if isinstance(strategy, JaxDistribution):
-        return strategy.local_device_names
-    try:
-        return list(strategy.extended.worker_devices)
-    except RuntimeError:  # the default strategy has none: the first GPU, else the CPU
-        import tensorflow as tf
-        return ["/device:GPU:0" if tf.config.list_logical_devices("GPU") else "/device:CPU:0"]
-
-
-def device_kind(devices):
-    """"TPU", "GPU" or "CPU": what `devices` are."""
-    devices = " ".join(devices).upper()
-    return next((kind for kind in ("TPU", "GPU") if f"{kind}:" in devices), "CPU")
-
-
-def gpu_memory_bytes():
-    """The memory TensorFlow's allocator may use on each GPU (the smallest), or None when it does
-    not say. Read once the devices are initialised (the strategy is created)."""
-    try:
-        from tfxl.private_apis import device_lib
-        limits = [d.memory_limit for d in device_lib.list_local_devices()
-                  if d.device_type == "GPU" and d.memory_limit]
-    except Exception:  # no answer is "not checked", never a failed run
-        return None
-    return min(limits) if limits else None
-
-
 def resident_bytes():
     """This process's peak resident memory so far (TensorFlow's runtime and the inputs)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
@@ -89,8 +60,8 @@ class TrainingPlan:
         run and on this host. device: "CPU", "GPU" or "TPU". mixed_precision, optimizer,
         jit_compile: the flags'. eval_settings: config.eval_settings() when the run evaluates,
         else None. model_axis: the devices of one replica (JAX model_parallel), each holding
-        a part of its weights. device_memory: () -> each accelerator's bytes or None (default:
-        TensorFlow's GPUs).
+        a part of its weights. device_memory: () -> each accelerator's bytes or None (the
+        backend's `device_memory_bytes`; default: not known).
     """
 
     def __init__(self, config, global_batch, replicas=1, local_replicas=1, device="CPU",
@@ -116,16 +87,15 @@ class TrainingPlan:
     @classmethod
     def for_strategy(cls, config, strategy, global_batch, mixed_precision, optimizer,
                      evaluates=False, jit_compile=False):
-        devices = local_devices(strategy)
-        jax = isinstance(strategy, JaxDistribution)
+        backend = backends.for_strategy(strategy)
         # JAX model_parallel: a replica is `model_axis` devices, each holding a part of the
         # weights (`device_bytes`).
-        model_axis = strategy.mesh_shape[1] if jax else 1
-        return cls(config, global_batch, strategy.num_replicas_in_sync,
-                   max(1, len(devices) // model_axis), device_kind(devices), mixed_precision,
-                   optimizer, config.eval_settings() if evaluates else None, jit_compile,
-                   model_axis=model_axis,
-                   device_memory=strategy.device_memory_bytes if jax else None)
+        model_axis = backend.model_axis
+        return cls(config, global_batch, backend.replicas,
+                   max(1, len(backend.local_devices) // model_axis), backend.device_kind,
+                   mixed_precision, optimizer, config.eval_settings() if evaluates else None,
+                   jit_compile, model_axis=model_axis,
+                   device_memory=backend.device_memory_bytes)
 
     @property
     def tokens_per_step(self):
@@ -221,9 +191,8 @@ class TrainingPlan:
                     return f"warning: {message}; training anyway (--ignore_memory_estimate)"
                 raise ValueError(f"{message}; or pass --ignore_memory_estimate to train anyway")
             need = self.device_bytes
-            device_memory = self.device_memory or gpu_memory_bytes
-            limit = (device_memory() if self.device == "GPU" else None) if limit is None \
-                else limit
+            known = self.device == "GPU" and self.device_memory
+            limit = (self.device_memory() if known else None) if limit is None else limit
             if limit is None:
                 return (f"memory: not checked ({self.device} memory is not reported by "
                         "TensorFlow; --memory_limit_gib sets it)")
@@ -247,9 +216,9 @@ class ClassificationPlan(TrainingPlan):
 
     def __init__(self, config, global_batch, *, head, document_tokens, replicas=1,
                  local_replicas=1, device="CPU", mixed_precision="float32", optimizer="adam",
-                 jit_compile=False):
+                 jit_compile=False, device_memory=None):
         self._set_run(config, global_batch, replicas, local_replicas, device, mixed_precision,
-                      optimizer)
+                      optimizer, device_memory=device_memory)
         self.head, self.document_tokens = head, document_tokens
         from tfxl.train.footprint import classifier_training_footprint
         self.footprint = classifier_training_footprint(
@@ -260,11 +229,12 @@ class ClassificationPlan(TrainingPlan):
     @classmethod
     def for_strategy(cls, config, strategy, global_batch, mixed_precision, optimizer, *, head,
                      document_tokens, jit_compile=False):
-        devices = local_devices(strategy)
+        backend = backends.for_strategy(strategy)
         return cls(config, global_batch, head=head, document_tokens=document_tokens,
-                   replicas=strategy.num_replicas_in_sync, local_replicas=len(devices),
-                   device=device_kind(devices), mixed_precision=mixed_precision,
-                   optimizer=optimizer, jit_compile=jit_compile)
+                   replicas=backend.replicas, local_replicas=len(backend.local_devices),
+                   device=backend.device_kind, mixed_precision=mixed_precision,
+                   optimizer=optimizer, jit_compile=jit_compile,
+                   device_memory=backend.device_memory_bytes)
 
     @property
     def tokens_per_step(self):
@@ -312,9 +282,9 @@ def check_evaluation_memory(config, strategy, global_batch, settings, sources,
     settings: {"tgt_len", "mem_len", ...}; sources: where each comes from ("flag --mem_len",
     "config.json eval_mem_len", ...). limit: bytes, else the device's.
     """
-    devices = local_devices(strategy)
-    device = device_kind(devices)
-    per_replica = max(1, global_batch // strategy.num_replicas_in_sync)
+    backend = backends.for_strategy(strategy)
+    devices, device = backend.local_devices, backend.device_kind
+    per_replica = max(1, global_batch // backend.replicas)
     from tfxl.train.footprint import evaluation_footprint
     items = evaluation_footprint(config, per_replica, settings["tgt_len"], settings["mem_len"],
                                  mixed_precision)
@@ -325,7 +295,8 @@ def check_evaluation_memory(config, strategy, global_batch, settings, sources,
         limit = host_memory_bytes() if limit is None else limit
         of = f"this host's {_size(limit)} (with the runtime's {_size(runtime)})"
     else:
-        limit = (gpu_memory_bytes() if device == "GPU" else None) if limit is None else limit
+        limit = (backend.device_memory_bytes() if device == "GPU" else None) if limit is None \
+            else limit
         of = f"the {_size(limit or 0)} of each {device}"
     if limit is None or need <= limit:
         return  # fits, or the device's memory is not known (TPU): not checked

@@ -27,7 +27,9 @@ loops are cut identically everywhere) and all-reduces each worker's signal, so e
 the same answer at the same step, the signalled one and the others. One device, MirroredStrategy
 and TPUStrategy have one Python process (one worker): its own signal is the answer.
 
-Why not `tf.distribute.experimental.PreemptionCheckpointHandler` (TensorFlow 2.21, read in
+The exchange is the backend's (train/backends/: an all-reduce over the replicas on TensorFlow, a
+gather of the processes' values on JAX). Why not
+`tf.distribute.experimental.PreemptionCheckpointHandler` (TensorFlow 2.21, read in
 tensorflow/python/distribute/failure_handling/failure_handling.py): docs/training.md,
 "Preemption and exit status".
 """
@@ -37,11 +39,6 @@ import os
 import signal
 import sys
 import threading
-
-import numpy as np
-import tensorflow as tf
-
-from tfxl.tpu.jax_mesh import JaxDistribution
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -148,24 +145,10 @@ class StopOnSignals:
             os._exit(128 + signum)
 
 
-def worker_tasks(strategy):
-    """(tasks, own index): every worker of a multi-worker strategy as "chief 0", "worker 0", ...
-    in cluster order, and this process's place; (["worker 0"], 0) for one process."""
-    if isinstance(strategy, JaxDistribution):
-        return [f"process {i}" for i in range(strategy.process_count)], strategy.process_index
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
-        return ["worker 0"], 0
-    spec = resolver.cluster_spec().as_dict()
-    tasks = [f"{job} {i}" for job in ("chief", "worker") for i in range(len(spec.get(job, ())))]
-    if len(tasks) <= 1:
-        return ["worker 0"], 0
-    return tasks, tasks.index(f"{resolver.task_type} {resolver.task_id}")
-
-
 class StopRequests:
-    """The stop decision every worker of `strategy` takes at the same host-loop end.
+    """The stop decision every worker of a run takes at the same host-loop end.
 
+    `backend` is the run's (`tfxl.train.backends.Backend`: its workers and their exchange).
     `signals` is the `StopOnSignals` to train within; `agreed()` (the controller's
     `stop_requested`) returns the `StopRequest` of the first worker (in cluster order) that
     received a signal, or None, the same on every worker. With several workers it is a collective:
@@ -173,17 +156,10 @@ class StopRequests:
     the last).
     """
 
-    def __init__(self, strategy, log=None):
-        self.strategy = strategy
+    def __init__(self, backend, log=None):
         self.signals = StopOnSignals(log)
-        self.tasks, self.own = worker_tasks(strategy)
-        if len(self.tasks) == 1:
-            self._per_worker = None
-        elif isinstance(strategy, JaxDistribution):  # one value per process, gathered
-            self._per_worker = strategy.all_processes
-        else:
-            self._exchange = tf.function(self._exchange_fn)
-            self._per_worker = self._summed_over_replicas
+        self.tasks, self.own = backend.worker_tasks()
+        self._per_worker = backend.stop_agreement()
 
     def agreed(self):
         own = self.signals.requested
@@ -193,17 +169,3 @@ class StopRequests:
             if signum:
                 return StopRequest(int(signum), task)
         return None
-
-    def _summed_over_replicas(self, own):
-        summed = self._exchange(tf.constant(own, tf.int32)).numpy()
-        # Every replica of a worker added the worker's signal; every worker has as many replicas.
-        per_worker = np.rint(summed * len(self.tasks) / self.strategy.num_replicas_in_sync)
-        return per_worker.astype(int)
-
-    def _exchange_fn(self, own):
-        def replica_fn(own):
-            mine = tf.one_hot(self.own, len(self.tasks)) * tf.cast(own, tf.float32)
-            return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
-                                                                  mine)
-        summed = self.strategy.run(replica_fn, args=(own,))
-        return self.strategy.experimental_local_results(summed)[0]

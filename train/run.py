@@ -5,9 +5,11 @@ classifier (tfxl-classify-train): the checks before anything is written, the lea
 (train/lease.py), the model_dir's records (tfxl/model_dir.py, train/run_record.py), resuming
 (tfxl/checkpoints/training.py, train/train_log.py), the controller with its log sinks
 (train/controller.py), SIGTERM/SIGINT (train/preemption.py) and metrics.json. What differs
-between models (data, model, training memory, loss, evaluation, results) is the task's;
-`TrainStep` (train/train_step.py) owns the optimizer, the training memory and the compiled step.
-Its options are one frozen `RunOptions`, given by keyword.
+between models (data, model, training memory, loss, evaluation, results) is the task's; what
+differs between Keras backends is train/backends/'s, which builds the train step
+(train/train_step.py, train/jax_train_step.py: the optimizer, the training memory and the
+compiled step), the evaluator and the checkpoint. Its options are one frozen `RunOptions`,
+given by keyword.
 
 A task's training memory lives on the replicas across host loops (train/memory_state.py) and is
 checkpointed with the model, optimizer, step and dropout seeds, so a resumed run continues exactly
@@ -22,10 +24,10 @@ import keras
 import tensorflow as tf
 
 from tfxl.checkpoints.finding import checkpoints_newest_first
-from tfxl.checkpoints.training import TrainingCheckpoint
 from tfxl.cli.quiet import stream_is_terminal
 from tfxl.files import read_json, write_json_atomically
 from tfxl.model_dir import METRICS_FIELDS, ModelDir, check_or_store_config
+from tfxl.train import backends
 from tfxl.train.controller import Controller, ProgressBar, ProgressLines, TensorBoardScalars
 from tfxl.train.lease import Lease, LeaseParams
 from tfxl.train.optimization import OptimizerParams
@@ -34,7 +36,6 @@ from tfxl.train.run_record import RunRecord, run_settings
 from tfxl.train.task import Task
 from tfxl.train.train_log import FLUSH_SECONDS, TrainLog, resume_train_log
 from tfxl.train.host_loop import TrainingDiverged
-from tfxl.train.train_step import TrainStep
 
 __all__ = ["RunOptions", "TrainingDiverged", "TrainingRun", "TrainingStopped", "run_progress",
            "train_from_command_line"]
@@ -48,8 +49,10 @@ class RunOptions:
     global_batch: rows per step (streams or documents), divisible by the replicas.
     optimizer: the optimizer and its schedule; its train_steps is the step the run trains to.
     mixed_precision: the Keras dtype policy name. jit_compile: XLA-compile each replica's step.
-    steps_per_loop: the longest host loop. seed: weights, dropout and input order.
-    is_chief: this worker writes the model_dir's records (train/main.py's `is_chief`).
+    steps_per_loop: the longest host loop. seed: weights, dropout and input order. The
+      process's dtype policy and seed are these two, set once before the run is built
+      (`tfxl.train.backends.configure_process(mixed_precision=..., seed=...)`).
+    is_chief: this worker writes the model_dir's records (its backend's `is_chief`).
     allow_run_changes: continue a checkpoint with settings other than run.json's
       (train/run_record.py). lease: the model_dir lease's `LeaseParams` (train/lease.py).
     train_log_seconds: how often the train log writes its new lines (train/train_log.py).
@@ -95,45 +98,44 @@ def run_progress(train_steps, start_step, metric, units_per_step, verbose=1, uni
     return ProgressLines(train_steps, metric, units_per_step, verbose, unit)
 
 
-def worker_index(strategy):
-    """A worker's index among the run's processes (its checkpoints' folder when not the
-    chief): the task id of a tf.distribute cluster, the process index on JAX."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    return resolver.task_id if resolver is not None else strategy.process_index
-
-
 class TrainingRun:
     """One training job: trains `task`'s model to `options.optimizer.train_steps`, checkpointing,
     evaluating and recording it in `options.model_dir` (`train`).
 
     The constructor reads and checks (the data, run.json's settings, a warm start's source) and
-    builds (the model, the train step, the evaluator, the checkpoint); it writes nothing.
+    builds (the model, the train step, the evaluator, the checkpoint); it writes nothing. The
+    process's dtype policy and seed are set before (`tfxl.train.backends.configure_process`,
+    which the tools call): the policy must be `options.mixed_precision`.
 
     Args:
       task: a `tfxl.train.task.Task` (what is trained and how it is evaluated).
       strategy: the tf.distribute strategy every model and step is built under; on JAX
-        (KERAS_BACKEND=jax) a `tfxl.tpu.jax_mesh.JaxDistribution`, and the step is
-        train/jax_train_step.py's.
+        (KERAS_BACKEND=jax) a `tfxl.tpu.jax_mesh.JaxDistribution` (train/backends/ builds the
+        backend's step, evaluator and checkpoint for it).
       options: a `RunOptions`.
       log: where the constructor's notes go (the run's own: `train`'s log).
     """
 
     def __init__(self, task: Task, *, strategy, options: RunOptions, log=print):
+        policy = keras.config.dtype_policy().name
+        if policy != options.mixed_precision:
+            raise ValueError(f"options.mixed_precision={options.mixed_precision!r} is not the "
+                             f"process's Keras dtype policy, {policy!r}: call "
+                             "tfxl.train.backends.configure_process(mixed_precision=..., "
+                             "seed=...) before the run is built")
         self.task, self.strategy, self.options = task, strategy, options
+        self.backend = backend = backends.for_strategy(strategy)
         self.config, self.model_dir = task.config, options.model_dir
         self.global_batch, self.steps_per_loop = options.global_batch, options.steps_per_loop
         self.train_steps, self.is_chief = options.optimizer.train_steps, options.is_chief
         # First: a `checkpoints` that is a file would read as "no checkpoint yet".
         ModelDir(options.model_dir).check_layout()
         self.data = task.load_data(strategy, model_dir=options.model_dir, seed=options.seed)
-        # Same initial weights and dropout stream every run.
-        keras.config.set_dtype_policy(options.mixed_precision)
-        keras.utils.set_random_seed(options.seed)
         resuming = bool(checkpoints_newest_first(ModelDir(options.model_dir).checkpoints))
         # The run's recorded settings (run.json) decide the schedule's length; reads only.
         settings = {**run_settings(options.optimizer, options.global_batch,
                                    options.mixed_precision, options.seed, options.steps_per_loop,
-                                   strategy),
+                                   backend),
                     **task.recorded_settings(self.data)}
         self.run_record = RunRecord.resolve(options.model_dir, settings, self.train_steps,
                                             resuming=resuming,
@@ -145,24 +147,15 @@ class TrainingRun:
         self.init_checkpoint = task.warm_start(self.model, self.data,
                                                model_dir=options.model_dir, resuming=resuming,
                                                log=log)
-        worker_id = None if options.is_chief else worker_index(strategy)
-        if keras.backend.backend() == "jax":  # a functional step: train/jax_train_step.py
-            from tfxl.train.jax_train_step import JaxTrainStep
-            self.train_step = JaxTrainStep(task, self.model, strategy=strategy, data=self.data,
-                                           global_batch=options.global_batch,
-                                           optimizer=optimizer,
-                                           mixed_precision=options.mixed_precision)
-            self.checkpoint = TrainingCheckpoint(
-                self.model, self.train_step.optimizer, self.train_step.memory,
-                options.model_dir, worker_id, to_numpy=strategy.to_numpy)
-        else:
-            self.train_step = TrainStep(task, self.model, strategy=strategy, data=self.data,
-                                        global_batch=options.global_batch, optimizer=optimizer,
-                                        mixed_precision=options.mixed_precision,
-                                        jit_compile=options.jit_compile)
-            self.checkpoint = TrainingCheckpoint(self.model, self.train_step.optimizer,
-                                                 self.train_step.memory, options.model_dir,
-                                                 worker_id)
+        worker_id = None if options.is_chief else backend.worker_index
+        self.train_step = backend.train_step(task, self.model, data=self.data,
+                                             global_batch=options.global_batch,
+                                             optimizer=optimizer,
+                                             mixed_precision=options.mixed_precision,
+                                             jit_compile=options.jit_compile)
+        self.checkpoint = backend.training_checkpoint(
+            self.model, optimizer=self.train_step.optimizer, memory=self.train_step.memory,
+            model_dir=options.model_dir, worker_id=worker_id)
         # Evaluations inside a run are quiet: the run's own progress is on screen.
         self.evaluator = task.build_evaluator(self.model, strategy, self.data,
                                               global_batch=options.global_batch,
@@ -228,8 +221,8 @@ class TrainingRun:
             return self._train(restored, lease, save_every, eval_every, max_eval_batches, log)
         finally:
             # The input's tf.data threads end now, not whenever Python's cycle collector reaches
-            # the train step: a collection during a later trace under a MirroredStrategy waited
-            # 14-38 s on them (BUILD.md, "Tests"). The next train() rebuilds it at its step.
+            # the train step: a collection during a later trace under a MirroredStrategy would
+            # wait there for them to end. The next train() rebuilds it at its step.
             self.train_step.rewind_input()
             if lease is not None:
                 lease.release()
@@ -274,7 +267,7 @@ class TrainingRun:
         progress = run_progress(self.train_steps, step, metric, units_per_step,
                                 verbose=1 if self.is_chief else 0, unit=self.task.unit)
         train_actions.append(progress)
-        stops = StopRequests(self.strategy)
+        stops = StopRequests(self.backend)
         controller = Controller(
             self.train_step, self.checkpoint, train_steps=self.train_steps,
             steps_per_loop=self.steps_per_loop, save_every=save_every, eval_every=eval_every,

@@ -31,12 +31,11 @@ from absl import flags
 
 from tfxl.files import check_fields, read_json, write_json_atomically
 from tfxl.model_dir import ModelDir
-from tfxl.tpu.jax_mesh import JaxDistribution
 from tfxl.deferred import deferred_import
 
 tf = deferred_import("tensorflow")
 
-__all__ = ["RunRecord", "define_flags", "run_settings", "strategy_kind"]
+__all__ = ["RunRecord", "define_flags", "run_settings"]
 
 SETTINGS = ("optimizer", "weight_decay", "learning_rate", "warmup_steps", "min_lr_ratio",
             "schedule_steps", "train_batch_size", "clip", "mixed_precision", "seed",
@@ -54,25 +53,15 @@ def define_flags():
                       "change is recorded there.")
 
 
-def strategy_kind(strategy):
-    """The --strategy name of a tf.distribute strategy, or a JAX distribution's kind."""
-    if isinstance(strategy, JaxDistribution):
-        return strategy.kind
-    kinds = ((tf.distribute.TPUStrategy, "tpu"),
-             (tf.distribute.MultiWorkerMirroredStrategy, "multi_worker_mirrored"),
-             (tf.distribute.MirroredStrategy, "mirrored"),
-             (tf.distribute.OneDeviceStrategy, "one_device"))
-    return next((name for kind, name in kinds if isinstance(strategy, kind)), "default")
-
-
-def run_settings(opt, global_batch, mixed_precision, seed, steps_per_loop, strategy):
-    """The settings that shape a run ({SETTINGS}); schedule_steps None when not given."""
+def run_settings(opt, global_batch, mixed_precision, seed, steps_per_loop, backend):
+    """The settings that shape a run ({SETTINGS}); schedule_steps None when not given. backend:
+    the run's `tfxl.train.backends.Backend` (its strategy's kind and replicas)."""
     return {"optimizer": opt.optimizer, "weight_decay": opt.weight_decay,
             "learning_rate": opt.learning_rate, "warmup_steps": opt.warmup_steps,
             "min_lr_ratio": opt.min_lr_ratio, "schedule_steps": opt.schedule_steps,
             "train_batch_size": global_batch, "clip": opt.clip,
             "mixed_precision": mixed_precision, "seed": seed, "steps_per_loop": steps_per_loop,
-            "strategy": strategy_kind(strategy), "replicas": strategy.num_replicas_in_sync}
+            "strategy": backend.strategy_kind, "replicas": backend.replicas}
 
 
 # run.json's fields (tfxl.files.check_fields); a setting itself may hold any JSON value (each is
@@ -128,9 +117,6 @@ class RunRecord:
             new["schedule_steps"] = (old.get("schedule_steps") if resuming and old
                                      else train_steps)
         if stored is None:
-            if resuming:  # a model_dir of a version before run.json
-                log(f"{path} is missing: this run's settings are recorded there (learning-rate "
-                    f"schedule: {new['schedule_steps']} steps)")
             return cls(path, new, {"settings": new, "history": [entry]}, messages)
         history = stored.get("history") or []
         changed = {k: [old.get(k), v] for k, v in new.items() if old.get(k) != v}

@@ -82,7 +82,8 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def build_evaluator(self, model, strategy, data, *, global_batch: int, steps_per_loop: int,
                         jit_compile: bool):
-        """What `evaluate` evaluates with (built once: its steps are traced once)."""
+        """What `evaluate` evaluates with (built once: its steps are traced once); an evaluator
+        of the backend's own is `tfxl.train.backends.for_strategy(strategy).evaluator(...)`."""
 
     @abc.abstractmethod
     def evaluate(self, evaluator, data, split: str = "valid", *, max_batches=None, **settings):

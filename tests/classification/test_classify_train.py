@@ -18,6 +18,7 @@ from tfxl.classification import evaluate_classifier
 from tfxl.data.classification import (ClassificationConfig, classification_dataset,
                                       load_classification_manifest, prepare_classification)
 from tfxl.checkpoints.loading import load_language_model
+from tfxl.train.backends import configure_process
 from tfxl.train.classification import ClassificationTask, DocumentData
 from tfxl.train.optimization import OptimizerParams
 from tfxl.train.run import RunOptions, TrainingRun
@@ -149,6 +150,7 @@ def classifier_run(config, model_dir, optimizer, *, data_dir, strategy=None, log
     """A `TrainingRun` of the classification task, as tfxl-classify-train builds it (a batch of
     4 documents)."""
     task = ClassificationTask(config, data_dir=data_dir, head=HEAD, **task_options)
+    configure_process(mixed_precision="float32", seed=0)
     return TrainingRun(task, strategy=strategy or tf.distribute.get_strategy(),
                        options=RunOptions(model_dir=str(model_dir), global_batch=4,
                                           optimizer=optimizer, lease=fast_lease()),
@@ -313,6 +315,7 @@ def test_the_two_tasks_train_under_the_same_training_run(data_dir, tmp_path):
     for task in tasks:
         assert isinstance(task, Task)
         model_dir = tmp_path / type(task).__name__
+        configure_process(mixed_precision="float32", seed=0)
         run = TrainingRun(task, strategy=tf.distribute.get_strategy(),
                           options=RunOptions(model_dir=str(model_dir), global_batch=4,
                                              optimizer=OptimizerParams(train_steps=1),

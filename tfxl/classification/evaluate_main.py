@@ -129,6 +129,10 @@ def evaluate_from_flags():
         check_writable(FLAGS.output, "--output")
     manifest = load_classification_manifest(FLAGS.data_dir)
     documents = split_info(manifest, FLAGS.split)["documents"]
+    from tfxl.backend import check_tensorflow_tool
+    from tfxl.tpu.strategy import check_strategy_name
+    check_strategy_name(FLAGS.strategy)  # a JAX strategy's name is refused first
+    check_tensorflow_tool(StrategyError)  # the classifier's evaluation is TensorFlow code
     strategy = strategy_from_flags()
     with strategy.scope():
         model = load_classifier(FLAGS.model)

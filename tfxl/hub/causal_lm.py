@@ -25,6 +25,7 @@ from keras_hub.models import CausalLM
 from keras_hub.samplers import ContrastiveSampler
 from keras_hub.samplers import get as get_sampler
 
+from tfxl.backend import is_tensorflow
 from tfxl.hub.backbone import TransfoXLHubBackbone
 from tfxl.hub.preprocessor import TransfoXLCausalLMPreprocessor
 from tfxl.hub.presets import save_preset
@@ -109,7 +110,7 @@ class TransfoXLCausalLM(CausalLM):
         tracing a fresh `functools.partial` (no code object: counted by itself) keeps each
         function's count its own. Other backends: keras-hub's own.
         """
-        if (self.generate_function is None and keras.config.backend() == "tensorflow"
+        if (self.generate_function is None and is_tensorflow()
                 and not self.run_eagerly):
             import tensorflow as tf
             self.generate_function = tf.function(functools.partial(self.generate_step),

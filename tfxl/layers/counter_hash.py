@@ -13,9 +13,10 @@ no-op where uint32 is 32 bits: TensorFlow, JAX), which makes every result the sa
 on every backend: the low 32 bits of an int64 product are those of the uint32 product.
 """
 
-import keras
 import numpy as np
 from keras import ops
+
+from tfxl.backend import is_torch
 
 _GOLDEN = 0x9E3779B9
 _LOW_32_BITS = 0xFFFFFFFF
@@ -30,7 +31,7 @@ def constant(value):
 
 def wrapped(h):
     """`h` (Keras "uint32") modulo 2^32: the bits a 32-bit uint32 would hold."""
-    if keras.backend.backend() == "torch":  # int64 in uint32's place (module docstring)
+    if is_torch():  # int64 in uint32's place (module docstring)
         return ops.bitwise_and(h, constant(_LOW_32_BITS))
     return h
 

@@ -18,7 +18,7 @@ lax.while_loop; a Python loop on PyTorch), and the tokens go into a preallocated
 import keras
 from keras import ops
 
-from tfxl.backend import is_concrete, is_tensorflow
+from tfxl.backend import backend_name, is_concrete, is_tensorflow
 from tfxl.layers.counter_hash import as_int32, as_uint32, wrapped
 from tfxl.layers.memory import RecentWindowMemory
 from tfxl.models.sampling import sample_next
@@ -257,7 +257,7 @@ def compiled_generate(model, mem_len, clamp_len=None, same_length=None):
         memory = model.init_key_value_memory(ops.shape(ids)[0], mem_len)
         return generate(model, ids, memory, n, temperature, top_k, top_p, seed, **run)[0]
 
-    backend = keras.backend.backend()
+    backend = backend_name()
     if backend == "tensorflow":
         import tensorflow as tf
         # An input_signature of any batch and prompt length: one trace per memory length, not

@@ -1,0 +1,87 @@
+"""One seam per Keras backend: which backend runs is asked in train/backends/ (the training run's
+seam) and tfxl/backend.py (the model's), nowhere else in tfxl/, train/ or tpu/; a strategy is
+told a JAX distribution by type only there and where the class is defined (tpu/jax_mesh.py).
+
+Read from the source with `ast` (nothing is imported): a call of `keras.backend.backend()` or
+`keras.config.backend()`, and an `isinstance(..., JaxDistribution)`, wherever they are."""
+
+import ast
+import pathlib
+
+import pytest
+
+from tfxl.train import backends
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCANNED = ("tfxl", "train", "tpu")
+ALLOWED = {"backend": ("train/backends/", "tfxl/backend.py"),
+           "isinstance": ("train/backends/", "tpu/jax_mesh.py")}
+
+
+def dotted(node):
+    """"keras.backend.backend" for that expression, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def names_of(node):
+    """The names an isinstance's class argument names (a tuple's each)."""
+    items = node.elts if isinstance(node, ast.Tuple) else [node]
+    return [(dotted(item) or "").rpartition(".")[2] for item in items]
+
+
+def backend_questions(source):
+    """(line, "backend" or "isinstance") of each place `source` asks which backend runs or
+    whether a strategy is a JaxDistribution."""
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        called = dotted(node.func) or ""
+        if called in ("keras.backend.backend", "keras.config.backend", "backend.backend",
+                      "config.backend"):
+            yield node.lineno, "backend"
+        elif (called == "isinstance" and len(node.args) == 2
+              and "JaxDistribution" in names_of(node.args[1])):
+            yield node.lineno, "isinstance"
+
+
+def outside_the_seam():
+    found = []
+    for folder in SCANNED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            for line, kind in backend_questions(path.read_text()):
+                if not relative.startswith(ALLOWED[kind]):
+                    found.append(f"{relative}:{line}: {kind}")
+    return found
+
+
+def test_the_backend_is_asked_only_at_the_seams():
+    assert outside_the_seam() == []
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("import keras\nif keras.backend.backend() == 'jax':\n    pass\n", [(2, "backend")]),
+    ("import keras\nx = keras.config.backend()\n", [(2, "backend")]),
+    ("from keras import backend\nx = backend.backend()\n", [(2, "backend")]),
+    ("isinstance(s, JaxDistribution)\nisinstance(s, (int, jax_mesh.JaxDistribution))\n",
+     [(1, "isinstance"), (2, "isinstance")]),
+    ("from tfxl.backend import is_tensorflow\nisinstance(s, int)\nis_tensorflow()\n", []),
+])
+def test_the_scan_finds_each_way_of_asking(source, expected):
+    assert list(backend_questions(source)) == expected
+
+
+def test_the_seam_answers_the_runs_questions_for_its_strategy():
+    import tensorflow as tf
+    from tfxl.train.backends.tensorflow import TensorFlowBackend
+    backend = backends.for_strategy(tf.distribute.get_strategy())
+    assert isinstance(backend, TensorFlowBackend)
+    assert (backend.is_chief, backend.worker_index, backend.strategy_kind, backend.replicas,
+            backend.model_axis, backend.device_kind) == (True, 0, "default", 1, 1, "CPU")
+    assert backend.worker_tasks() == (["worker 0"], 0) and backend.stop_agreement() is None
