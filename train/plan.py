@@ -5,8 +5,10 @@ refused before it allocates anything (`--ignore_memory_estimate` runs it anyway)
 `--dry_run` prints the plan and stops. `tfxl-eval` checks its evaluation the same way
 (`check_evaluation_memory`), before it builds the model.
 
-The estimate is train/footprint.py's (weights, gradients, optimizer slots, memory state,
-activations, evaluation memory), computed from the config. What it is compared with:
+The estimate is tfxl/sizing.py's (weights, gradients, optimizer slots, gradient copies, memory
+state, activations, evaluation memory, the step's program and a margin), computed from the config
+and the backend; `TrainingPlan.with_compiled` puts JAX's memory_analysis of the compiled step in
+place of the counted items where one is at hand. What it is compared with:
 
 * CPU: the host's physical memory (or the cgroup limit of the container, when lower), against
   the whole process: the runtime already resident (TensorFlow, the input pipeline), every local
@@ -21,11 +23,9 @@ import sys
 
 from absl import flags
 
+from tfxl import sizing
 from tfxl.host import host_memory_bytes
 from tfxl.tpu.jax_mesh import JaxDistribution
-
-# tfxl.train.footprint is imported where it is used: it reads the model's cluster layout from
-# tfxl.layers, which loads Keras, and --help defines this module's flags only.
 
 GIB = 2**30
 MIB = 2**20
@@ -95,12 +95,18 @@ class TrainingPlan:
 
     def __init__(self, config, global_batch, replicas=1, local_replicas=1, device="CPU",
                  mixed_precision="float32", optimizer="adam", eval_settings=None,
-                 jit_compile=False, *, model_axis=1, device_memory=None):
+                 jit_compile=False, *, model_axis=1, device_memory=None, backend="tensorflow"):
         self._set_run(config, global_batch, replicas, local_replicas, device, mixed_precision,
                       optimizer, model_axis, device_memory)
-        from tfxl.train.footprint import training_footprint
-        self.footprint = training_footprint(config, self.per_replica_batch, mixed_precision,
-                                            optimizer, eval_settings, jit_compile)
+        self.footprint = sizing.training_footprint(config, self.per_replica_batch,
+                                                   mixed_precision, optimizer, eval_settings,
+                                                   jit_compile, backend)
+
+    def with_compiled(self, analysis_bytes):
+        """The plan with JAX's word for one replica's step: `sizing.compiled_bytes` of the
+        compiled step's `memory_analysis()` (the best number there is; the plan says so)."""
+        self.footprint = self.footprint.with_compiled(analysis_bytes)
+        return self
 
     def _set_run(self, config, global_batch, replicas, local_replicas, device, mixed_precision,
                  optimizer, model_axis=1, device_memory=None):
@@ -125,7 +131,8 @@ class TrainingPlan:
                    max(1, len(devices) // model_axis), device_kind(devices), mixed_precision,
                    optimizer, config.eval_settings() if evaluates else None, jit_compile,
                    model_axis=model_axis,
-                   device_memory=strategy.device_memory_bytes if jax else None)
+                   device_memory=strategy.device_memory_bytes if jax else None,
+                   backend="jax" if jax else "tensorflow")
 
     @property
     def tokens_per_step(self):
@@ -135,9 +142,8 @@ class TrainingPlan:
     def checkpoint_copy_bytes(self):
         """The global training memory [B, L, M, D] a checkpoint is saved from (host memory)."""
         c = self.config
-        from tfxl.train.footprint import compute_bytes
-        return (compute_bytes(self.mixed_precision) * self.global_batch * c.n_layer * c.mem_len
-                * c.d_model)
+        return (sizing.compute_bytes(self.mixed_precision) * self.global_batch * c.n_layer
+                * c.mem_len * c.d_model)
 
     def host_bytes(self, runtime):
         """CPU: what the process needs with `runtime` bytes already resident."""
@@ -158,9 +164,9 @@ class TrainingPlan:
         """What one device of a replica holds: the whole replica's estimate, except under
         model_parallel, where the weights, their gradients and the optimizer's slots are split
         over the replica's devices (the activations and the memory are counted whole: an upper
-        bound)."""
+        bound; a compiled step's figure is the whole replica's)."""
         f = self.footprint
-        split = f.weights + f.gradients + f.optimizer
+        split = 0 if f.compiled else f.weights + f.gradients + f.optimizer + f.gradient_copies
         return f.total - split + -(-split // self.model_axis)
 
     def replicas_text(self):
@@ -176,19 +182,20 @@ class TrainingPlan:
 
     def lines(self):
         """The plan, a few lines for stdout."""
-        from tfxl.train.footprint import OPTIMIZER_SLOTS
         f = self.footprint
         items = []
         for name, value in f.items():
             if name == "optimizer":
-                name = f"optimizer ({self.optimizer}: {OPTIMIZER_SLOTS[self.optimizer]} slots)"
+                name = (f"optimizer ({self.optimizer}: {sizing.OPTIMIZER_SLOTS[self.optimizer]} "
+                        "slots)")
             item = f"{name} {_size(value)}"
             if name == "activations":
                 item += " (" + ", ".join(f"{k.replace('_', '-')} {_size(v)}"
                                          for k, v in f.activations.items()) + ")"
             items.append(item)
+        how = " from XLA's memory_analysis" if f.compiled else ""
         return [self.step_line(),
-                f"memory per replica (estimate): {_size(f.total)} = " + " + ".join(items)]
+                f"memory per replica (estimate{how}): {_size(f.total)} = " + " + ".join(items)]
 
     def check_memory(self, limit=None, ignore=False, runtime=None):
         """A line on the memory the run may use; ValueError when the estimate exceeds it.
@@ -243,19 +250,19 @@ class ClassificationPlan(TrainingPlan):
     """What a tfxl-classify-train run will do and need: `TrainingPlan`'s, for a
     `DocumentClassifier` reading documents of `document_tokens` (L, a multiple of tgt_len T) with
     `head` ({num_classes, pooling, grad_segments, ...}). No training memory is carried from step
-    to step, so no checkpoint copy of it is made (footprint.classifier_training_footprint)."""
+    to step, so no checkpoint copy of it is made (sizing.classifier_training_footprint)."""
 
     def __init__(self, config, global_batch, *, head, document_tokens, replicas=1,
                  local_replicas=1, device="CPU", mixed_precision="float32", optimizer="adam",
-                 jit_compile=False):
+                 jit_compile=False, backend="tensorflow"):
         self._set_run(config, global_batch, replicas, local_replicas, device, mixed_precision,
                       optimizer)
         self.head, self.document_tokens = head, document_tokens
-        from tfxl.train.footprint import classifier_training_footprint
-        self.footprint = classifier_training_footprint(
+        self.footprint = sizing.classifier_training_footprint(
             config, self.per_replica_batch, num_classes=head["num_classes"],
             pooling=head["pooling"], grad_segments=head["grad_segments"],
-            mixed_precision=mixed_precision, optimizer=optimizer, jit_compile=jit_compile)
+            mixed_precision=mixed_precision, optimizer=optimizer, jit_compile=jit_compile,
+            backend=backend)
 
     @classmethod
     def for_strategy(cls, config, strategy, global_batch, mixed_precision, optimizer, *, head,
@@ -264,7 +271,8 @@ class ClassificationPlan(TrainingPlan):
         return cls(config, global_batch, head=head, document_tokens=document_tokens,
                    replicas=strategy.num_replicas_in_sync, local_replicas=len(devices),
                    device=device_kind(devices), mixed_precision=mixed_precision,
-                   optimizer=optimizer, jit_compile=jit_compile)
+                   optimizer=optimizer, jit_compile=jit_compile,
+                   backend="jax" if isinstance(strategy, JaxDistribution) else "tensorflow")
 
     @property
     def tokens_per_step(self):
@@ -306,7 +314,7 @@ def print_plan(plan, limit_gib=None, ignore=False, out=None):
 def check_evaluation_memory(config, strategy, global_batch, settings, sources,
                             mixed_precision="float32", limit=None):
     """Raises ValueError, naming the batch and the settings with where each came from, when the
-    memory of an evaluation (footprint.evaluation_footprint) exceeds the device's, compared as
+    memory of an evaluation (sizing.evaluation_footprint) exceeds the device's, compared as
     for training (the module docstring): tfxl-eval's check before it builds anything.
 
     settings: {"tgt_len", "mem_len", ...}; sources: where each comes from ("flag --mem_len",
@@ -315,9 +323,8 @@ def check_evaluation_memory(config, strategy, global_batch, settings, sources,
     devices = local_devices(strategy)
     device = device_kind(devices)
     per_replica = max(1, global_batch // strategy.num_replicas_in_sync)
-    from tfxl.train.footprint import evaluation_footprint
-    items = evaluation_footprint(config, per_replica, settings["tgt_len"], settings["mem_len"],
-                                 mixed_precision)
+    items = sizing.evaluation_footprint(config, per_replica, settings["tgt_len"],
+                                        settings["mem_len"], mixed_precision)
     need = sum(items.values())
     if device == "CPU":
         runtime = resident_bytes()

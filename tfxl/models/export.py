@@ -72,6 +72,7 @@ import os
 
 import tensorflow as tf
 
+from tfxl import sizing
 from tfxl.files import StagedDirectory
 from tfxl.model_dir import SAVED_MODEL, write_export_record
 from tfxl.layers.memory import KEYS, VALID, VALUES, KeyValueMemory
@@ -81,6 +82,7 @@ from tfxl.models.request_checks import (checked, finite_rule, flat, has_rank, id
                                         tokens_rule)
 from tfxl.models.sampling import sampling_rules
 from tfxl.models.scoring import score_document
+from tfxl.sizing import PROMPT_TOKEN_BYTES, key_value_memory_row_bytes
 
 
 def next_version(output_dir):
@@ -218,18 +220,7 @@ class SignatureSet:
 def most_that_fit(item_bytes):
     """How many items of `item_bytes` bytes (a memory's rows, a request's tokens) fit in
     MAX_MEMORY_BYTES (at least 1). Read at call time, so a test may lower the limit."""
-    return max(1, MAX_MEMORY_BYTES // max(1, item_bytes))
-
-
-# Bytes per prompt token of generate's working tensors that grow with B x P: the ids received
-# or encoded (int32, int64 when encoded), their left-padded copy and its segments (int32), the
-# valid mask and its segments (bool).
-PROMPT_TOKEN_BYTES = 4 + 8 + 4 + 4 + 1 + 1
-
-
-def key_value_memory_row_bytes(config, mem_len):
-    """Bytes of one row of a float32 key/value memory of `mem_len` slots (keys, values, valid)."""
-    return 4 * 2 * config.n_layer * config.n_head * config.d_head * mem_len + mem_len
+    return sizing.most_that_fit(item_bytes, MAX_MEMORY_BYTES)
 
 
 class Signatures(SignatureSet):
