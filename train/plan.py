@@ -18,13 +18,12 @@ place of the counted items where one is at hand. What it is compared with:
   `--memory_limit_gib` gives the limit by hand on any device.
 """
 
-import resource
 import sys
 
 from absl import flags
 
 from tfxl import sizing
-from tfxl.host import host_memory_bytes
+from tfxl.host import host_memory_bytes, resident_bytes
 from tfxl.tpu.jax_mesh import JaxDistribution
 
 GIB = 2**30
@@ -74,11 +73,6 @@ def gpu_memory_bytes():
     except Exception:  # no answer is "not checked", never a failed run
         return None
     return min(limits) if limits else None
-
-
-def resident_bytes():
-    """This process's peak resident memory so far (TensorFlow's runtime and the inputs)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 class TrainingPlan:
