@@ -144,8 +144,6 @@ def child(name, dtype, batch, mem_len, jit, steps):
     import keras
     backend = keras.backend.backend()
     baseline = _baseline(backend)
-    from tfxl.sizing import training_footprint
-
     keras.config.set_dtype_policy(dtype)
     config = config_for(name, mem_len)
     jit = jit or backend == "jax"  # JAX's step is always compiled
@@ -154,22 +152,32 @@ def child(name, dtype, batch, mem_len, jit, steps):
     else:
         model, analysis = _tensorflow_steps(config, dtype, batch, jit, steps)
     peak = common.peak_rss_mib()
-    n_params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
-    est = training_footprint(config, batch, dtype, "adam", jit_compile=jit, backend=backend)
     compiled = None
     if analysis is not None:
         from tfxl.sizing import compiled_bytes
         compiled = compiled_bytes(analysis()) / 2**20
+    return estimated({
+        "config": name, "backend": backend, "dtype": dtype, "batch": batch, "mem_len": mem_len,
+        "tgt_len": config.tgt_len, "n_layer": config.n_layer, "d_model": config.d_model,
+        "jit": jit, "baseline_mib": baseline, "peak_mib": peak,
+        "n_params": sum(int(np.prod(v.shape)) for v in model.trainable_variables),
+        "compiled_mib": compiled})
+
+
+def estimated(row):
+    """`row`, a measurement, with the plan's estimate of it (`est_*`, `ratio`): also how
+    `--rescore` puts the formulas of this checkout against earlier measurements."""
+    from tfxl.sizing import training_footprint
+    config = config_for(row["config"], row["mem_len"])
+    est = training_footprint(config, row["batch"], row["dtype"], "adam",
+                             jit_compile=row["jit"], backend=row["backend"])
     items = {"weights_optimizer": est.weights + est.gradients + est.optimizer,
              "gradient_copies": est.gradient_copies, "memory": est.memory_state,
              "activations": sum(est.activations.values()), "program": est.program,
              "margin": est.margin, "total": est.total}
-    return {"config": name, "backend": backend, "dtype": dtype, "batch": batch,
-            "mem_len": mem_len, "tgt_len": config.tgt_len, "n_layer": config.n_layer,
-            "d_model": config.d_model, "jit": jit, "baseline_mib": baseline, "peak_mib": peak,
-            "n_params": n_params, "est_parameters": est.parameters,
+    baseline, peak, compiled = row["baseline_mib"], row["peak_mib"], row["compiled_mib"]
+    return {**row, "est_parameters": est.parameters,
             **{f"est_{k}_mib": v / 2**20 for k, v in items.items()},
-            "compiled_mib": compiled,
             "compiled_estimate_mib": None if compiled is None else
             baseline + est.with_compiled(compiled * 2**20).total / 2**20,
             "estimate_mib": baseline + est.total / 2**20,
@@ -221,8 +229,16 @@ def main(argv=None):
     parser.add_argument("--backends", default="tensorflow",
                         help="tensorflow, jax or both (JAX's step is always compiled)")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--rescore", default=None,
+                        help="a JSON of earlier rows: their table with this checkout's estimate")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rescore:
+        with open(args.rescore) as f:
+            results = [estimated(row) for row in json.load(f)]
+        print(table(results))
+        common.dump_json(args.json, results)
+        return results
     common._THREADS.update(intra_op=args.intra_op, inter_op=args.inter_op)
     configs, dtypes = args.configs.split(","), args.dtypes.split(",")
     mem_lens = [int(m) for m in args.mem_lens.split(",")]

@@ -142,7 +142,7 @@ class TrainingPlan:
     def host_bytes(self, runtime):
         """CPU: what the process needs with `runtime` bytes already resident."""
         return (runtime + self.local_replicas * self.footprint.total
-                + self.checkpoint_copy_bytes)
+                + self.checkpoint_copy_bytes + sizing.RUN_BYTES)
 
     def step_line(self):
         """The plan's first line: the model and what one step reads."""
@@ -206,7 +206,8 @@ class TrainingPlan:
             copy = (f" + {_size(self.checkpoint_copy_bytes)} checkpoint copy of the memory"
                     if self.checkpoint_copy_bytes else "")
             what = (f"{_size(need)} on this host (runtime {_size(runtime)} + "
-                    f"{self.local_replicas} x {_size(self.footprint.total)} per replica{copy})")
+                    f"{self.local_replicas} x {_size(self.footprint.total)} per replica{copy} + "
+                    f"{_size(sizing.RUN_BYTES)} of the run)")
             of = f"its {_size(limit)}"
         else:
             # Whatever the device, a checkpoint is saved from a host copy of the training memory:
