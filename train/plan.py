@@ -11,8 +11,9 @@ and the backend; `TrainingPlan.with_compiled` puts JAX's memory_analysis of the 
 place of the counted items where one is at hand. What it is compared with:
 
 * CPU: the host's physical memory (or the cgroup limit of the container, when lower), against
-  the whole process: the runtime already resident (TensorFlow, the input pipeline), every local
-  replica's estimate, and the global copy of the training memory a checkpoint is saved from;
+  the whole process: the runtime already resident (TensorFlow, JAX), every local replica's
+  estimate, the global copy of the training memory a checkpoint is saved from, and the run's own
+  (sizing.RUN_BYTES: the input pipeline, the checkpoint writer, the summaries);
 * GPU: each GPU's memory as TensorFlow's allocator reports it, against one replica's estimate;
 * TPU, or a GPU whose memory TensorFlow does not report: not checked (the plan says so);
   `--memory_limit_gib` gives the limit by hand on any device.
