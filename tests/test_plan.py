@@ -122,7 +122,8 @@ def test_a_compiled_steps_analysis_replaces_the_counted_items():
     assert f.compiled == int(sizing.COMPILED_FACTOR * 100 * 2**20)
     assert [name for name, _ in f.items()] == ["compiled step (XLA memory_analysis)", "XLA",
                                                "margin"]
-    assert f.total == int((f.compiled + counted.program) * (1 + sizing.MARGIN))
+    assert f.margin == int(sizing.MARGIN * (f.compiled + counted.program))
+    assert f.total == f.compiled + counted.program + f.margin
     assert plan.lines()[1].startswith("memory per replica (estimate from XLA's memory_analysis): ")
     assert plan.device_bytes == f.total
 
