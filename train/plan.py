@@ -5,27 +5,28 @@ refused before it allocates anything (`--ignore_memory_estimate` runs it anyway)
 `--dry_run` prints the plan and stops. `tfxl-eval` checks its evaluation the same way
 (`check_evaluation_memory`), before it builds the model.
 
-The estimate is train/footprint.py's (weights, gradients, optimizer slots, memory state,
-activations, evaluation memory), computed from the config. What it is compared with:
+The estimate is tfxl/sizing.py's (weights, gradients, optimizer slots, gradient copies, memory
+state, activations, evaluation memory, the step's program and a margin), computed from the config
+and the backend; `TrainingPlan.with_compiled` puts JAX's memory_analysis of the compiled step in
+place of the counted items where one is at hand. What it is compared with:
 
 * CPU: the host's physical memory (or the cgroup limit of the container, when lower), against
-  the whole process: the runtime already resident (TensorFlow, the input pipeline), every local
-  replica's estimate, and the global copy of the training memory a checkpoint is saved from;
+  the whole process: the runtime already resident (TensorFlow, JAX), every local replica's
+  estimate, the global copy of the training memory a checkpoint is saved from, and the run's own
+  (sizing.RUN_BYTES: the input pipeline, the checkpoint writer, the summaries);
 * GPU: each GPU's memory as TensorFlow's allocator reports it, against one replica's estimate;
 * TPU, or a GPU whose memory TensorFlow does not report: not checked (the plan says so);
   `--memory_limit_gib` gives the limit by hand on any device.
 """
 
-import resource
 import sys
 
 from absl import flags
 
-from tfxl.host import host_memory_bytes
+from tfxl import sizing
+from tfxl.backend import backend_name
+from tfxl.host import host_memory_bytes, resident_bytes
 from tfxl.train import backends
-
-# tfxl.train.footprint is imported where it is used: it reads the model's cluster layout from
-# tfxl.layers, which loads Keras, and --help defines this module's flags only.
 
 GIB = 2**30
 MIB = 2**20
@@ -47,9 +48,6 @@ def _size(n):
     return f"{n / MIB:.1f} MiB" if n >= MIB else f"{n / 1024:.0f} KiB"
 
 
-def resident_bytes():
-    """This process's peak resident memory so far (TensorFlow's runtime and the inputs)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 class TrainingPlan:
@@ -66,12 +64,18 @@ class TrainingPlan:
 
     def __init__(self, config, global_batch, replicas=1, local_replicas=1, device="CPU",
                  mixed_precision="float32", optimizer="adam", eval_settings=None,
-                 jit_compile=False, *, model_axis=1, device_memory=None):
+                 jit_compile=False, *, model_axis=1, device_memory=None, backend="tensorflow"):
         self._set_run(config, global_batch, replicas, local_replicas, device, mixed_precision,
                       optimizer, model_axis, device_memory)
-        from tfxl.train.footprint import training_footprint
-        self.footprint = training_footprint(config, self.per_replica_batch, mixed_precision,
-                                            optimizer, eval_settings, jit_compile)
+        self.footprint = sizing.training_footprint(config, self.per_replica_batch,
+                                                   mixed_precision, optimizer, eval_settings,
+                                                   jit_compile, backend)
+
+    def with_compiled(self, analysis_bytes):
+        """The plan with JAX's word for one replica's step: `sizing.compiled_bytes` of the
+        compiled step's `memory_analysis()` (the best number there is; the plan says so)."""
+        self.footprint = self.footprint.with_compiled(analysis_bytes)
+        return self
 
     def _set_run(self, config, global_batch, replicas, local_replicas, device, mixed_precision,
                  optimizer, model_axis=1, device_memory=None):
@@ -95,7 +99,8 @@ class TrainingPlan:
                    max(1, len(backend.local_devices) // model_axis), backend.device_kind,
                    mixed_precision, optimizer, config.eval_settings() if evaluates else None,
                    jit_compile, model_axis=model_axis,
-                   device_memory=backend.device_memory_bytes)
+                   device_memory=backend.device_memory_bytes,
+                   backend=backend_name())
 
     @property
     def tokens_per_step(self):
@@ -105,14 +110,13 @@ class TrainingPlan:
     def checkpoint_copy_bytes(self):
         """The global training memory [B, L, M, D] a checkpoint is saved from (host memory)."""
         c = self.config
-        from tfxl.train.footprint import compute_bytes
-        return (compute_bytes(self.mixed_precision) * self.global_batch * c.n_layer * c.mem_len
-                * c.d_model)
+        return (sizing.compute_bytes(self.mixed_precision) * self.global_batch * c.n_layer
+                * c.mem_len * c.d_model)
 
     def host_bytes(self, runtime):
         """CPU: what the process needs with `runtime` bytes already resident."""
         return (runtime + self.local_replicas * self.footprint.total
-                + self.checkpoint_copy_bytes)
+                + self.checkpoint_copy_bytes + sizing.RUN_BYTES)
 
     def step_line(self):
         """The plan's first line: the model and what one step reads."""
@@ -128,9 +132,9 @@ class TrainingPlan:
         """What one device of a replica holds: the whole replica's estimate, except under
         model_parallel, where the weights, their gradients and the optimizer's slots are split
         over the replica's devices (the activations and the memory are counted whole: an upper
-        bound)."""
+        bound; a compiled step's figure is the whole replica's)."""
         f = self.footprint
-        split = f.weights + f.gradients + f.optimizer
+        split = 0 if f.compiled else f.weights + f.gradients + f.optimizer + f.gradient_copies
         return f.total - split + -(-split // self.model_axis)
 
     def replicas_text(self):
@@ -146,19 +150,20 @@ class TrainingPlan:
 
     def lines(self):
         """The plan, a few lines for stdout."""
-        from tfxl.train.footprint import OPTIMIZER_SLOTS
         f = self.footprint
         items = []
         for name, value in f.items():
             if name == "optimizer":
-                name = f"optimizer ({self.optimizer}: {OPTIMIZER_SLOTS[self.optimizer]} slots)"
+                name = (f"optimizer ({self.optimizer}: {sizing.OPTIMIZER_SLOTS[self.optimizer]} "
+                        "slots)")
             item = f"{name} {_size(value)}"
             if name == "activations":
                 item += " (" + ", ".join(f"{k.replace('_', '-')} {_size(v)}"
                                          for k, v in f.activations.items()) + ")"
             items.append(item)
+        how = " from XLA's memory_analysis" if f.compiled else ""
         return [self.step_line(),
-                f"memory per replica (estimate): {_size(f.total)} = " + " + ".join(items)]
+                f"memory per replica (estimate{how}): {_size(f.total)} = " + " + ".join(items)]
 
     def check_memory(self, limit=None, ignore=False, runtime=None):
         """A line on the memory the run may use; ValueError when the estimate exceeds it.
@@ -175,7 +180,8 @@ class TrainingPlan:
             copy = (f" + {_size(self.checkpoint_copy_bytes)} checkpoint copy of the memory"
                     if self.checkpoint_copy_bytes else "")
             what = (f"{_size(need)} on this host (runtime {_size(runtime)} + "
-                    f"{self.local_replicas} x {_size(self.footprint.total)} per replica{copy})")
+                    f"{self.local_replicas} x {_size(self.footprint.total)} per replica{copy} + "
+                    f"{_size(sizing.RUN_BYTES)} of the run)")
             of = f"its {_size(limit)}"
         else:
             # Whatever the device, a checkpoint is saved from a host copy of the training memory:
@@ -212,19 +218,19 @@ class ClassificationPlan(TrainingPlan):
     """What a tfxl-classify-train run will do and need: `TrainingPlan`'s, for a
     `DocumentClassifier` reading documents of `document_tokens` (L, a multiple of tgt_len T) with
     `head` ({num_classes, pooling, grad_segments, ...}). No training memory is carried from step
-    to step, so no checkpoint copy of it is made (footprint.classifier_training_footprint)."""
+    to step, so no checkpoint copy of it is made (sizing.classifier_training_footprint)."""
 
     def __init__(self, config, global_batch, *, head, document_tokens, replicas=1,
                  local_replicas=1, device="CPU", mixed_precision="float32", optimizer="adam",
-                 jit_compile=False, device_memory=None):
+                 jit_compile=False, device_memory=None, backend="tensorflow"):
         self._set_run(config, global_batch, replicas, local_replicas, device, mixed_precision,
                       optimizer, device_memory=device_memory)
         self.head, self.document_tokens = head, document_tokens
-        from tfxl.train.footprint import classifier_training_footprint
-        self.footprint = classifier_training_footprint(
+        self.footprint = sizing.classifier_training_footprint(
             config, self.per_replica_batch, num_classes=head["num_classes"],
             pooling=head["pooling"], grad_segments=head["grad_segments"],
-            mixed_precision=mixed_precision, optimizer=optimizer, jit_compile=jit_compile)
+            mixed_precision=mixed_precision, optimizer=optimizer, jit_compile=jit_compile,
+            backend=backend)
 
     @classmethod
     def for_strategy(cls, config, strategy, global_batch, mixed_precision, optimizer, *, head,
@@ -234,7 +240,7 @@ class ClassificationPlan(TrainingPlan):
                    replicas=backend.replicas, local_replicas=len(backend.local_devices),
                    device=backend.device_kind, mixed_precision=mixed_precision,
                    optimizer=optimizer, jit_compile=jit_compile,
-                   device_memory=backend.device_memory_bytes)
+                   device_memory=backend.device_memory_bytes, backend=backend_name())
 
     @property
     def tokens_per_step(self):
@@ -276,7 +282,7 @@ def print_plan(plan, limit_gib=None, ignore=False, out=None):
 def check_evaluation_memory(config, strategy, global_batch, settings, sources,
                             mixed_precision="float32", limit=None):
     """Raises ValueError, naming the batch and the settings with where each came from, when the
-    memory of an evaluation (footprint.evaluation_footprint) exceeds the device's, compared as
+    memory of an evaluation (sizing.evaluation_footprint) exceeds the device's, compared as
     for training (the module docstring): tfxl-eval's check before it builds anything.
 
     settings: {"tgt_len", "mem_len", ...}; sources: where each comes from ("flag --mem_len",
@@ -285,9 +291,8 @@ def check_evaluation_memory(config, strategy, global_batch, settings, sources,
     backend = backends.for_strategy(strategy)
     devices, device = backend.local_devices, backend.device_kind
     per_replica = max(1, global_batch // backend.replicas)
-    from tfxl.train.footprint import evaluation_footprint
-    items = evaluation_footprint(config, per_replica, settings["tgt_len"], settings["mem_len"],
-                                 mixed_precision)
+    items = sizing.evaluation_footprint(config, per_replica, settings["tgt_len"],
+                                        settings["mem_len"], mixed_precision)
     need = sum(items.values())
     if device == "CPU":
         runtime = resident_bytes()

@@ -27,6 +27,7 @@ from tfxl.classification.readings import READINGS
 from tfxl.data.manifest import split_info
 from tfxl.files import check_writable
 from tfxl.host import host_memory_bytes
+from tfxl.sizing import classifier_evaluation_bytes
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags, strategy_from_flags
 
 # The model, its evaluation and the data reader (Keras, TensorFlow) are imported in the functions
@@ -72,27 +73,14 @@ def evaluation_batch(batch_size, *, documents, replicas):
     return min(batch_size, -(-documents // replicas) * replicas)
 
 
-def evaluation_bytes(model, rows, tokens):
-    """An estimate of what evaluating `rows` documents of `tokens` tokens (a multiple of the
-    segment length T) at once holds: the weights, the padded batch and its aligned copies
-    (int32 and bool [rows, tokens], about six of them), the memory between segments
-    ([rows, M, D] per layer) and one segment's attention ([rows, heads, T, M + T], a few
-    float32 copies) and feed-forward activations. A bound for refusing sizes no machine holds,
-    not a measurement."""
-    c, T, M = model.config, model.segment_len, model.mem_len
-    return (4 * model.count_params() + 24 * rows * tokens
-            + 4 * (c.n_layer + 1) * rows * M * c.d_model
-            + 12 * rows * c.n_head * T * (M + T)
-            + 8 * rows * T * max(c.d_inner, 3 * c.n_head * c.d_head))
-
-
 def check_evaluation_size(model, batch, replicas, tokens, limit=None):
     """ValueError naming --batch_size and --max_tokens when one replica's share of a batch of
     `batch` documents of `tokens` tokens would not fit this host's memory (`limit` bytes), before
     anything is allocated (tfxl-eval refuses sizes no machine holds the same way)."""
     tokens = -(-tokens // model.segment_len) * model.segment_len
     rows = max(1, batch // replicas)
-    need = replicas * evaluation_bytes(model, rows, tokens)
+    need = replicas * classifier_evaluation_bytes(model.config, model.count_params(), rows, tokens,
+                                                  model.segment_len, model.mem_len)
     limit = host_memory_bytes() if limit is None else limit
     if need > limit:
         raise ValueError(f"the estimated memory of this evaluation, {need / 2**30:,.1f} GiB "

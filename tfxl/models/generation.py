@@ -18,6 +18,7 @@ lax.while_loop; a Python loop on PyTorch), and the tokens go into a preallocated
 import keras
 from keras import ops
 
+from tfxl import sizing
 from tfxl.backend import backend_name, is_concrete, is_tensorflow
 from tfxl.layers.counter_hash import as_int32, as_uint32, wrapped
 from tfxl.layers.memory import RecentWindowMemory
@@ -55,15 +56,15 @@ def check_generation_sizes(config, batch, mem_len, tgt_len, max_new_tokens, name
     names = {"batch": "batch", "mem_len": "mem_len", "tgt_len": "tgt_len",
              "max_new_tokens": "max_new_tokens", **(names or {})}
     limit = MAX_GENERATION_BYTES
-    slot = 8 * config.n_layer * config.n_head * config.d_head + 1
-    memory = batch * (mem_len + RECENT_WINDOW) * slot
+    slot = sizing.key_value_slot_bytes(config)
+    memory = batch * sizing.key_value_memory_row_bytes(config, mem_len + RECENT_WINDOW)
     if memory > limit:
         raise ValueError(
             f"{names['mem_len']}={mem_len}: a key/value memory of {mem_len} slots (+ "
             f"{RECENT_WINDOW} for the recent window) x {batch} row(s) needs {_gib(memory)} for "
             f"this model ({slot} bytes a slot: 8 x n_layer x n_head x d_head + 1); at most "
             f"{max(0, limit // (batch * slot) - RECENT_WINDOW)} slots fit in {_gib(limit)}")
-    scores = 4 * batch * config.n_head * tgt_len * (mem_len + tgt_len)
+    scores = sizing.attention_score_bytes(config, batch, tgt_len, mem_len + tgt_len)
     if scores > limit:
         raise ValueError(
             f"{names['mem_len']}={mem_len} with {names['tgt_len']}={tgt_len}: one prompt "
@@ -76,7 +77,7 @@ def check_new_tokens(batch, max_new_tokens, name="max_new_tokens"):
     """ValueError naming `name` when the new tokens' buffer, batch x max_new_tokens int32, would
     exceed MAX_GENERATION_BYTES."""
     limit = MAX_GENERATION_BYTES
-    if 4 * batch * max_new_tokens > limit:
+    if sizing.new_token_bytes(batch, max_new_tokens) > limit:
         raise ValueError(f"{name}={max_new_tokens}: at most {limit // (4 * batch)} new tokens "
                          f"per row ({_gib(limit)} of int32 token ids for {batch} row(s))")
 

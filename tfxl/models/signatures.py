@@ -77,6 +77,7 @@ from tfxl.saved_model.publish import publish_at, publish_version
 from tfxl.saved_model.request_checks import (checked, finite_rule, flat, has_rank, ids_rule,
                                              padded_shape, shape_of, shape_rule)
 from tfxl.saved_model.signature_set import SignatureSet, most_that_fit, shared, signature
+from tfxl.sizing import PROMPT_TOKEN_BYTES, key_value_memory_row_bytes
 
 
 def _wire(memory):
@@ -93,15 +94,6 @@ SAMPLING = {"max_new_tokens": ("", tf.int32), "temperature": ("", tf.float32),
             "top_k": ("", tf.int32), "top_p": ("", tf.float32), "seed": ("", tf.int32)}
 
 
-# Bytes per prompt token of generate's working tensors that grow with B x P: the ids received
-# or encoded (int32, int64 when encoded), their left-padded copy and its segments (int32), the
-# valid mask and its segments (bool).
-PROMPT_TOKEN_BYTES = 4 + 8 + 4 + 4 + 1 + 1
-
-
-def key_value_memory_row_bytes(config, mem_len):
-    """Bytes of one row of a float32 key/value memory of `mem_len` slots (keys, values, valid)."""
-    return 4 * 2 * config.n_layer * config.n_head * config.d_head * mem_len + mem_len
 
 
 class Signatures(SignatureSet):

@@ -14,6 +14,7 @@ protobuf response can carry back anyway.
 
 import tensorflow as tf
 
+from tfxl import sizing
 from tfxl.saved_model.request_checks import (checked, has_rank, ids_rule, padded_shape,
                                              range_rule, shape_of, tokens_rule)
 
@@ -25,7 +26,7 @@ MAX_MEMORY_BYTES = 2**31
 def most_that_fit(item_bytes):
     """How many items of `item_bytes` bytes (a memory's rows, a request's tokens) fit in
     MAX_MEMORY_BYTES (at least 1). Read at call time, so a test may lower the limit."""
-    return max(1, MAX_MEMORY_BYTES // max(1, item_bytes))
+    return sizing.most_that_fit(item_bytes, MAX_MEMORY_BYTES)
 
 
 def signature(needs_tokenizer=False, **inputs):
