@@ -5,8 +5,8 @@ and the loop's global batches split along the mesh's batch axis (tfxl/tpu/jax_me
 
 The ring is carried through the scan and from one loop to the next (donated: no copy of it is
 made); the per-segment sums stay on the device until the loop ends and come to the host in one
-transfer. The host then adds them in float64 in segment order, as it did when it read them
-after every step, so the result does not depend on steps_per_loop.
+transfer, [n] of each rather than their float32 total: the host adds them in float64 in segment
+order, so the result is that of reading each segment's sums, whatever steps_per_loop is.
 
 Shape glossary: n segments per loop, B global batch, T segment length.
 """
