@@ -10,9 +10,9 @@ each precision (fp32 and bf16 mixed), in one run on one device:
     tfxl as tfxl-train trains on JAX, through its own step, with the input from numpy in place of
     tf.data: the model built under `resolve_distribution("data_parallel")` (tfxl/tpu/jax_mesh.py)
     after the dtype policy and seed are set, the language model's task
-    (train/language_model.py: token-weighted mean NLL of all T targets, dropout on, the
+    (train/tasks/language_model.py: token-weighted mean NLL of all T targets, dropout on, the
     layer-input memory carried from step to step), and `JaxTrainStep.train(--steps)`
-    (train/jax_train_step.py: one compiled host loop of that many steps, a `lax.scan`, with the
+    (train/loop/jax_train_step.py: one compiled host loop of that many steps, a `lax.scan`, with the
     weights, optimizer variables and memory donated; tfxl-train's default optimizer, Adam 2.5e-4
     on its cosine schedule, and its global-norm clipping at 0.25); each timed loop is one such
     call, its input (`ZipfStreams`, the batches tfxl's pipeline gives) stacked and placed on the
@@ -243,9 +243,9 @@ def tfxl_train(model, strategy, config, batch, steps, repeats, warmup, mixed_pre
     model's task (the token-weighted mean NLL, dropout on, the layer-input memory), tfxl-train's
     default optimizer (Adam, 2.5e-4, cosine schedule) and global-norm clipping (0.25). `warmup`
     untimed steps, rounded up to whole loops (the first compiles)."""
-    from tfxl.train.jax_train_step import JaxTrainStep
-    from tfxl.train.language_model import LanguageModelTask
-    from tfxl.train.optimization import OptimizerParams
+    from tfxl.train.loop.jax_train_step import JaxTrainStep
+    from tfxl.train.tasks.language_model import LanguageModelTask
+    from tfxl.train.loop.optimization import OptimizerParams
 
     warmup_loops = max(1, -(-warmup // steps))
     data = ZipfStreams(config.vocab_size, batch, config.tgt_len,
@@ -363,7 +363,7 @@ def run_tfxl_preset(args, info):
     import jax
     import keras
     from tfxl.tpu.jax_mesh import resolve_distribution
-    from tfxl.train.language_model import build_model
+    from tfxl.train.tasks.language_model import build_model
 
     config = preset_config(info["preset"], args.smoke)
     train_batch, eval_batch = batches(info["preset"], args.smoke)

@@ -7,7 +7,7 @@ splits:
    a dozen top-level packages are documents labelled by package; every other .py file is the
    language model's corpus. Both go through the product path: `tfxl.data.prepare.prepare`
    (bytes tokenizer) and `prepare_classification` (seeded test draw).
-2. a `tiny`-shaped LM pretrained on the corpus through `tfxl.train.run.TrainingRun`.
+2. a `tiny`-shaped LM pretrained on the corpus through `tfxl.train.loop.run.TrainingRun`.
 3. three classifiers fine-tuned from it (`DocumentClassifier.from_language_model`, Keras `fit`
    on `classification_dataset`, the same optimizer, batch and epochs):
    * memory: reads the first N_train tokens in segments of T on a memory of M slots;
@@ -187,9 +187,9 @@ def pretrain(lm_dir, model_dir, sizes, log=print):
 
     from tfxl.data.manifest import load_manifest
     from tfxl.train.backends import configure_process
-    from tfxl.train.language_model import LanguageModelTask
-    from tfxl.train.run import RunOptions, TrainingRun
-    from tfxl.train.optimization import OptimizerParams
+    from tfxl.train.tasks.language_model import LanguageModelTask
+    from tfxl.train.loop.run import RunOptions, TrainingRun
+    from tfxl.train.loop.optimization import OptimizerParams
 
     manifest = load_manifest(lm_dir)
     config = lm_config(sizes, manifest["vocab_size"])

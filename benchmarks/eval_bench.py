@@ -213,9 +213,9 @@ def memory_paths(settings, batch=16, segments=8, jit=True, reps=3):
 
 def trainer_throughput(settings, jit=True, dtype="float32", batches=20, data_root=None):
     tf = common.setup()
-    from tfxl.train.language_model import LanguageModelTask
-    from tfxl.train.optimization import OptimizerParams
-    from tfxl.train.run import RunOptions, TrainingRun
+    from tfxl.train.tasks.language_model import LanguageModelTask
+    from tfxl.train.loop.optimization import OptimizerParams
+    from tfxl.train.loop.run import RunOptions, TrainingRun
     from tfxl.train.backends import configure_process
 
     config = common.bench_config()

@@ -1,7 +1,7 @@
 """Benchmark: JAX evaluation tokens/s, one compiled host loop against a step per segment.
 
-`JaxEvaluator.evaluate` (train/jax_evaluator.py: each host loop one jitted `lax.scan` over up to
-steps_per_loop segments, the ring carried through it, the sums read once per loop) against the
+`JaxEvaluator.evaluate` (train/loop/jax_evaluator.py: each host loop one jitted `lax.scan` over up
+to steps_per_loop segments, the ring carried through it, the sums read once per loop) against the
 loop it replaced (`PerStepJaxEvaluator` below: one jitted step per segment, its sums read after
 each, which waits for the device at every step). Both evaluators share the model (random weights
 from a fixed seed: speed does not depend on them), the data (`tfxl-prepare` of a generated corpus,
@@ -40,7 +40,7 @@ def per_step_evaluator_class():
     comparison only)."""
     import jax
     import numpy as np
-    from tfxl.train.jax_evaluator import JaxEvaluator
+    from tfxl.train.loop.jax_evaluator import JaxEvaluator
 
     class PerStepJaxEvaluator(JaxEvaluator):
         def __init__(self, *args, **kwargs):
@@ -89,9 +89,9 @@ def measure(config_name, *, batches, steps_per_loop, rounds, dtype, data_root):
     import keras
     from tfxl.data.manifest import load_manifest
     from tfxl.tpu.jax_mesh import resolve_distribution
-    from tfxl.train.datasets import DistributedData
-    from tfxl.train.jax_evaluator import JaxEvaluator
-    from tfxl.train.language_model import build_model
+    from tfxl.train.tasks.datasets import DistributedData
+    from tfxl.train.loop.jax_evaluator import JaxEvaluator
+    from tfxl.train.tasks.language_model import build_model
 
     config = common.CONFIGS[config_name]()
     keras.config.set_dtype_policy(dtype)

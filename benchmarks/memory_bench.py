@@ -80,9 +80,9 @@ def _features(batch, config, np):
 def _tensorflow_steps(config, dtype, batch, jit, steps):
     import numpy as np
     import tensorflow as tf
-    from tfxl.train.language_model import LanguageModelTask, build_model
-    from tfxl.train.optimization import OptimizerParams
-    from tfxl.train.train_step import TrainStep
+    from tfxl.train.tasks.language_model import LanguageModelTask, build_model
+    from tfxl.train.loop.optimization import OptimizerParams
+    from tfxl.train.loop.train_step import TrainStep
 
     strategy = tf.distribute.get_strategy()
     model = build_model(config, strategy)
@@ -119,9 +119,9 @@ def _jax_steps(config, dtype, batch, steps):
     """`steps` steps of JaxTrainStep in one compiled loop, and what XLA says the compiled loop
     uses (`memory_analysis`, compiled again after the peak was read)."""
     from tfxl.tpu.jax_mesh import resolve_distribution
-    from tfxl.train.jax_train_step import JaxTrainStep
-    from tfxl.train.language_model import LanguageModelTask, build_model
-    from tfxl.train.optimization import OptimizerParams
+    from tfxl.train.loop.jax_train_step import JaxTrainStep
+    from tfxl.train.tasks.language_model import LanguageModelTask, build_model
+    from tfxl.train.loop.optimization import OptimizerParams
 
     strategy = resolve_distribution("data_parallel")
     model = build_model(config, strategy)

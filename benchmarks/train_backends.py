@@ -8,8 +8,9 @@ one CPU device). The runs are interleaved, one of each per round for `--rounds` 
 order rotated each round, so that every trainer sees the machine's load alike.
 
 The measure is the steady state: the trainer prints one progress line per host loop (`step 40/120:
-loss ..., 2,244 tokens/s`, train/controller.py's `ProgressLines`); the first `--skip_loops` loops
-are dropped and the median of the rest is the run's tokens/s. One is dropped by default: the first
+loss ..., 2,244 tokens/s`, train/loop/controller.py's `ProgressLines`); the first `--skip_loops`
+loops are dropped and the median of the rest is the run's tokens/s. One is dropped by default: the
+first
 loop traces and compiles on every backend. The whole run's `train_tokens_per_second` of
 metrics.json (start-up and compilation included) is kept beside it. Per trainer: the median over
 the rounds and their range; the JAX/TensorFlow ratio is the median of the rounds' own ratios (runs

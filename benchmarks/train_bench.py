@@ -1,7 +1,7 @@
 """Benchmark: training tokens/s and model FLOP/s through the real trainer.
 
 Prepares a generated corpus with `tfxl-prepare` (bytes tokenizer) in a temp dir, builds a
-`tfxl.train.run.TrainingRun` of a `LanguageModelTask` (default strategy, Adam, clip 0.25) and
+`tfxl.train.loop.run.TrainingRun` of a `LanguageModelTask` (default strategy, Adam, clip 0.25) and
 runs its own host loop (`TrainStep._loop`: `steps_per_loop` calls of
 `strategy.run(TrainStep.replica_step, ...)` inside one tf.function, exactly what
 `TrainingRun.train` runs). The first loop (trace + compile) is not timed; then `--loops` loops
@@ -33,10 +33,10 @@ GLOBAL_BATCH = 16
 def run_one(config_name, dtype, jit, steps, loops, data_root, profile_dir=None):
     """In this process: tokens/s of the trainer on one config/dtype/jit combination."""
     tf = common.setup()
-    from tfxl.train.language_model import LanguageModelTask
-    from tfxl.train.optimization import OptimizerParams
+    from tfxl.train.tasks.language_model import LanguageModelTask
+    from tfxl.train.loop.optimization import OptimizerParams
     from tfxl.train.backends import configure_process
-    from tfxl.train.run import RunOptions, TrainingRun
+    from tfxl.train.loop.run import RunOptions, TrainingRun
 
     config = common.CONFIGS[config_name]()
     data_dir = common.prepare_data(data_root, config.tgt_len)

@@ -115,8 +115,8 @@ def language_model_run(config, *, data_dir, model_dir, global_batch, optimizer, 
     tools configure it (its dtype policy and seed: the same initial weights every run)."""
     import tensorflow as tf
     from tfxl.train.backends import configure_process
-    from tfxl.train.language_model import LanguageModelTask
-    from tfxl.train.run import RunOptions, TrainingRun
+    from tfxl.train.tasks.language_model import LanguageModelTask
+    from tfxl.train.loop.run import RunOptions, TrainingRun
     configure_process(mixed_precision=options.get("mixed_precision", "float32"),
                       seed=options.get("seed", 0))
     return TrainingRun(
@@ -130,7 +130,7 @@ def fast_lease():
     """`LeaseParams` for a TrainingRun in the test process: nothing else trains on its model_dir, so
     the 2-second settle (write, wait, read back) is not waited for. test_runs.py tests the lease
     itself with its own settings."""
-    from tfxl.train.lease import LeaseParams
+    from tfxl.train.records.lease import LeaseParams
     return LeaseParams(settle=0.0)
 
 

@@ -19,7 +19,7 @@ from tfxl import TransfoXLLM
 from tfxl.checkpoints.tree import (CheckpointTree, checkpoint_paths, checkpoint_shapes,
                                    read_checkpoint, restore_weights, variable_paths,
                                    variables_by_path)
-from tfxl.train.optimization import OptimizerParams, make_optimizer
+from tfxl.train.loop.optimization import OptimizerParams, make_optimizer
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 

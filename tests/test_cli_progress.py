@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from factories import console_script, random_bytes_data, run_in_process
-from tfxl.train.controller import ProgressBar, ProgressLines
-from tfxl.train.run import run_progress
+from tfxl.train.loop.controller import ProgressBar, ProgressLines
+from tfxl.train.loop.run import run_progress
 
 CONTROL = ("\r", "\b", "\x1b")  # what a bar writes and a log must not hold
 # As a user runs the tools: TF_CPP_MIN_LOG_LEVEL unset (tests/conftest.py sets one).

@@ -13,8 +13,8 @@ from tfxl.data.prepare import PrepareConfig, prepare
 from tfxl.data.rechunk import rechunk
 from tfxl.layers.memory import KeyValueRing
 from tfxl.train.backends import configure_process
-from tfxl.train.evaluator import EvalProgress
-from tfxl.train.language_model import make_evaluator
+from tfxl.train.loop.evaluator import EvalProgress
+from tfxl.train.tasks.language_model import make_evaluator
 
 T = 8          # segment length of the data
 STREAMS = 4
@@ -203,7 +203,7 @@ def test_a_checked_split_is_built_once_for_every_evaluation_pass(data_dir):
     """DistributedData keeps a checked split's evaluation input (each pass iterates it from its
     first batch) rather than tracing its tf.data functions again at every pass; an unchecked
     split is built, its shards' sizes verified, at every pass; training input always."""
-    from tfxl.train.datasets import DistributedData
+    from tfxl.train.tasks.datasets import DistributedData
 
     data = DistributedData(tf.distribute.get_strategy(), data_dir,
                            pipeline.load_manifest(data_dir))

@@ -335,7 +335,8 @@ def test_a_truncated_keras_file_is_named_as_such(tmp_path):
 
 
 def test_train_refuses_a_memory_no_machine_holds_before_anything_is_written(trained, tmp_path):
-    """tfxl-train's plan (train/plan.py) names --mem_len and its value; no TensorFlow OOM."""
+    """tfxl-train's plan (train/planning/plan.py) names --mem_len and its value; no TensorFlow
+    OOM."""
     model_dir = tmp_path / "model"
     refused = assert_refused(run_in_process("tfxl.train.main", f"--data_dir={trained['data']}",
                                       f"--model_dir={model_dir}", "--preset=tiny", "--tgt_len=4",

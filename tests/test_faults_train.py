@@ -16,10 +16,10 @@ from factories import assert_one_error_line, run_in_process
 from tfxl.checkpoints.loading import load_language_model
 from tfxl.train import flags as train_flags
 from tfxl.checkpoints.tree import restore_weights
-from tfxl.train.language_model import build_model
+from tfxl.train.tasks.language_model import build_model
 from tfxl.model_dir import check_or_store_config
-from tfxl.train.optimization import OptimizerParams
-from tfxl.train.train_log import read_train_log
+from tfxl.train.loop.optimization import OptimizerParams
+from tfxl.train.records.train_log import read_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 4    # streams per split
@@ -241,7 +241,7 @@ def test_demo_run_twice_keeps_the_training_results(data_dir, tmp_path, monkeypat
     # hidden) does not depend on it, and its compiles (one train step, one forward per memory
     # length) were two thirds of the test's CPU. test_train.py's
     # test_train_and_eval_steps_compile_as_one_xla_computation tests the XLA steps.
-    from tfxl.train import run as training_run  # the demo's main imports RunOptions from it
+    from tfxl.train.loop import run as training_run
     options = training_run.RunOptions
     monkeypatch.setattr(training_run, "RunOptions",
                         lambda **fields: options(**{**fields, "jit_compile": False}))

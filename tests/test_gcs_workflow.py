@@ -105,7 +105,7 @@ def test_the_readme_workflow_runs_with_every_path_on_gs(gcs, gcs_worker, tmp_pat
     # and `model.export`, a keras-hub preset written and read.
     python = worker.python(
         "import json, keras, tfxl\n"
-        "from tfxl.train.train_log import read_train_log\n"
+        "from tfxl.train.records.train_log import read_train_log\n"
         "from tfxl.checkpoints.loading import load_language_model\n"
         "from tfxl.hub import TransfoXLCausalLM, causal_lm_from_model_dir\n"
         f"print('LOG', json.dumps([r['step'] for r in read_train_log({run!r})]))\n"

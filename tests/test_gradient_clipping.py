@@ -1,4 +1,4 @@
-"""The one gradient clipping of both train steps (train/optimization.py `clip_by_global_norm`,
+"""The one gradient clipping of both train steps (train/loop/optimization.py `clip_by_global_norm`,
 keras.ops) against tf.clip_by_global_norm: the same clipped gradients and global norm, to 1e-6 in
 float32, under the clip, over it, at a norm of 0 and at a norm that is not finite."""
 
@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from keras import ops
 
-from tfxl.train.optimization import clip_by_global_norm
+from tfxl.train.loop.optimization import clip_by_global_norm
 
 pytestmark = pytest.mark.every_backend
 

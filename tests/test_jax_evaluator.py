@@ -64,9 +64,9 @@ def jax_evaluator(data_dir, weights=None):
     `weights` (a .weights.h5) or the seeded initial ones."""
     from tfxl.data.manifest import load_manifest
     from tfxl.tpu.jax_mesh import resolve_distribution
-    from tfxl.train.datasets import DistributedData
-    from tfxl.train.jax_evaluator import JaxEvaluator
-    from tfxl.train.language_model import build_model
+    from tfxl.train.tasks.datasets import DistributedData
+    from tfxl.train.loop.jax_evaluator import JaxEvaluator
+    from tfxl.train.tasks.language_model import build_model
     strategy = resolve_distribution("data_parallel")
     model = build_model(model_config(data_dir), strategy)
     if weights is not None:
@@ -140,7 +140,7 @@ ON_TENSORFLOW = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import test_jax_evaluator as t
-from tfxl.train.language_model import make_evaluator
+from tfxl.train.tasks.language_model import make_evaluator
 import tensorflow as tf
 data_dir, weights, model_dir = sys.argv[2:5]
 evaluator = make_evaluator(t.model_config(data_dir), tf.distribute.get_strategy(), data_dir,
@@ -204,7 +204,7 @@ def test_the_memory_matters_here(evaluated):
 
 def test_a_pass_compiles_a_loop_of_each_length_once(data_dir, monkeypatch):
     """A whole split of 7 loops and a shorter last one: two traces; the next pass none."""
-    from tfxl.train.jax_evaluator import JaxEvaluator
+    from tfxl.train.loop.jax_evaluator import JaxEvaluator
     traced = []
     original = JaxEvaluator._loop_fn
 

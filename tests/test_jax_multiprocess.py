@@ -22,7 +22,7 @@ import tensorflow as tf
 import factories
 from factories import STARTED, free_port, no_process_left_behind  # noqa: F401 (autouse)
 from backends import JAX_XLA_FLAGS
-from tfxl.train.train_log import read_train_log
+from tfxl.train.records.train_log import read_train_log
 
 pytestmark = [pytest.mark.large, pytest.mark.subprocess]
 
@@ -43,7 +43,7 @@ WITH_INITIAL_WEIGHTS = """
 import sys
 prefix, sys.argv = sys.argv[1], ["tfxl-train"] + sys.argv[2:]
 import numpy as np
-from tfxl.train.jax_train_step import JaxTrainStep
+from tfxl.train.loop.jax_train_step import JaxTrainStep
 original = JaxTrainStep.train
 
 def train(self, num_steps):
@@ -255,7 +255,7 @@ def test_two_processes_train_model_parallel_as_one_process_of_four_devices(data_
 def test_sigterm_to_one_process_stops_both_at_the_same_step_and_the_rerun_resumes_exactly(
         data_dir, tmp_path, one_process):
     """SIGTERM to process 1 only (a preempted host): both agree at the end of the host loop in
-    flight (train/preemption.py's `StopRequests`), save that step and exit 143; the rerun of
+    flight (train/records/preemption.py's `StopRequests`), save that step and exit 143; the rerun of
     both continues as the uninterrupted one-process run."""
     model_dir = tmp_path / "m"
     trainers = start_processes(data_dir, [model_dir] * PROCESSES, logs=tmp_path / "first")

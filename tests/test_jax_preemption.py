@@ -22,7 +22,7 @@ import factories
 from factories import STARTED, no_process_left_behind  # noqa: F401 (autouse)
 from backends import JAX_XLA_FLAGS
 from tfxl.model_dir import ModelDir
-from tfxl.train.train_log import read_train_log
+from tfxl.train.records.train_log import read_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 8    # streams per split (the global batch)
@@ -106,7 +106,8 @@ def assert_continues_exactly(records, reference):
 STOPPED_IN_THE_HOST_LOOP = """
 import sys, threading
 at, marker, sys.argv = int(sys.argv[1]), sys.argv[2], ["tfxl-train"] + sys.argv[3:]
-from tfxl.train import jax_train_step, preemption
+from tfxl.train.loop import jax_train_step
+from tfxl.train.records import preemption
 noted = threading.Event()
 received = preemption.StopOnSignals._received
 

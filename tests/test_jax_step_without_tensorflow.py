@@ -23,9 +23,9 @@ import keras
 import numpy as np
 from tfxl.config import TransfoXLConfig
 from tfxl.tpu.jax_mesh import resolve_distribution
-from tfxl.train.jax_train_step import JaxTrainStep
-from tfxl.train.language_model import LanguageModelTask, build_model
-from tfxl.train.optimization import OptimizerParams
+from tfxl.train.loop.jax_train_step import JaxTrainStep
+from tfxl.train.tasks.language_model import LanguageModelTask, build_model
+from tfxl.train.loop.optimization import OptimizerParams
 
 VOCAB, T, B = 23, 4, 4
 

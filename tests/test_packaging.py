@@ -24,7 +24,13 @@ def setup_options():
 def test_every_package_of_the_tree_is_installed_under_tfxl():
     packages, package_dir = setup_options()
     assert package_dir == {"tfxl.train": "train", "tfxl.tpu": "tpu"}
-    folder_of = {name: package_dir.get(name, name.replace(".", "/")) for name in packages}
+    def folder(name):  # a package below a package_dir entry lies in that entry's folder
+        top = next((key for key in package_dir if name == key or name.startswith(key + ".")),
+                   None)
+        if top is None:
+            return name.replace(".", "/")
+        return "/".join([package_dir[top], *name[len(top) + 1:].split(".")]).rstrip("/")
+    folder_of = {name: folder(name) for name in packages}
     in_tree = {str(path.parent.relative_to(ROOT)) for top in ("tfxl", "train", "tpu")
                for path in (ROOT / top).rglob("__init__.py")}
     assert sorted(folder_of.values()) == sorted(in_tree)
@@ -51,10 +57,10 @@ def test_installed_names_are_tfxl_train_and_tfxl_tpu_only(tmp_path):
     """From outside the repository (no source folder on sys.path), as an installed user sees it."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     probe = ("import importlib.util as u, json; print(json.dumps({n: u.find_spec(n) is not None "
-             "for n in ('train', 'tpu', 'tfxl.train', 'tfxl.tpu', 'tfxl.train.train_step', "
+             "for n in ('train', 'tpu', 'tfxl.train', 'tfxl.tpu', 'tfxl.train.loop.train_step', "
              "'tfxl.tpu.strategy')}))")
     result = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env,
                             capture_output=True, text=True, check=True)
     found = result.stdout.strip().splitlines()[-1]
     assert found == ('{"train": false, "tpu": false, "tfxl.train": true, "tfxl.tpu": true, '
-                     '"tfxl.train.train_step": true, "tfxl.tpu.strategy": true}')
+                     '"tfxl.train.loop.train_step": true, "tfxl.tpu.strategy": true}')

@@ -14,9 +14,9 @@ import factories
 from tfxl.config import get_preset
 from tfxl import sizing
 from tfxl.sizing import parameter_count, training_footprint
-from tfxl.train import plan as training_plan
-from tfxl.train.optimization import OptimizerParams, make_optimizer
-from tfxl.train.plan import GIB, TrainingPlan
+from tfxl.train.planning import plan as training_plan
+from tfxl.train.loop.optimization import OptimizerParams, make_optimizer
+from tfxl.train.planning.plan import GIB, TrainingPlan
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}

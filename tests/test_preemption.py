@@ -1,6 +1,6 @@
 """SIGTERM and SIGINT stop training with a checkpoint at the end of the host loop in flight, on
-every worker at the same step (train/preemption.py); the rerun continues step for step as if the
-run had never stopped."""
+every worker at the same step (train/records/preemption.py); the rerun continues step for step as
+if the run had never stopped."""
 
 import json
 import os
@@ -18,11 +18,11 @@ import tensorflow as tf
 import factories
 from factories import STARTED, no_process_left_behind  # noqa: F401 (autouse)
 from tfxl.model_dir import ModelDir, check_or_store_config
-from tfxl.train.controller import Controller
-from tfxl.train.optimization import OptimizerParams
+from tfxl.train.loop.controller import Controller
+from tfxl.train.loop.optimization import OptimizerParams
 from tfxl.train.backends import for_strategy
-from tfxl.train.preemption import StopOnSignals, StopRequest, StopRequests, TrainingStopped
-from tfxl.train.train_log import read_train_log
+from tfxl.train.records.preemption import StopOnSignals, StopRequest, StopRequests, TrainingStopped
+from tfxl.train.records.train_log import read_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 8    # streams per split (the global batch)
@@ -180,7 +180,7 @@ IN_THE_HOST_LOOP = """
 import sys
 marker, sys.argv = sys.argv[1], ["tfxl-train"] + sys.argv[2:]
 import tensorflow as tf
-from tfxl.train.train_step import TrainStep
+from tfxl.train.loop.train_step import TrainStep
 original = TrainStep.train
 
 def train(self, num_steps):  # traces the host loop, says so, then runs it (in TF's C++ only)

@@ -21,13 +21,13 @@ import tensorflow as tf
 import factories
 from factories import assert_one_error_line, run_in_process
 from tfxl.model_dir import ModelDir, check_or_store_config
-from tfxl.train.lease import Lease, LeaseHeld, LeaseLost, LeaseParams
-from tfxl.train.run import TrainingDiverged
-from tfxl.train.optimization import OptimizerParams
+from tfxl.train.records.lease import Lease, LeaseHeld, LeaseLost, LeaseParams
+from tfxl.train.loop.run import TrainingDiverged
+from tfxl.train.loop.optimization import OptimizerParams
 from tfxl.train.backends import for_strategy
-from tfxl.train.run_record import RunRecord, run_settings
-from tfxl.train import train_log
-from tfxl.train.train_log import TrainLog, read_train_log, resume_train_log
+from tfxl.train.records.run_record import RunRecord, run_settings
+from tfxl.train.records import train_log
+from tfxl.train.records.train_log import TrainLog, read_train_log, resume_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 4    # streams per split
@@ -531,7 +531,7 @@ def test_tfxl_train_refuses_a_changed_setting_in_one_line(data_dir, tmp_path, st
 
 READ_LOG = """
 import json
-from tfxl.train.train_log import read_train_log
+from tfxl.train.records.train_log import read_train_log
 print(json.dumps(read_train_log({model_dir!r})))
 """
 

@@ -12,10 +12,10 @@ import tensorflow as tf
 import factories
 from factories import run_in_process
 from tfxl.data.prepare import PrepareConfig, prepare
-from tfxl.train.run import TrainingDiverged
+from tfxl.train.loop.run import TrainingDiverged
 from tfxl.model_dir import check_or_store_config
-from tfxl.train.optimization import OptimizerParams
-from tfxl.train.train_log import read_train_log
+from tfxl.train.loop.optimization import OptimizerParams
+from tfxl.train.records.train_log import read_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 8    # streams per split
@@ -168,8 +168,8 @@ def test_both_training_memories_have_the_one_protocol_of_the_training_checkpoint
     parameters, so that one `TrainingCheckpoint.restore` serves both."""
     import inspect
     from tfxl.checkpoints.training import TrainingCheckpoint, TrainingMemory
-    from tfxl.train.jax_train_step import JaxTrainingMemory
-    from tfxl.train.memory_state import CheckpointedReplicaMemory
+    from tfxl.train.loop.jax_train_step import JaxTrainingMemory
+    from tfxl.train.loop.memory_state import CheckpointedReplicaMemory
     methods = [name for name, value in vars(TrainingMemory).items()
                if inspect.isfunction(value) and not name.startswith("_")]
     assert sorted(methods) == ["checkpoint_shapes", "restore_from_checkpoint",
@@ -189,7 +189,7 @@ def test_the_memory_comes_back_from_its_checkpoint_values_row_for_row(mirrored):
     """Each of two replicas takes its own rows of the global values a checkpoint holds, in
     replica order (`restore_from_checkpoint`), and `save_to_checkpoint` gathers them back."""
     from tfxl.layers.memory import LayerInputMemory
-    from tfxl.train.memory_state import CheckpointedReplicaMemory
+    from tfxl.train.loop.memory_state import CheckpointedReplicaMemory
     b, m, d = 2, 3, 4
     empty = LayerInputMemory(tf.zeros((b, 1, m, d)), tf.zeros((b, m), tf.bool))
     memory = CheckpointedReplicaMemory(mirrored, empty, "test_memory")

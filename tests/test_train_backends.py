@@ -1,5 +1,5 @@
 """benchmarks/train_backends.py reads the trainer's own progress lines: the format that
-train/controller.py's `ProgressLines` prints is the one it parses, and its summary takes the
+train/loop/controller.py's `ProgressLines` prints is the one it parses, and its summary takes the
 median and range over the rounds and the JAX/TensorFlow ratio round by round."""
 
 import contextlib
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks import train_backends
-from tfxl.train.controller import ProgressLines
+from tfxl.train.loop.controller import ProgressLines
 
 
 def test_the_progress_lines_the_trainer_prints_are_the_ones_read():

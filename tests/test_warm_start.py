@@ -16,9 +16,9 @@ from backends import JAX_XLA_FLAGS
 from tfxl.checkpoints import warm_start
 from tfxl.checkpoints.tree import restore_weights, variables_by_path
 from tfxl.model_dir import check_or_store_config
-from tfxl.train.language_model import build_model
-from tfxl.train.optimization import OptimizerParams
-from tfxl.train.train_log import read_train_log
+from tfxl.train.tasks.language_model import build_model
+from tfxl.train.loop.optimization import OptimizerParams
+from tfxl.train.records.train_log import read_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 4    # streams per split

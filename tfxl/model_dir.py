@@ -3,10 +3,12 @@
     model_dir/
       config.json              the model (TransfoXLConfig), written by the first run
       data.json                the vocabulary it was trained on (sha256, size, tgt_len, data_dir)
-      run.json                 the settings that shape the run, their history (train/run_record.py)
-      lease.json               the live trainer's lease, renewed while it runs (train/lease.py)
+      run.json                 the settings that shape the run, their history
+      (train/records/run_record.py)
+      lease.json               the live trainer's lease, renewed while it runs
+      (train/records/lease.py)
       train_log/<first>-<last>.jsonl   one JSON line per step, in parts written once
-                               (train/train_log.py; steps as 10-digit numbers)
+                               (train/records/train_log.py; steps as 10-digit numbers)
       metrics.json             the results of the run that trained it
       checkpoints/ckpt-N       training checkpoints (tfxl/checkpoints/training.py)
       checkpoints/checkpoint   TensorFlow's checkpoint state file (a cache: the files are listed)

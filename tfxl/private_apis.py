@@ -45,9 +45,9 @@ PRIVATE_OVERRIDES = {
     "_all_reduce_sum_gradients": (
         "keras.src.backend.tensorflow.optimizer", "TFOptimizer",
         "the one place Keras' TensorFlow optimizers sum the gradients over the replicas inside "
-        "apply; train/optimization.py's optimizers take gradients the trainer has already summed "
-        "(global-norm clipping needs the summed gradient's norm) and pass them through, so they "
-        "are not summed twice; no public optimizer option skips that sum"),
+        "apply; train/loop/optimization.py's optimizers take gradients the trainer has "
+        "already summed (global-norm clipping needs the summed gradient's norm) and pass them "
+        "through, so they are not summed twice; no public optimizer option skips that sum"),
 }
 
 __all__ = sorted(PRIVATE_APIS)

@@ -25,8 +25,11 @@ from tfxl import cli
 from tfxl.classification.readings import MEMORY, NO_MEMORY, POOLINGS, READINGS, TRUNCATION
 from tfxl.model_dir import check_data_fingerprint, check_or_store_config
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags
-from tfxl.train import backends, flags as train_flags, lease, plan as training_plan, run_record
-from tfxl.train import train_log
+from tfxl.train import backends, flags as train_flags
+from tfxl.train.records import lease
+from tfxl.train.planning import plan as training_plan
+from tfxl.train.records import run_record
+from tfxl.train.records import train_log
 from tfxl.train.main import failures
 
 # The data reader, the task and the trainer (TensorFlow, Keras) are imported in main(): --help
@@ -97,8 +100,8 @@ def backbone_config(manifest, language_model):
 def main(argv):
     del argv
     from tfxl.data.classification import load_classification_manifest
-    from tfxl.train.classification import ClassificationTask
-    from tfxl.train.run import TrainingRun, train_from_command_line
+    from tfxl.train.tasks.classification import ClassificationTask
+    from tfxl.train.loop.run import TrainingRun, train_from_command_line
 
     train_flags.check_flag_ranges(FLAGS.flag_values_dict())
     train_flags.require_dir_flags("data_dir", "model_dir")

@@ -7,7 +7,7 @@
 3. evaluate valid bpc over every token with the training memory, with no memory (mem_len 0) and
    with longer evaluation memories, print the table, and plot demo_out/bpc_vs_memory.png (bpc
    against evaluation memory length on a log2 axis) and demo_out/training_loss.png (the loss
-   curve of the model's train log, train/train_log.py).
+   curve of the model's train log, train/records/train_log.py).
 
     python -m tfxl.train.demo [--train_steps=2000] [--out=demo_out]
 
@@ -32,7 +32,7 @@ from tfxl.data.manifest import load_manifest
 from tfxl.deferred import deferred_import
 from tfxl.files import write_json_atomically
 from tfxl.model_dir import check_or_store_config
-from tfxl.train.train_log import read_train_log
+from tfxl.train.records.train_log import read_train_log
 
 tf = deferred_import("tensorflow")
 
@@ -114,9 +114,9 @@ def main(argv):
     # Here, not at the top: --help, which defines the flags only, loads no TensorFlow.
     from tfxl.data.prepare import PrepareConfig, prepare
     from tfxl.train.backends import configure_process
-    from tfxl.train.language_model import LanguageModelTask
-    from tfxl.train.optimization import OptimizerParams
-    from tfxl.train.run import RunOptions, TrainingRun, TrainingStopped
+    from tfxl.train.tasks.language_model import LanguageModelTask
+    from tfxl.train.loop.optimization import OptimizerParams
+    from tfxl.train.loop.run import RunOptions, TrainingRun, TrainingStopped
     del argv
     figure_class()  # a missing extra stops the demo now, not after minutes of training
     data_dir = os.path.join(FLAGS.out, "data")

@@ -25,7 +25,7 @@ from tfxl.model_dir import ModelDir
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags
 from tfxl.train import backends, flags as train_flags
 from tfxl.files import check_writable
-from tfxl.train.plan import check_evaluation_memory
+from tfxl.train.planning.plan import check_evaluation_memory
 
 FLAGS = flags.FLAGS
 
@@ -58,7 +58,7 @@ def evaluation_settings(config):
 
 def evaluate_from_flags():
     # Here, not at the top: --help, which defines the flags only, loads no Keras.
-    from tfxl.train.language_model import make_evaluator
+    from tfxl.train.tasks.language_model import make_evaluator
     train_flags.check_flag_ranges(FLAGS.flag_values_dict())
     train_flags.require_dir_flags("data_dir", "model_dir")
     if FLAGS.output:  # checked first: never evaluate for minutes and then fail to write

@@ -95,7 +95,7 @@ RUN_MANAGEMENT_FLAGS = ["allow_run_changes", "take_over", "lease_timeout", "leas
 
 def optimizer_params(flag_values=FLAGS):
     """The `OptimizerParams` of define_training_flags' flags (and --schedule_steps)."""
-    from tfxl.train.optimization import OptimizerParams  # loads Keras: the tool has by now
+    from tfxl.train.loop.optimization import OptimizerParams  # loads Keras: the tool has by now
     fv = flag_values
     return OptimizerParams(fv.learning_rate, fv.warmup_steps, fv.min_lr_ratio, fv.train_steps,
                            fv.clip, fv.optimizer, fv.weight_decay, fv.schedule_steps)
@@ -104,8 +104,8 @@ def optimizer_params(flag_values=FLAGS):
 def run_options(*, is_chief, flag_values=FLAGS, **overrides):
     """The `RunOptions` the training tools' flags give (tfxl-train, tfxl-classify-train);
     `overrides` sets the others (e.g. short_first_loops)."""
-    from tfxl.train import lease
-    from tfxl.train.run import RunOptions  # loads TensorFlow: the tool has by now
+    from tfxl.train.records import lease
+    from tfxl.train.loop.run import RunOptions  # loads TensorFlow: the tool has by now
     fv = flag_values
     return RunOptions(
         model_dir=fv.model_dir, global_batch=fv.train_batch_size,

@@ -17,8 +17,11 @@ from tfxl.checkpoints import warm_start
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags
 from tfxl.tpu import jax_mesh
 from tfxl.train import backends
-from tfxl.train import flags as train_flags, lease, run_record, train_log
-from tfxl.train import plan as training_plan
+from tfxl.train import flags as train_flags
+from tfxl.train.records import lease
+from tfxl.train.records import run_record
+from tfxl.train.records import train_log
+from tfxl.train.planning import plan as training_plan
 
 FLAGS = flags.FLAGS
 
@@ -52,8 +55,8 @@ def main(argv):
     # Here, not at the top: --help, which defines the flags only, loads no TensorFlow.
     from tfxl.data.manifest import check_manifest, load_manifest
     from tfxl.model_dir import check_or_store_config
-    from tfxl.train.language_model import LanguageModelTask, build_model
-    from tfxl.train.run import TrainingRun, train_from_command_line
+    from tfxl.train.tasks.language_model import LanguageModelTask, build_model
+    from tfxl.train.loop.run import TrainingRun, train_from_command_line
     train_flags.check_flag_ranges(FLAGS.flag_values_dict())
     train_flags.require_dir_flags("data_dir", "model_dir")
     manifest = load_manifest(FLAGS.data_dir)
@@ -114,7 +117,7 @@ def help_groups():
 def failures():
     """A diverged run is not the user's input: its own status, 3 (the last good checkpoint
     kept). Looked up only when a run raised (tfxl.cli.run): the trainer loads TensorFlow."""
-    from tfxl.train.run import TrainingDiverged
+    from tfxl.train.loop.run import TrainingDiverged
     return {TrainingDiverged: 3}
 
 

@@ -1,6 +1,6 @@
-"""tfxl-classify-train: a DocumentClassifier trained the tfxl way (train/classification.py on
-train/run.py's TrainingRun): the loss falls, a stopped run resumes bitwise, a changed setting is
-refused, a language model's backbone is the start, MirroredStrategy equals one device, the logged
+"""tfxl-classify-train: a DocumentClassifier trained the tfxl way (train/tasks/classification.py on
+train/loop/run.py's TrainingRun): the loss falls, a stopped run resumes bitwise, a changed setting
+is refused, a language model's backbone is the start, MirroredStrategy equals one device, the logged
 evaluation is evaluate_classifier's, and bad input is one error line."""
 
 import json
@@ -19,11 +19,11 @@ from tfxl.data.classification import (ClassificationConfig, classification_datas
                                       load_classification_manifest, prepare_classification)
 from tfxl.checkpoints.loading import load_language_model
 from tfxl.train.backends import configure_process
-from tfxl.train.classification import ClassificationTask, DocumentData
-from tfxl.train.optimization import OptimizerParams
-from tfxl.train.run import RunOptions, TrainingRun
-from tfxl.train.task import Task
-from tfxl.train.train_log import read_train_log
+from tfxl.train.tasks.classification import ClassificationTask, DocumentData
+from tfxl.train.loop.optimization import OptimizerParams
+from tfxl.train.loop.run import RunOptions, TrainingRun
+from tfxl.train.tasks.task import Task
+from tfxl.train.records.train_log import read_train_log
 
 TOOL = "tfxl.train.classify_main"
 # The backbone of every run here (the data's vocabulary is added): factories' tiny model.
@@ -306,7 +306,7 @@ def test_the_two_tasks_train_under_the_same_training_run(data_dir, tmp_path):
     """The language model's task and the classifier's, each one step of the one TrainingRun:
     metrics.json written by the same code, counted in each task's unit."""
     from factories import data_config, random_bytes_data
-    from tfxl.train.language_model import LanguageModelTask
+    from tfxl.train.tasks.language_model import LanguageModelTask
     (tmp_path / "lm").mkdir()
     lm_data = random_bytes_data(tmp_path / "lm", 4, 4)
     tasks = [LanguageModelTask(data_config(lm_data, tgt_len=4), data_dir=lm_data),

@@ -39,8 +39,8 @@ FITS = "this model/run"  # what a checkpoint that does not fit does not fit, for
 class TrainingMemory(Protocol):
     """The training memory as a checkpoint sees it: global [B, ...] tensors named as the
     memory's dict form names them ("states", "valid"), whichever backend holds it and however
-    many replicas or devices share it (train/memory_state.py's `CheckpointedReplicaMemory` on
-    TensorFlow, train/jax_train_step.py's `JaxTrainingMemory` on JAX).
+    many replicas or devices share it (train/loop/memory_state.py's `CheckpointedReplicaMemory` on
+    TensorFlow, train/loop/jax_train_step.py's `JaxTrainingMemory` on JAX).
     """
 
     # The tf.train.Checkpoint of the global copies, one variable per name: what a training
@@ -84,7 +84,7 @@ class TrainingCheckpoint:
         (default `keras.ops.convert_to_numpy`).
 
     `before_save` and `after_save` hold callables (step) run around every save: the train log
-    writes its lines before a checkpoint of their steps exists (train/train_log.py).
+    writes its lines before a checkpoint of their steps exists (train/records/train_log.py).
     """
 
     def __init__(self, model, optimizer, memory, model_dir, worker_id=None, *, to_numpy=None):

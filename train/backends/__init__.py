@@ -1,13 +1,13 @@
 """One seam per Keras backend: what a training run builds and asks that depends on the backend.
 
-A training run's code (train/run.py, the tools, the plan, the stop agreement, the run record)
+A training run's code (train/loop/run.py, the tools, the plan, the stop agreement, the run record)
 is the same on every backend; what differs is behind one interface, `Backend`, with one class
 per backend, each built from the run's strategy:
 
 * `tensorflow.TensorFlowBackend`: a `tf.distribute` strategy (tfxl/tpu/strategy.py), the
-  replica step of train/train_step.py, the evaluator of train/evaluator.py;
+  replica step of train/loop/train_step.py, the evaluator of train/loop/evaluator.py;
 * `jax.JaxBackend`: a `tfxl.tpu.jax_mesh.JaxDistribution`, the functional step of
-  train/jax_train_step.py, the evaluator of train/jax_evaluator.py.
+  train/loop/jax_train_step.py, the evaluator of train/loop/jax_evaluator.py.
 
 `for_strategy` is the one place that picks between them, by the backend Keras runs on
 (KERAS_BACKEND); `strategy_from_flags` resolves the strategy a tool runs under on that backend
@@ -142,7 +142,7 @@ def strategy_from_flags(flag_values=None, *, jax_layout_map=None, mixed_precisio
     flag_values = flags.FLAGS if flag_values is None else flag_values
     if jax_layout_map is not None and _backend_name() == "jax":
         from tfxl.tpu import jax_mesh
-        from tfxl.train.jax_train_step import check_precision
+        from tfxl.train.loop.jax_train_step import check_precision
         check_precision(mixed_precision)  # before the plan: not said, then refused
         return jax_mesh.distribution_from_flags(layout_map=jax_layout_map,
                                                 flag_values=flag_values)

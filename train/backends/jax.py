@@ -1,6 +1,6 @@
 """The training run's backend on JAX: a `tfxl.tpu.jax_mesh.JaxDistribution` (Keras 3's
-distribution API), the functional step and its training memory (train/jax_train_step.py), its
-evaluator (train/jax_evaluator.py) and the training checkpoint (tfxl/checkpoints/training.py).
+distribution API), the functional step and its training memory (train/loop/jax_train_step.py), its
+evaluator (train/loop/jax_evaluator.py) and the training checkpoint (tfxl/checkpoints/training.py).
 
 The step imports no TensorFlow (it trains where none is installed); the evaluator and the
 checkpoint do, when they are built."""
@@ -30,7 +30,7 @@ class JaxBackend:
                    mixed_precision="float32", jit_compile=False):
         """The jitted step (`jit_compile` is implied: JAX compiles the whole step)."""
         del jit_compile
-        from tfxl.train.jax_train_step import JaxTrainStep
+        from tfxl.train.loop.jax_train_step import JaxTrainStep
         return JaxTrainStep(task, model, strategy=self.strategy, data=data,
                             global_batch=global_batch, optimizer=optimizer,
                             mixed_precision=mixed_precision)
@@ -38,11 +38,11 @@ class JaxBackend:
     def evaluator(self, model, *, data, global_batch, steps_per_loop=100, jit_compile=False,
                   progress=None):
         del jit_compile  # a jitted step, always
-        from tfxl.train.jax_evaluator import JaxEvaluator
+        from tfxl.train.loop.jax_evaluator import JaxEvaluator
         return JaxEvaluator(model, self.strategy, data, global_batch, steps_per_loop, progress)
 
     def training_memory(self, empty):
-        from tfxl.train.jax_train_step import JaxTrainingMemory
+        from tfxl.train.loop.jax_train_step import JaxTrainingMemory
         return JaxTrainingMemory(self.strategy, empty)
 
     def training_checkpoint(self, model, *, optimizer, memory, model_dir, worker_id=None):

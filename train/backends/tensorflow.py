@@ -1,6 +1,6 @@
 """The training run's backend on TensorFlow: a `tf.distribute` strategy (tfxl/tpu/strategy.py),
-the replica step (train/train_step.py), its evaluator (train/evaluator.py), the per-replica
-training memory (train/memory_state.py) and the training checkpoint
+the replica step (train/loop/train_step.py), its evaluator (train/loop/evaluator.py), the
+per-replica training memory (train/loop/memory_state.py) and the training checkpoint
 (tfxl/checkpoints/training.py)."""
 
 import numpy as np
@@ -46,19 +46,19 @@ class TensorFlowBackend:
     # -- what it builds -------------------------------------------------------------------------
     def train_step(self, task, model, *, data, global_batch, optimizer,
                    mixed_precision="float32", jit_compile=False):
-        from tfxl.train.train_step import TrainStep
+        from tfxl.train.loop.train_step import TrainStep
         return TrainStep(task, model, strategy=self.strategy, data=data,
                          global_batch=global_batch, optimizer=optimizer,
                          mixed_precision=mixed_precision, jit_compile=jit_compile)
 
     def evaluator(self, model, *, data, global_batch, steps_per_loop=100, jit_compile=False,
                   progress=None):
-        from tfxl.train.evaluator import Evaluator
+        from tfxl.train.loop.evaluator import Evaluator
         return Evaluator(model, self.strategy, data, global_batch, steps_per_loop, jit_compile,
                          progress)
 
     def training_memory(self, empty):
-        from tfxl.train.memory_state import CheckpointedReplicaMemory
+        from tfxl.train.loop.memory_state import CheckpointedReplicaMemory
         return CheckpointedReplicaMemory(self.strategy, empty, "train_memory")
 
     def training_checkpoint(self, model, *, optimizer, memory, model_dir, worker_id=None):
@@ -131,7 +131,8 @@ class TensorFlowBackend:
         return tasks, tasks.index(f"{resolver.task_type} {resolver.task_id}")
 
     def stop_agreement(self):
-        """One all-reduce over the replicas of every worker's one-hot signal (train/preemption.py);
+        """One all-reduce over the replicas of every worker's one-hot signal
+        (train/records/preemption.py);
         None with one worker."""
         tasks, own = self.worker_tasks()
         if len(tasks) == 1:

@@ -1,11 +1,11 @@
 """What one kind of model's training is, in the manner of Model Garden's Task: the data it reads
 and checks, the model, the state carried from step to step, the loss, the evaluation and what a
-finished run publishes. train/run.py's `TrainingRun` is the rest, the same for every task
-(checks, lease, records, resume, controller, signals, metrics.json); train/train_step.py's
+finished run publishes. train/loop/run.py's `TrainingRun` is the rest, the same for every task
+(checks, lease, records, resume, controller, signals, metrics.json); train/loop/train_step.py's
 `TrainStep` compiles the task's loss into the optimisation step.
 
-The tasks: `tfxl.train.language_model.LanguageModelTask` (tfxl-train, make demo) and
-`tfxl.train.classification.ClassificationTask` (tfxl-classify-train).
+The tasks: `tfxl.train.tasks.language_model.LanguageModelTask` (tfxl-train, make demo) and
+`tfxl.train.tasks.classification.ClassificationTask` (tfxl-classify-train).
 """
 
 import abc

@@ -1,10 +1,12 @@
 """The language model's task (tfxl-train, make demo) and tfxl-eval's evaluator.
 
-`LanguageModelTask` is what train/run.py's `TrainingRun` trains for a `TransfoXLLM`: the streams
-of a tfxl-prepare data dir (train/datasets.py), the memory carried from step to step on every
-replica (train/memory_state.py), the token-weighted mean loss, and the evaluation with memory
-(train/evaluator.py, train/jax_evaluator.py: the backend's, train/backends/). `make_evaluator`
-(tfxl-eval) builds only the model and the evaluator: no optimizer, no training memory.
+`LanguageModelTask` is what train/loop/run.py's `TrainingRun` trains for a `TransfoXLLM`: the
+streams of a tfxl-prepare data dir (train/tasks/datasets.py), the memory carried from step to step
+on every
+replica (train/loop/memory_state.py), the token-weighted mean loss, and the evaluation with memory
+(train/loop/evaluator.py, train/loop/jax_evaluator.py: the backend's, train/backends/).
+`make_evaluator` (tfxl-eval) builds only the model and the evaluator: no optimizer, no training
+memory.
 
 The task's step (`initial_memory`, `batch_weight`, `loss`) imports no TensorFlow: the JAX train
 step runs it where none is installed (benchmarks/accelerator_bench.py). Its data and evaluation
@@ -18,7 +20,7 @@ from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.model_dir import check_data_fingerprint, claim
 from tfxl.models import TransfoXLLM
 from tfxl.checkpoints import warm_start as warm_starting
-from tfxl.train.task import Task
+from tfxl.train.tasks.task import Task
 
 __all__ = ["LanguageModelTask", "build_model", "make_evaluator"]
 
@@ -34,7 +36,7 @@ def build_model(config: TransfoXLConfig, strategy):
 def load_data(config, strategy, data_dir, model_dir, seed):
     """The checked streams of `data_dir`: its manifest against `config` and against the data
     `model_dir` was trained on."""
-    from tfxl.train.datasets import DistributedData
+    from tfxl.train.tasks.datasets import DistributedData
     manifest = load_manifest(data_dir)
     check_manifest(manifest, tgt_len=config.tgt_len, vocab_size=config.vocab_size)
     check_data_fingerprint(model_dir, manifest, data_dir)
@@ -51,7 +53,7 @@ def make_evaluator(config, strategy, data_dir, model_dir, global_batch,
     import keras
 
     from tfxl.train import backends
-    from tfxl.train.evaluator import EvalProgress
+    from tfxl.train.loop.evaluator import EvalProgress
     policy = keras.config.dtype_policy().name
     if policy != mixed_precision:
         raise ValueError(f"mixed_precision={mixed_precision!r} is not the process's Keras dtype "
@@ -127,5 +129,5 @@ class LanguageModelTask(Task):
         return evaluator.evaluate(split, max_batches=max_batches, **settings)
 
     def metric(self, data):
-        from tfxl.train.evaluator import metric_name
+        from tfxl.train.loop.evaluator import metric_name
         return metric_name(data.manifest)

@@ -1,6 +1,6 @@
 """The train step on JAX: a task's loss as one pure function of the run's state, compiled with
 `jax.jit`, `steps_per_loop` steps per call (a `lax.scan`: the TPU Estimator's host loop, as
-train/train_step.py's `TrainStep` is on TensorFlow).
+train/loop/train_step.py's `TrainStep` is on TensorFlow).
 
 The state is every array a step reads and writes: the trainable and non-trainable weights (the
 dropout seeds among them), the optimizer's variables (its step among them) and the training
@@ -24,9 +24,9 @@ import keras
 import numpy as np
 
 from tfxl.checkpoints.training import TrainingMemory
-from tfxl.train.host_loop import TrainStepBase
-from tfxl.train.optimization import OptimizerParams, clip_by_global_norm
-from tfxl.train.task import Task
+from tfxl.train.loop.step_base import TrainStepBase
+from tfxl.train.loop.optimization import OptimizerParams, clip_by_global_norm
+from tfxl.train.tasks.task import Task
 
 
 def check_precision(mixed_precision):
@@ -44,7 +44,7 @@ class JaxTrainStep(TrainStepBase):
 
     Args:
       task, model, data, global_batch, optimizer, mixed_precision: as `TrainStepBase`'s
-        (train/host_loop.py).
+        (train/loop/step_base.py).
       strategy: a `tfxl.tpu.jax_mesh.JaxDistribution`.
     """
 

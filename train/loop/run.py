@@ -1,19 +1,20 @@
-"""The generic training run: what every training job does around its task (train/task.py).
+"""The generic training run: what every training job does around its task
+(train/tasks/task.py).
 
 `TrainingRun` is the same for the language model (tfxl-train, make demo) and the document
 classifier (tfxl-classify-train): the checks before anything is written, the lease
-(train/lease.py), the model_dir's records (tfxl/model_dir.py, train/run_record.py), resuming
-(tfxl/checkpoints/training.py, train/train_log.py), the controller with its log sinks
-(train/controller.py), SIGTERM/SIGINT (train/preemption.py) and metrics.json. What differs
-between models (data, model, training memory, loss, evaluation, results) is the task's; what
-differs between Keras backends is train/backends/'s, which builds the train step
-(train/train_step.py, train/jax_train_step.py: the optimizer, the training memory and the
-compiled step), the evaluator and the checkpoint. Its options are one frozen `RunOptions`,
-given by keyword.
+(train/records/lease.py), the model_dir's records (tfxl/model_dir.py,
+train/records/run_record.py), resuming (tfxl/checkpoints/training.py,
+train/records/train_log.py), the controller with its log sinks (train/loop/controller.py),
+SIGTERM/SIGINT (train/records/preemption.py) and metrics.json. What differs between models
+(data, model, training memory, loss, evaluation, results) is the task's; what differs between
+Keras backends is train/backends/'s, which builds the train step (train/loop/train_step.py,
+train/loop/jax_train_step.py: the optimizer, the training memory and the compiled step), the
+evaluator and the checkpoint. Its options are one frozen `RunOptions`, given by keyword.
 
-A task's training memory lives on the replicas across host loops (train/memory_state.py) and is
-checkpointed with the model, optimizer, step and dropout seeds, so a resumed run continues exactly
-where the last checkpoint stopped.
+A task's training memory lives on the replicas across host loops (train/loop/memory_state.py)
+and is checkpointed with the model, optimizer, step and dropout seeds, so a resumed run
+continues exactly where the last checkpoint stopped.
 """
 
 import dataclasses
@@ -28,14 +29,14 @@ from tfxl.cli.quiet import stream_is_terminal
 from tfxl.files import read_json, write_json_atomically
 from tfxl.model_dir import METRICS_FIELDS, ModelDir, check_or_store_config
 from tfxl.train import backends
-from tfxl.train.controller import Controller, ProgressBar, ProgressLines, TensorBoardScalars
-from tfxl.train.lease import Lease, LeaseParams
-from tfxl.train.optimization import OptimizerParams
-from tfxl.train.preemption import StopRequests, TrainingStopped
-from tfxl.train.run_record import RunRecord, run_settings
-from tfxl.train.task import Task
-from tfxl.train.train_log import FLUSH_SECONDS, TrainLog, resume_train_log
-from tfxl.train.host_loop import TrainingDiverged
+from tfxl.train.loop.controller import Controller, ProgressBar, ProgressLines, TensorBoardScalars
+from tfxl.train.records.lease import Lease, LeaseParams
+from tfxl.train.loop.optimization import OptimizerParams
+from tfxl.train.records.preemption import StopRequests, TrainingStopped
+from tfxl.train.records.run_record import RunRecord, run_settings
+from tfxl.train.tasks.task import Task
+from tfxl.train.records.train_log import FLUSH_SECONDS, TrainLog, resume_train_log
+from tfxl.train.loop.step_base import TrainingDiverged
 
 __all__ = ["RunOptions", "TrainingDiverged", "TrainingRun", "TrainingStopped", "run_progress",
            "train_from_command_line"]
@@ -54,10 +55,11 @@ class RunOptions:
       (`tfxl.train.backends.configure_process(mixed_precision=..., seed=...)`).
     is_chief: this worker writes the model_dir's records (its backend's `is_chief`).
     allow_run_changes: continue a checkpoint with settings other than run.json's
-      (train/run_record.py). lease: the model_dir lease's `LeaseParams` (train/lease.py).
-    train_log_seconds: how often the train log writes its new lines (train/train_log.py).
+      (train/records/run_record.py). lease: the model_dir lease's `LeaseParams`
+      (train/records/lease.py).
+    train_log_seconds: how often the train log writes its new lines (train/records/train_log.py).
     short_first_loops: the first host loops run 1, 2, 4, ... steps, so that progress shows from
-      the first steps where one takes seconds (train/controller.py's `Controller`).
+      the first steps where one takes seconds (train/loop/controller.py's `Controller`).
     """
 
     model_dir: str
@@ -108,7 +110,7 @@ class TrainingRun:
     which the tools call): the policy must be `options.mixed_precision`.
 
     Args:
-      task: a `tfxl.train.task.Task` (what is trained and how it is evaluated).
+      task: a `tfxl.train.tasks.task.Task` (what is trained and how it is evaluated).
       strategy: the tf.distribute strategy every model and step is built under; on JAX
         (KERAS_BACKEND=jax) a `tfxl.tpu.jax_mesh.JaxDistribution` (train/backends/ builds the
         backend's step, evaluator and checkpoint for it).
@@ -187,7 +189,8 @@ class TrainingRun:
 
         SIGTERM or SIGINT (in the main thread) stops the run at the end of the host loop in flight,
         on every worker at the same step: that step's checkpoint is saved and `TrainingStopped`
-        raised (its text says where to resume); no metrics.json is written (train/preemption.py).
+        raised (its text says where to resume); no metrics.json is written
+        (train/records/preemption.py).
 
         Every check that can refuse the run comes before anything is written into the model_dir:
         the model_dir's layout (`checkpoints` a directory, run.json a file, ...), the data

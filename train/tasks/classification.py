@@ -1,5 +1,5 @@
 """The document classifier's task (tfxl-classify-train): training a `DocumentClassifier` under the
-same `TrainingRun` as the language model (train/run.py: host loops, controller, checkpoints,
+same `TrainingRun` as the language model (train/loop/run.py: host loops, controller, checkpoints,
 lease, run record, train log, SIGTERM handling, strategies and optimizer), with what differs
 between the two models here (`ClassificationTask`).
 
@@ -37,7 +37,7 @@ from tfxl.data.manifest import split_info
 from tfxl.data.pipeline import verify_shards
 from tfxl.files import StagedDirectory
 from tfxl.model_dir import check_data_fingerprint, check_or_store_config
-from tfxl.train.task import Task
+from tfxl.train.tasks.task import Task
 
 __all__ = ["CLASSIFIER_FILE", "ClassificationTask", "DocumentData"]
 
@@ -47,7 +47,7 @@ HEAD_SETTINGS = ("num_classes", "pooling", "grad_segments", "head_dropout")
 
 class DocumentData:
     """A tfxl-prepare-classification data dir as the trainer reads it (`dataset`, as
-    train/datasets.py's `DistributedData` for the language model) and as evaluation reads it.
+    train/tasks/datasets.py's `DistributedData` for the language model) and as evaluation reads it.
 
     max_tokens: each document's first tokens read (None: whole documents); batches are padded
     to it (default the split's longest document), rounded up to `segment_len`.

@@ -4,8 +4,8 @@ training memory it updates, and the host loop that runs it.
 In the manner of Orbit's StandardTrainer: `train(num_steps)` runs `train_loop_begin`, then
 `num_steps` replica steps (`replica_step`) inside one `tf.function` (the TPU Estimator's
 iterations_per_loop), then `train_loop_end`. What a step computes is the task's
-(train/task.py: `initial_memory`, `batch_weight`, `loss`); the cadence (checkpoints,
-evaluation, logs) is the controller's (train/controller.py).
+(train/tasks/task.py: `initial_memory`, `batch_weight`, `loss`); the cadence (checkpoints,
+evaluation, logs) is the controller's (train/loop/controller.py).
 
 Shape glossary: B global batch, b per-replica batch, T segment length, R replicas.
 """
@@ -13,10 +13,10 @@ Shape glossary: B global batch, b per-replica batch, T segment length, R replica
 import keras
 import tensorflow as tf
 
-from tfxl.train.host_loop import TrainStepBase
-from tfxl.train.memory_state import CheckpointedReplicaMemory
-from tfxl.train.optimization import OptimizerParams, clip_by_global_norm
-from tfxl.train.task import Task
+from tfxl.train.loop.step_base import TrainStepBase
+from tfxl.train.loop.memory_state import CheckpointedReplicaMemory
+from tfxl.train.loop.optimization import OptimizerParams, clip_by_global_norm
+from tfxl.train.tasks.task import Task
 
 
 class TrainStep(TrainStepBase):
@@ -24,7 +24,7 @@ class TrainStep(TrainStepBase):
 
     Args:
       task, model, data, global_batch, optimizer, mixed_precision: as `TrainStepBase`'s
-        (train/host_loop.py); data None when the caller feeds `replica_step` itself.
+        (train/loop/step_base.py); data None when the caller feeds `replica_step` itself.
       strategy: a `tf.distribute` strategy; the batch is split over its replicas.
       jit_compile: XLA-compile each replica's forward and backward pass.
     """
@@ -77,7 +77,7 @@ class TrainStep(TrainStepBase):
         """One optimisation step on this replica's rows; returns the global (loss, grad norm).
 
         The gradients cross the replicas once: summed here, clipped by the norm of the sum, and
-        applied by an optimizer that does not sum them again (train/optimization.py).
+        applied by an optimizer that does not sum them again (train/loop/optimization.py).
         """
         context = tf.distribute.get_replica_context()
         weight = self.task.batch_weight(features)

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfxl.cli.quiet import stream_is_terminal
-from tfxl.train.memory_state import ReplicaMemory, ReplicaPositionKeys
+from tfxl.train.loop.memory_state import ReplicaMemory, ReplicaPositionKeys
 
 LOG2 = math.log(2.0)
 
@@ -66,7 +66,7 @@ class Evaluator:
 
     Args:
       model: a built `TransfoXLLM`. strategy: its strategy.
-      data: a `tfxl.train.datasets.DistributedData`.
+      data: a `tfxl.train.tasks.datasets.DistributedData`.
       global_batch: the default batch (B, divisible by the replicas).
       steps_per_loop: steps per `tf.function` call.
       jit_compile: XLA-compile each replica's forward pass (one trace per M, T, same_length).

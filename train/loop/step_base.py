@@ -1,5 +1,6 @@
-"""What the train steps of both backends share (train/train_step.py's `TrainStep` on TensorFlow,
-train/jax_train_step.py's `JaxTrainStep` on JAX): the batch check, the optimizer, the input
+"""What the train steps of both backends share (train/loop/train_step.py's `TrainStep` on
+TensorFlow, train/loop/jax_train_step.py's `JaxTrainStep` on JAX): the batch check, the optimizer,
+the input
 iterator and its rewind (`TrainStepBase`), and the end of a host loop: the per-step losses,
 gradient norms and learning rates a loop returns, and `TrainingDiverged` at a non-finite loss.
 
@@ -9,7 +10,7 @@ Imports no TensorFlow: the JAX step runs where TensorFlow is not installed.
 import keras
 import numpy as np
 
-from tfxl.train.optimization import OptimizerParams, make_optimizer
+from tfxl.train.loop.optimization import OptimizerParams, make_optimizer
 
 
 class TrainingDiverged(RuntimeError):

@@ -1,6 +1,7 @@
-"""The evaluator on JAX: train/evaluator.py's `Evaluator` (its settings, steps and result) with
-each host loop one compiled call, as train/jax_train_step.py's loop is for training: a `jax.jit`
-of a `lax.scan` over the loop's segments, a pure function of the weights, the key/value ring
+"""The evaluator on JAX: train/loop/evaluator.py's `Evaluator` (its settings, steps and result) with
+each host loop one compiled call, as train/loop/jax_train_step.py's loop is for training: a
+`jax.jit` of a `lax.scan` over the loop's segments, a pure function of the weights, the key/value
+ring
 and the loop's global batches split along the mesh's batch axis (tfxl/tpu/jax_mesh.py).
 
 The ring is carried through the scan and from one loop to the next (donated: no copy of it is
@@ -13,7 +14,7 @@ Shape glossary: n segments per loop, B global batch, T segment length.
 
 import numpy as np
 
-from tfxl.train.evaluator import Evaluator
+from tfxl.train.loop.evaluator import Evaluator
 
 
 class JaxEvaluator(Evaluator):

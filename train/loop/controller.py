@@ -4,7 +4,7 @@
 every `save_every`-th step is checkpointed (and the last), and every `eval_every`-th evaluated.
 After each loop every train action is called with the loop's outputs, after each evaluation every
 eval action with the step and the result; the log sinks are such actions (`TensorBoardScalars`,
-`ProgressBar` or `ProgressLines`, and train/train_log.py's `TrainLog`).
+`ProgressBar` or `ProgressLines`, and train/records/train_log.py's `TrainLog`).
 """
 
 import sys
@@ -13,13 +13,13 @@ import time
 import keras
 import tensorflow as tf
 
-from tfxl.train.evaluator import metric_value
-from tfxl.train.preemption import TrainingStopped
+from tfxl.train.loop.evaluator import metric_value
+from tfxl.train.records.preemption import TrainingStopped
 
 
 class Controller:
     """Args:
-      train_step: a `tfxl.train.train_step.TrainStep` (what has `step` and `train(num_steps)`).
+      train_step: a `tfxl.train.loop.train_step.TrainStep` (what has `step` and `train(num_steps)`).
       checkpoint: its `TrainingCheckpoint`.
       train_steps: the step to train to. steps_per_loop: the longest host loop.
       save_every, eval_every: cadence in steps (None or 0: at the end only / never).
@@ -27,7 +27,7 @@ class Controller:
       train_actions: callables (outputs) after every loop; outputs has "first_step", "step",
         "seconds" and the train step's per-step arrays ("loss", "grad_norm", "learning_rate").
       eval_actions: callables (step, result) after every evaluation.
-      stop_requested: () -> a `tfxl.train.preemption.StopRequest` or None, asked after every
+      stop_requested: () -> a `tfxl.train.records.preemption.StopRequest` or None, asked after every
         host loop but the last (on every worker: it may be a collective); a request saves the
         checkpoint of that step and raises `TrainingStopped` (evaluation due then is not run).
       short_first_loops: the first host loops run 1, 2, 4, ... steps (up to steps_per_loop), so
@@ -67,7 +67,7 @@ class Controller:
             for action in self.train_actions:
                 action(outputs)
             stop = (self.stop_requested() if self.stop_requested and step < self.train_steps
-                    else None)  # SIGTERM/SIGINT (train/preemption.py): at a host loop's end
+                    else None)  # SIGTERM/SIGINT (train/records/preemption.py): at a host loop's end
             if stop or self.save_every and step % self.save_every == 0 or step == self.train_steps:
                 self.checkpoint.save(step)
             if stop:

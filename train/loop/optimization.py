@@ -22,7 +22,7 @@ class OptimizerParams:
     optimizer: str = "adam"
     weight_decay: float = 0.0
     # The schedule's length; None: train_steps. Past it the rate stays at its final value
-    # (a run extended beyond its recorded schedule: train/run_record.py).
+    # (a run extended beyond its recorded schedule: train/records/run_record.py).
     schedule_steps: Optional[int] = None
 
 

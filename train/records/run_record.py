@@ -6,7 +6,7 @@
      "history": [{"at_step", "train_steps", "time", "changed": {setting: [old, new]}}, ...]}
 
 A job may record settings of its own beside these (tfxl-classify-train: the classifier's head
-and reading, `train/classification.py`); every recorded setting is compared.
+and reading, `train/tasks/classification.py`); every recorded setting is compared.
 
 The first run writes it. A run that continues from a checkpoint compares its settings with the
 recorded ones and is refused with every difference named (old and new), unless it is started with
