@@ -32,6 +32,7 @@ OWN_FLAG = {"tfxl.data.prepare": ("--num_streams", "Streams per split S."),
             "tfxl.serving.export_main": ("--score_top_k", "score returns the top-k"),
             "tfxl.serving.generate_main": ("--prompt_file", "Read the prompt from this file."),
             "tfxl.convert.main": ("--hf_config", "Hugging Face config.json"),
+            "tfxl.analysis.context_main": ("--contexts", "The context lengths c"),
             "tfxl.train.demo": ("--eval_mem_lens", "Evaluation memory lengths to plot.")}
 CHATTER = ("oneDNN", "cuda", "Sharding callback", "I0000", "E0000", "absl::InitializeLog")
 

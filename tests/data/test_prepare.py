@@ -100,11 +100,18 @@ def test_several_train_files_alone_split_as_their_concatenation_would(tmp_path, 
     assert one["splits"]["valid"]["tokens"] > 0 and one["splits"]["test"]["tokens"] > 0
 
 
-def test_a_format_that_does_not_cut_its_train_files_asks_for_valid_and_test(tmp_path, write):
+def test_a_format_that_does_not_cut_its_train_files_says_which_splits_are_missing(tmp_path,
+                                                                                 write):
+    from tfxl.data import prepare as prepare_lib
     train = write("wiki.train.tokens", sample_text(50, seed=2))
-    with pytest.raises(DataError, match="no --valid or --test: --format=wikitext does not cut"):
-        run_prepare(tmp_path / "out", train=[train], format="wikitext", tgt_len=8)
-    assert not (tmp_path / "out").exists()
+    notes = []
+    config = prepare_lib.PrepareConfig(output_dir=str(tmp_path / "out"), train=[train],
+                                       format="wikitext", tgt_len=8)
+    manifest = prepare_lib.prepare(config, log=notes.append)
+    assert set(manifest["splits"]) == {"train"}
+    assert ("note: no valid or test split: --format=wikitext does not cut its --train files; "
+            "tfxl-train evaluates on valid, tfxl-eval reads a split by name: add --valid=FILE "
+            "and --test=FILE") in notes
 
 
 def test_text8_chars_and_wikitext_words(tmp_path, write):

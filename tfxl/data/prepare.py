@@ -154,6 +154,11 @@ def prepare(config: PrepareConfig, log=print, progress: Optional[bool] = None) -
     # Check inputs (existence, readability, flags) before touching the output.
     pieces = split_pieces(config.train, config.valid, config.test, FORMATS[config.format], text,
                           config.seed, config.corpus)
+    missing = [name for name in ("valid", "test") if name not in pieces]
+    if missing:  # a format that keeps its files whole (wikitext, lm1b) does not cut --train
+        log(f"note: no {' or '.join(missing)} split: --format={config.format} does not cut its "
+            f"--train files; tfxl-train evaluates on valid, tfxl-eval reads a split by name: "
+            f"add {' and '.join(f'--{name}=FILE' for name in missing)}")
     caps = {"train": config.max_train_bytes, "valid": config.max_eval_bytes,
             "test": config.max_eval_bytes}
     pieces = {name: capped(p, caps[name]) for name, p in pieces.items()}

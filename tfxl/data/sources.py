@@ -227,11 +227,7 @@ def split_pieces(train: Sequence[str], valid: Sequence[str], test: Sequence[str]
     test = expand_paths("test", test)
     if not train:
         raise DataError("--train is required (or --corpus=python_stdlib)")
-    if not valid and not test:
-        if not corpus_format.splits_single_file:
-            raise DataError(f"no --valid or --test: --format={corpus_format.name} does not cut "
-                            f"its --train files into splits; give --valid=FILE and --test=FILE "
-                            f"(or a format that cuts, e.g. --format=text)")
+    if not valid and not test and corpus_format.splits_single_file:
         return _cut_into_splits([corpus_format.file_piece(p) for p in train],
                                 text or corpus_format.line_records)
     out = {}
