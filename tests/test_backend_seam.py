@@ -14,8 +14,12 @@ from tfxl.train import backends
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCANNED = ("tfxl", "train", "tpu")
+# The model's questions (tfxl/backend.py's, for its kernels and the checkpoint format) are the
+# model code's: the training run asks its seam instead.
+MODEL_QUESTIONS = ("is_tensorflow", "is_torch", "backend_name")
 ALLOWED = {"backend": ("train/backends/", "tfxl/backend.py"),
-           "isinstance": ("train/backends/", "tpu/jax_mesh.py")}
+           "isinstance": ("train/backends/", "tpu/jax_mesh.py"),
+           "model question": ("train/backends/", "tfxl/")}
 
 
 def dotted(node):
@@ -48,6 +52,8 @@ def backend_questions(source):
         elif (called == "isinstance" and len(node.args) == 2
               and "JaxDistribution" in names_of(node.args[1])):
             yield node.lineno, "isinstance"
+        elif called.rpartition(".")[2] in MODEL_QUESTIONS:
+            yield node.lineno, "model question"
 
 
 def outside_the_seam():
@@ -71,7 +77,8 @@ def test_the_backend_is_asked_only_at_the_seams():
     ("from keras import backend\nx = backend.backend()\n", [(2, "backend")]),
     ("isinstance(s, JaxDistribution)\nisinstance(s, (int, jax_mesh.JaxDistribution))\n",
      [(1, "isinstance"), (2, "isinstance")]),
-    ("from tfxl.backend import is_tensorflow\nisinstance(s, int)\nis_tensorflow()\n", []),
+    ("from tfxl.backend import is_tensorflow\nisinstance(s, int)\nis_tensorflow()\n",
+     [(3, "model question")]),
 ])
 def test_the_scan_finds_each_way_of_asking(source, expected):
     assert list(backend_questions(source)) == expected

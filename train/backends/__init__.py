@@ -34,6 +34,7 @@ class Backend(Protocol):
     """
 
     strategy: Any
+    name: str  # the Keras backend: "tensorflow" or "jax" (what tfxl.sizing's step costs are of)
 
     # -- what it builds -------------------------------------------------------------------------
     def train_step(self, task, model, *, data, global_batch: int, optimizer,

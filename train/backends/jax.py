@@ -15,6 +15,8 @@ class JaxBackend:
     """`tfxl.train.backends.Backend` for a `JaxDistribution` (the processes of a run are its
     workers, process 0 the chief)."""
 
+    name = "jax"
+
     def __init__(self, strategy):
         if not isinstance(strategy, JaxDistribution):
             raise TypeError(f"strategy={strategy!r} is not a JAX distribution, and Keras runs on "

@@ -32,6 +32,8 @@ def gpu_memory_bytes():
 class TensorFlowBackend:
     """`tfxl.train.backends.Backend` for a tf.distribute `strategy`."""
 
+    name = "tensorflow"
+
     def __init__(self, strategy):
         from tfxl.tpu.jax_mesh import JaxDistribution
         if isinstance(strategy, JaxDistribution):

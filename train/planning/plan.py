@@ -24,7 +24,6 @@ import sys
 from absl import flags
 
 from tfxl import sizing
-from tfxl.backend import backend_name
 from tfxl.host import host_memory_bytes, resident_bytes
 from tfxl.train import backends
 
@@ -100,7 +99,7 @@ class TrainingPlan:
                    mixed_precision, optimizer, config.eval_settings() if evaluates else None,
                    jit_compile, model_axis=model_axis,
                    device_memory=backend.device_memory_bytes,
-                   backend=backend_name())
+                   backend=backend.name)
 
     @property
     def tokens_per_step(self):
@@ -240,7 +239,7 @@ class ClassificationPlan(TrainingPlan):
                    replicas=backend.replicas, local_replicas=len(backend.local_devices),
                    device=backend.device_kind, mixed_precision=mixed_precision,
                    optimizer=optimizer, jit_compile=jit_compile,
-                   device_memory=backend.device_memory_bytes, backend=backend_name())
+                   device_memory=backend.device_memory_bytes, backend=backend.name)
 
     @property
     def tokens_per_step(self):
