@@ -157,9 +157,8 @@ def pipeline_options() -> tf.data.Options:
     (`options.autotune`) sleeps up to 60 s between optimisations, and deleting its iterator can
     miss waking it: `CancellationManager::StartCancel` runs the callback that wakes it before it
     sets the flag the thread then checks, so a thread that wakes in between sleeps on while the
-    deleting thread waits for it (12 s measured for a pipeline read 70 s; the test suite's
-    35-107 s stalls were garbage collections of such iterators: BUILD.md "Tests"). The
-    pipelines parse small records, so the tuning buys little: `AUTOTUNE` still means one
+    deleting thread waits for it (a stall of up to a minute wherever such an iterator is
+    collected). The pipelines parse small records, so the tuning buys little: `AUTOTUNE` still means one
     parallel call per core and a prefetch buffer that the (threadless) prefetch autotuner grows
     (throughput: BENCHMARKS.md "Input pipelines", `benchmarks/input_bench.py`).
     """
