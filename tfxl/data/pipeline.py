@@ -158,8 +158,9 @@ def pipeline_options() -> tf.data.Options:
     miss waking it: `CancellationManager::StartCancel` runs the callback that wakes it before it
     sets the flag the thread then checks, so a thread that wakes in between sleeps on while the
     deleting thread waits for it (a stall of up to a minute wherever such an iterator is
-    collected). The pipelines parse small records, so the tuning buys little: `AUTOTUNE` still means one
-    parallel call per core and a prefetch buffer that the (threadless) prefetch autotuner grows
+    collected). The pipelines parse small records, so the tuning buys little: `AUTOTUNE` still
+    means one parallel call per core and a prefetch buffer that the (threadless) prefetch
+    autotuner grows
     (throughput: BENCHMARKS.md "Input pipelines", `benchmarks/input_bench.py`).
     """
     options = tf.data.Options()
