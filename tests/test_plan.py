@@ -251,10 +251,11 @@ def test_a_measured_step_peaks_within_the_estimate(name, backend, policy, jit, b
     """The plan's figure is never below the measured peak (the refusal is never late) and not
     more than 1 / LOWEST_RATIO above it; on JAX the figure from memory_analysis too."""
     measured = measured_step(name, backend, policy, jit, batch, mem_len)
-    assert sizing.LOWEST_RATIO <= measured["ratio"] <= 1, measured
+    shown = json.dumps(measured)  # every field: pytest would cut the dict short
+    assert sizing.LOWEST_RATIO <= measured["ratio"] <= 1, shown
     if backend == "jax":
         compiled = measured["peak_mib"] / measured["compiled_estimate_mib"]
-        assert sizing.LOWEST_RATIO <= compiled <= 1, measured
+        assert sizing.LOWEST_RATIO <= compiled <= 1, shown
 
 
 def test_a_memory_no_host_holds_is_refused_on_a_tpu_too():

@@ -12,7 +12,11 @@ with `check_tensorflow_tool`.
 
 import importlib.util
 
-import keras
+from tfxl.deferred import deferred_import
+
+# Deferred: checkpoint and flag modules ask this module at their top, and a tool's --help must
+# not load Keras.
+keras = deferred_import("keras")
 
 
 def tensorflow(feature):
