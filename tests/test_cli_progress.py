@@ -1,6 +1,7 @@
 """Progress where the user looks: a Keras bar on a terminal (tfxl-eval's too, though stderr is
 the native-log filter's pipe), one plain line per host loop in a log or a pipe."""
 
+import json
 import os
 import pty
 import subprocess
@@ -87,7 +88,8 @@ def test_tfxl_train_logs_plain_lines_and_tfxl_eval_shows_its_bar_on_a_terminal(t
     thread = reading(master, shown)
     evaluated = subprocess.run(
         [console_script("tfxl-eval"), f"--data_dir={data}", f"--model_dir={model_dir}",
-         "--max_eval_batches=3"], stdout=subprocess.PIPE, stderr=slave, text=True, env=ENV,
+         "--max_eval_batches=3", "--loss_by_position"], stdout=subprocess.PIPE, stderr=slave,
+        text=True, env=ENV,
         timeout=300)
     os.close(slave)
     thread.join(30)
@@ -96,3 +98,6 @@ def test_tfxl_train_logs_plain_lines_and_tfxl_eval_shows_its_bar_on_a_terminal(t
     assert evaluated.returncode == 0, terminal[-3000:]
     assert "evaluating valid: 3 steps" in terminal and "3/3" in terminal, terminal
     assert "0000 00:00:" not in terminal, terminal  # the filter still hides TensorFlow's lines
+    result = json.loads(evaluated.stdout)
+    assert len(result["loss_by_position"]) == 8  # --tgt_len
+    assert np.mean(result["loss_by_position"]) == pytest.approx(result["loss"], rel=1e-5)

@@ -117,6 +117,26 @@ def test_evaluate_equals_the_layer_input_path_by_hand(data_dir, tmp_path, mirror
                                                                   kwargs["tgt_len"]))
 
 
+def test_the_loss_by_position_is_the_mean_at_each_position_of_the_segments(data_dir, tmp_path):
+    evaluator = make_test_evaluator(data_dir, tmp_path, tf.distribute.get_strategy(), False)
+    settings = SETTINGS["longer memory, re-cut, same_length, clamp"]
+    got = evaluator.evaluate("valid", max_batches=BATCHES, by_position=True, **settings)
+    dataset = rechunk(pipeline.input_fn("valid", pipeline.InputParams(
+        data_dir=data_dir, batch_size=STREAMS)), settings["tgt_len"])
+    memory = evaluator.model.init_memory(STREAMS, mem_len=settings["mem_len"])
+    total = np.zeros(settings["tgt_len"])
+    for features in dataset.take(BATCHES):  # every target is real here: no padding
+        nll, memory = evaluator.model(features["inputs"], memory, reset=features["reset"],
+                                      targets=features["targets"],
+                                      clamp_len=settings["clamp_len"],
+                                      same_length=settings["same_length"])
+        total += nll.numpy().sum(axis=0)
+    want = total / (BATCHES * STREAMS)
+    np.testing.assert_allclose(got["loss_by_position"], want, atol=1e-5)
+    assert np.mean(got["loss_by_position"]) == pytest.approx(got["loss"], abs=1e-6)
+    assert "loss_by_position" not in evaluator.evaluate("valid", max_batches=2, **settings)
+
+
 def test_evaluation_builds_no_optimizer_and_no_training_memory(data_dir, tmp_path):
     """What tfxl-eval builds: the model's weights and the evaluation state, nothing else."""
     created = []

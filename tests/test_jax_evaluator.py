@@ -92,7 +92,8 @@ def per_step(evaluator, split, settings, max_batches):
             targets=batch["targets"], training=False, same_length=s["same_length"],
             position_keys=position_keys)
         mask = ops.cast(batch["target_mask"], "float32")
-        return ops.sum(ops.cast(nll, "float32") * mask), ops.sum(mask), memory
+        nll = ops.cast(nll, "float32") * mask
+        return ops.sum(nll), ops.sum(mask), ops.sum(nll, axis=0), ops.sum(mask, axis=0), memory
 
     memory = jax.tree_util.tree_map(
         strategy.split_along_batch,
@@ -102,11 +103,16 @@ def per_step(evaluator, split, settings, max_batches):
     non_trainable = [v.value for v in model.non_trainable_variables]
     iterator = evaluator.batches(split, s)
     total = count = 0.0
+    position_total = position_count = 0.0
     for _ in range(steps):
         batch = {key: strategy.global_array(value) for key, value in next(iterator).items()}
-        nll_sum, tokens, memory = step(trainable, non_trainable, memory, position_keys, batch)
+        nll_sum, tokens, nll_by_position, tokens_by_position, memory = step(
+            trainable, non_trainable, memory, position_keys, batch)
         total, count = total + float(nll_sum), count + float(tokens)
-    return {"loss": total / count, "tokens": int(count), "steps": steps}
+        position_total = position_total + np.asarray(nll_by_position, np.float64)
+        position_count = position_count + np.asarray(tokens_by_position, np.float64)
+    return {"loss": total / count, "tokens": int(count), "steps": steps,
+            "loss_by_position": (position_total / position_count).tolist()}
 
 
 def both_paths(evaluator):
@@ -252,3 +258,12 @@ def test_the_result_equals_tensorflow_evaluators_on_the_same_weights(data_dir, e
                 assert got[key] == pytest.approx(value, rel=1e-5), (name, key, got, want)
             else:
                 assert got[key] == value, (name, key, got, want)
+
+
+def test_the_loss_by_position_equals_the_pass_segment_by_segment(data_dir):
+    evaluator = jax_evaluator(data_dir)
+    settings, max_batches = CONFIGS["max_batches, re-cut, longer memory, same_length, clamp"]
+    got = evaluator.evaluate("valid", max_batches=max_batches, by_position=True, **settings)
+    want = per_step(evaluator, "valid", settings, max_batches)
+    assert len(got["loss_by_position"]) == settings["tgt_len"]
+    np.testing.assert_allclose(got["loss_by_position"], want["loss_by_position"], rtol=1e-6)

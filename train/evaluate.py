@@ -39,6 +39,9 @@ def define_flags():
                          "num_streams, so every stream is one batch row).")
     cli.define_eval_flags()
     flags.DEFINE_string("output", None, "Also write the result as JSON to this file.")
+    flags.DEFINE_boolean("loss_by_position", False, "Also return \"loss_by_position\": the "
+                         "mean loss at each position 0..tgt_len-1 of the evaluation segments "
+                         "(without memory it falls along the segment).")
 
 
 def warn(message):
@@ -78,7 +81,7 @@ def evaluate_from_flags():
     used = restore_weights(evaluator.model, FLAGS.checkpoint,
                            ModelDir(FLAGS.model_dir).checkpoints, log=warn)
     result = evaluator.evaluate(FLAGS.split, batch, max_batches=FLAGS.max_eval_batches,
-                                **settings)
+                                by_position=FLAGS.loss_by_position, **settings)
     result["checkpoint"] = used
     # --max_eval_batches cut it short: its numbers are not the split's.
     result["partial"] = result["tokens"] < split_info(manifest, FLAGS.split)["tokens"]

@@ -101,15 +101,18 @@ class Evaluator:
         return s
 
     def evaluate(self, split="valid", batch_size=None, tgt_len=None, mem_len=None,
-                 clamp_len=None, same_length=None, max_batches=None):
+                 clamp_len=None, same_length=None, max_batches=None, by_position=False):
         """Token-weighted loss over `split` (every token once unless max_batches), with memory.
 
         tgt_len/mem_len/clamp_len/same_length default as `settings` says (the config's eval_*,
         else the training values): evaluation may use the paper's longer memory with the same
         weights. Returns {"split", "loss", bpc or ppl,
-        "tokens", "tgt_len", "mem_len", "clamp_len", "same_length"}.
+        "tokens", "tgt_len", "mem_len", "clamp_len", "same_length"}; with `by_position` also
+        "loss_by_position": the mean loss at each position 0..T-1 of the segments (the picture
+        of context fragmentation: without memory it falls along the segment).
         """
-        s = self.settings(batch_size, tgt_len, mem_len, clamp_len, same_length)
+        s = dict(self.settings(batch_size, tgt_len, mem_len, clamp_len, same_length),
+                 by_position=bool(by_position))
         steps = self.data.eval_steps(split, s["batch_size"], s["tgt_len"])
         if max_batches:
             steps = min(steps, max_batches)
@@ -117,14 +120,22 @@ class Evaluator:
         self.progress.begin(steps, split)
         iterator = self.batches(split, s)
         total = count = 0.0
+        position_total = position_count = np.zeros(s["tgt_len"], np.float64)
         done = 0
         while done < steps:
             n = min(self.steps_per_loop, steps - done)
-            nll_sum, tokens = loop(iterator, tf.constant(n))
+            nll_sum, tokens, nll_by_position, tokens_by_position = loop(iterator, tf.constant(n))
             total, count, done = total + float(nll_sum), count + float(tokens), done + n
+            if by_position:
+                position_total = position_total + np.asarray(nll_by_position, np.float64)
+                position_count = position_count + np.asarray(tokens_by_position, np.float64)
             self.progress.update(done)
         self.progress.end()
-        return self.eval_end(split, s, total, count)
+        result = self.eval_end(split, s, total, count)
+        if by_position:
+            result["loss_by_position"] = (position_total / np.maximum(position_count, 1.0)
+                                          ).tolist()
+        return result
 
     def batches(self, split, s):
         """The iterator over `split`'s global batches for settings `s`."""
@@ -145,19 +156,26 @@ class Evaluator:
                 f"eval_position_keys_{keys_key[0]}_{keys_key[1]}")
         position_keys = self.position_keys[keys_key]
         position_keys.refresh()  # once per pass: the weights may have changed since the last
-        loop_key = (memory_key, keys_key, s["same_length"])
+        loop_key = (memory_key, keys_key, s["same_length"], s["by_position"])
         if loop_key not in self._loops:
-            strategy, same_length = self.strategy, s["same_length"]
+            strategy, same_length, by_position = self.strategy, s["same_length"], s["by_position"]
+            # Without by_position the per-position sums stay [1] zeros: no all-reduce of [T].
+            width = s["tgt_len"] if by_position else 1
 
             @tf.function
             def eval_loop(iterator, n):
                 total, count = tf.constant(0.0), tf.constant(0.0)
+                position_total, position_count = tf.zeros([width]), tf.zeros([width])
                 for _ in tf.range(n):
-                    nll_sum, tokens = strategy.run(self.eval_step, args=(
-                        next(iterator), memory, position_keys, same_length))
-                    total += strategy.experimental_local_results(nll_sum)[0]
-                    count += strategy.experimental_local_results(tokens)[0]
-                return total, count
+                    sums = strategy.run(self.eval_step, args=(
+                        next(iterator), memory, position_keys, same_length, by_position))
+                    nll_sum, tokens, nll_by_position, tokens_by_position = [
+                        strategy.experimental_local_results(value)[0] for value in sums]
+                    total += nll_sum
+                    count += tokens
+                    position_total += nll_by_position
+                    position_count += tokens_by_position
+                return total, count, position_total, position_count
 
             self._loops[loop_key] = eval_loop
         return self._loops[loop_key]
@@ -187,18 +205,23 @@ class Evaluator:
                                      targets=features["targets"], training=False,
                                      same_length=same_length, position_keys=position_keys)
         mask = tf.cast(features["target_mask"], tf.float32)
-        return tf.reduce_sum(nll * mask), tf.reduce_sum(mask), new_memory
+        nll = tf.cast(nll, tf.float32) * mask
+        return nll, mask, new_memory
 
     def eval_step(self, features, memory: ReplicaMemory, position_keys: ReplicaPositionKeys,
-                  same_length):
-        """Scores this replica's rows; returns the global (sum of NLL, number of target tokens).
+                  same_length, by_position=False):
+        """Scores this replica's rows; returns the global (sum of NLL, number of target tokens)
+        and, with `by_position`, the same per position of the segment ([T] each; else [1]
+        zeros).
 
         memory: a key/value ring (`empty_memory`); position_keys: for M + T, refreshed for this
         pass (they carry the clamp_len).
         """
         context = tf.distribute.get_replica_context()
-        nll_sum, count, new_memory = self._forward(features, memory.read(), position_keys.read(),
-                                                   same_length)
+        nll, mask, new_memory = self._forward(features, memory.read(), position_keys.read(),
+                                              same_length)
         memory.write(new_memory)
-        return (context.all_reduce(tf.distribute.ReduceOp.SUM, nll_sum),
-                context.all_reduce(tf.distribute.ReduceOp.SUM, count))
+        sums = [tf.reduce_sum(nll), tf.reduce_sum(mask)]
+        sums += ([tf.reduce_sum(nll, axis=0), tf.reduce_sum(mask, axis=0)] if by_position
+                 else [tf.zeros([1]), tf.zeros([1])])
+        return tuple(context.all_reduce(tf.distribute.ReduceOp.SUM, value) for value in sums)

@@ -26,7 +26,8 @@ class JaxEvaluator(Evaluator):
 
     def _loop_fn(self, trainable, non_trainable, memory, position_keys, batches, same_length):
         """Scores the n segments of `batches` ({key: [n, B, ...]}) in order on `memory`;
-        returns (the memory after them, [n] sums of NLL, [n] target tokens)."""
+        returns (the memory after them, [n] sums of NLL, [n] target tokens, and the same per
+        position of the segment, [n, T] each)."""
         import jax
         from keras import ops
 
@@ -36,10 +37,12 @@ class JaxEvaluator(Evaluator):
                 targets=batch["targets"], training=False, same_length=same_length,
                 position_keys=position_keys)
             mask = ops.cast(batch["target_mask"], "float32")
-            return memory, (ops.sum(ops.cast(nll, "float32") * mask), ops.sum(mask))
+            nll = ops.cast(nll, "float32") * mask
+            return memory, (ops.sum(nll), ops.sum(mask), ops.sum(nll, axis=0),
+                            ops.sum(mask, axis=0))
 
-        memory, (nll_sums, tokens) = jax.lax.scan(one_segment, memory, batches)
-        return memory, nll_sums, tokens
+        memory, sums = jax.lax.scan(one_segment, memory, batches)
+        return (memory, *sums)
 
     def _compiled_loop(self, s, memory):
         """The jitted loop for settings `s`, made once per settings. Its memory leaves each call
@@ -60,7 +63,7 @@ class JaxEvaluator(Evaluator):
             replicated = self.strategy.replicated()
             self._loops[key] = jax.jit(
                 functools.partial(self._loop_fn, same_length=s["same_length"]),
-                donate_argnums=(2,), out_shardings=(layouts, replicated, replicated))
+                donate_argnums=(2,), out_shardings=(layouts, *[replicated] * 4))
         return self._loops[key]
 
     def eval_begin(self, s):
@@ -80,13 +83,15 @@ class JaxEvaluator(Evaluator):
             batches = {key: strategy.global_array(np.stack([b[key] for b in local]),
                                                   batch_axis=1)
                        for key in local[0]}
-            state["memory"], nll_sums, tokens = compiled(
+            state["memory"], nll_sums, tokens, nll_by_position, tokens_by_position = compiled(
                 trainable, non_trainable, state["memory"], position_keys, batches)
             total = count = 0.0
             for segment_nll, segment_tokens in zip(np.asarray(nll_sums).tolist(),
                                                    np.asarray(tokens).tolist()):
                 total, count = total + segment_nll, count + segment_tokens
-            return np.float64(total), np.float64(count)
+            return (np.float64(total), np.float64(count),
+                    np.asarray(nll_by_position, np.float64).sum(axis=0),
+                    np.asarray(tokens_by_position, np.float64).sum(axis=0))
 
         return loop
 
