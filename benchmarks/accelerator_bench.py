@@ -243,16 +243,16 @@ def tfxl_train(model, strategy, config, batch, steps, repeats, warmup, mixed_pre
     model's task (the token-weighted mean NLL, dropout on, the layer-input memory), tfxl-train's
     default optimizer (Adam, 2.5e-4, cosine schedule) and global-norm clipping (0.25). `warmup`
     untimed steps, rounded up to whole loops (the first compiles)."""
-    from tfxl.train.loop.jax_train_step import JaxTrainStep
+    from tfxl.train import backends
     from tfxl.train.tasks.language_model import LanguageModelTask
     from tfxl.train.loop.optimization import OptimizerParams
 
     warmup_loops = max(1, -(-warmup // steps))
     data = ZipfStreams(config.vocab_size, batch, config.tgt_len,
                        (warmup_loops + repeats) * steps)
-    step = JaxTrainStep(LanguageModelTask(config, data_dir="(numpy)"), model,
-                        strategy=strategy, data=data, global_batch=batch,
-                        optimizer=OptimizerParams(), mixed_precision=mixed_precision)
+    step = backends.for_strategy(strategy).train_step(
+        LanguageModelTask(config, data_dir="(numpy)"), model, data=data, global_batch=batch,
+        optimizer=OptimizerParams(), mixed_precision=mixed_precision)
     state = {"loss": None}
 
     def run_loop():

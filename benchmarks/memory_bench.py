@@ -82,13 +82,13 @@ def _tensorflow_steps(config, dtype, batch, jit, steps):
     import tensorflow as tf
     from tfxl.train.tasks.language_model import LanguageModelTask, build_model
     from tfxl.train.loop.optimization import OptimizerParams
-    from tfxl.train.loop.train_step import TrainStep
+    from tfxl.train import backends
 
     strategy = tf.distribute.get_strategy()
     model = build_model(config, strategy)
-    trainer = TrainStep(LanguageModelTask(config, data_dir=None), model, strategy=strategy,
-                        data=None, global_batch=batch, optimizer=OptimizerParams(),
-                        mixed_precision=dtype, jit_compile=jit)
+    trainer = backends.for_strategy(strategy).train_step(
+        LanguageModelTask(config, data_dir=None), model, data=None, global_batch=batch,
+        optimizer=OptimizerParams(), mixed_precision=dtype, jit_compile=jit)
     features = {k: tf.constant(v) for k, v in _features(batch, config, np).items()}
 
     @tf.function
@@ -119,16 +119,16 @@ def _jax_steps(config, dtype, batch, steps):
     """`steps` steps of JaxTrainStep in one compiled loop, and what XLA says the compiled loop
     uses (`memory_analysis`, compiled again after the peak was read)."""
     from tfxl.tpu.jax_mesh import resolve_distribution
-    from tfxl.train.loop.jax_train_step import JaxTrainStep
+    from tfxl.train import backends
     from tfxl.train.tasks.language_model import LanguageModelTask, build_model
     from tfxl.train.loop.optimization import OptimizerParams
 
     strategy = resolve_distribution("data_parallel")
     model = build_model(config, strategy)
     data = _Batches(config, batch)
-    trainer = JaxTrainStep(LanguageModelTask(config, data_dir=None), model, strategy=strategy,
-                           data=data, global_batch=batch, optimizer=OptimizerParams(),
-                           mixed_precision=dtype)
+    trainer = backends.for_strategy(strategy).train_step(
+        LanguageModelTask(config, data_dir=None), model, data=data, global_batch=batch,
+        optimizer=OptimizerParams(), mixed_precision=dtype)
     trainer.train(steps)
 
     def analysis():

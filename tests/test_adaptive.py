@@ -7,6 +7,7 @@ import pytest
 from keras import ops
 
 import tfxl.layers.adaptive_softmax as adaptive_softmax
+from tfxl import backend
 from backends import BACKEND, to_numpy, value_and_gradients
 from factories import tiny_lm
 from layer_test_case import run_layer_test
@@ -79,7 +80,7 @@ def nll_and_gradients(softmax, hidden, targets, path, monkeypatch):
     """The summed NLL of `targets` and its gradients (the softmax's weights, then the hidden
     states) by `path`: "full" gathers the full log-probabilities; "sparse" and "static" are the
     NLL's two tail paths (TensorFlow's, and the other backends')."""
-    monkeypatch.setattr(adaptive_softmax, "is_tensorflow", lambda: path == "sparse")
+    monkeypatch.setattr(backend.current(), "SPARSE_TAIL", path == "sparse")
     hidden = keras.Variable(hidden, name="hidden")  # its gradient is taken as the weights' are
     targets = ops.convert_to_tensor(targets)
     if path == "full":

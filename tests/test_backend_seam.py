@@ -1,6 +1,7 @@
 """One seam per Keras backend: which backend runs is asked in train/backends/ (the training run's
-seam) and tfxl/backend.py (the model's), nowhere else in tfxl/, train/ or tpu/; a strategy is
-told a JAX distribution by type only there and where the class is defined (tpu/jax_mesh.py).
+seam) and tfxl/backend/ (the model code's: one module per backend, `current()` picks), nowhere
+else in tfxl/, train/ or tpu/; a strategy is told a JAX distribution by type only there and
+where the class is defined (tpu/jax_mesh.py).
 
 Read from the source with `ast` (nothing is imported): a call of `keras.backend.backend()` or
 `keras.config.backend()`, and an `isinstance(..., JaxDistribution)`, wherever they are."""
@@ -14,12 +15,12 @@ from tfxl.train import backends
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCANNED = ("tfxl", "train", "tpu")
-# The model's questions (tfxl/backend.py's, for its kernels and the checkpoint format) are the
-# model code's: the training run asks its seam instead.
+# Asking which backend runs by name: model code asks `tfxl.backend.current()` for the answer
+# itself (a kernel, a check, a flag), never the name.
 MODEL_QUESTIONS = ("is_tensorflow", "is_torch", "backend_name")
-ALLOWED = {"backend": ("train/backends/", "tfxl/backend.py"),
+ALLOWED = {"backend": ("train/backends/", "tfxl/backend/"),
            "isinstance": ("train/backends/", "tpu/jax_mesh.py"),
-           "model question": ("train/backends/", "tfxl/")}
+           "model question": ("train/backends/", "tfxl/backend/")}
 
 
 def dotted(node):
@@ -92,3 +93,32 @@ def test_the_seam_answers_the_runs_questions_for_its_strategy():
     assert (backend.is_chief, backend.worker_index, backend.strategy_kind, backend.replicas,
             backend.model_axis, backend.device_kind) == (True, 0, "default", 1, 1, "CPU")
     assert backend.worker_tasks() == (["worker 0"], 0) and backend.stop_agreement() is None
+
+
+def module_names(path):
+    """(`__all__`, the names the module defines or imports at its top), read with `ast`."""
+    tree = ast.parse(path.read_text())
+    exported, defined = [], set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    defined.add(target.id)
+                    if target.id == "__all__":
+                        exported = ast.literal_eval(node.value)
+        elif isinstance(node, ast.ImportFrom):
+            defined.update(alias.asname or alias.name for alias in node.names)
+    return exported, defined
+
+
+def test_every_model_backend_module_answers_every_question():
+    from tfxl.backend import MODULES
+    answers = {name: module_names(ROOT / (module.replace(".", "/") + ".py"))
+               for name, module in MODULES.items()}
+    questions = set(answers["tensorflow"][0])
+    assert {"is_concrete", "VARIABLES_ARE_TRACKABLE", "compiled_generate"} <= questions
+    for name, (exported, defined) in answers.items():
+        assert set(exported) == questions, name
+        assert questions <= defined, (name, questions - defined)

@@ -23,7 +23,7 @@ import keras
 import numpy as np
 from tfxl.config import TransfoXLConfig
 from tfxl.tpu.jax_mesh import resolve_distribution
-from tfxl.train.loop.jax_train_step import JaxTrainStep
+from tfxl.train import backends
 from tfxl.train.tasks.language_model import LanguageModelTask, build_model
 from tfxl.train.loop.optimization import OptimizerParams
 
@@ -57,9 +57,9 @@ config = TransfoXLConfig(vocab_size=VOCAB, n_layer=2, d_model=16, n_head=2, d_he
 strategy = resolve_distribution("data_parallel")
 task = LanguageModelTask(config, data_dir="unused")
 data = NumpyBatches()
-step = JaxTrainStep(task, build_model(config, strategy), strategy=strategy, data=data,
-                    global_batch=B, optimizer=OptimizerParams(learning_rate=1e-3),
-                    mixed_precision="mixed_bfloat16")
+step = backends.for_strategy(strategy).train_step(
+    task, build_model(config, strategy), data=data, global_batch=B,
+    optimizer=OptimizerParams(learning_rate=1e-3), mixed_precision="mixed_bfloat16")
 loops = [step.train(2) for _ in range(2)]
 after_two_loops = step.step
 step.rewind_input()

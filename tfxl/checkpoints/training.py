@@ -24,7 +24,7 @@ from typing import Mapping, Protocol
 from tfxl.checkpoints.finding import (checkpoint_state_damage, newest_readable_checkpoint,
                                       rewrite_checkpoint_state)
 from tfxl.checkpoints.tree import CheckpointTree, read_checkpoint, restore_fitting
-from tfxl.backend import is_tensorflow
+from tfxl import backend
 from tfxl.deferred import deferred_import
 from tfxl.model_dir import CHECKPOINT_STATE, ModelDir
 
@@ -92,7 +92,7 @@ class TrainingCheckpoint:
         self.roots = {MODEL: model, OPTIMIZER: optimizer,
                       SEEDS: {f"seed_{i}": state
                               for i, state in enumerate(seed_generator_states(model))}}
-        if is_tensorflow():
+        if backend.current().VARIABLES_ARE_TRACKABLE:
             self.tree, trackables = None, self.roots
         else:
             self.tree = CheckpointTree(

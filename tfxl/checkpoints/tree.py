@@ -23,7 +23,7 @@ import functools
 import numpy as np
 
 from tfxl.checkpoints.finding import check_readable, newest_readable_checkpoint
-from tfxl.backend import is_tensorflow
+from tfxl import backend
 from tfxl.deferred import deferred_import
 
 keras = deferred_import("keras")  # imported on use: the tools' --help imports this module
@@ -208,7 +208,7 @@ def restore_weights(model, checkpoint=None, directory=None, fits="this model", l
     path = check_readable(checkpoint) if checkpoint else newest_readable_checkpoint(directory, log)
     if not path:
         raise ValueError(f"no checkpoint in {directory}")
-    if is_tensorflow():
+    if backend.current().VARIABLES_ARE_TRACKABLE:
         restore_fitting(tf.train.Checkpoint(model=model), path, fits, partial=True)
     else:  # a Keras model of another backend, read by the paths TensorFlow names it by
         read_checkpoint(path, fits, model=model)

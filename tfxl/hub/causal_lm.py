@@ -17,7 +17,6 @@ is written at slot t (in place under XLA) and sees slots t - M..t through the at
 relative distances t - j, so no slot ever moves.
 """
 
-import functools
 
 import keras
 from keras import ops
@@ -25,7 +24,7 @@ from keras_hub.models import CausalLM
 from keras_hub.samplers import ContrastiveSampler
 from keras_hub.samplers import get as get_sampler
 
-from tfxl.backend import is_tensorflow
+from tfxl import backend
 from tfxl.hub.backbone import TransfoXLHubBackbone
 from tfxl.hub.preprocessor import TransfoXLCausalLMPreprocessor
 from tfxl.hub.presets import save_preset
@@ -102,19 +101,10 @@ class TransfoXLCausalLM(CausalLM):
         super().compile(*args, sampler=sampler, **kwargs)
 
     def make_generate_function(self):
-        """keras-hub's, but on TensorFlow each compile's tf.function counts its own traces.
-
-        keras-hub makes a new tf.function of `generate_step` at every compile (a new sampler is
-        a new Python program), traced once per input shape. TensorFlow counts traces per code
-        object across all of them and, by the fifth sampler, warns of excessive retracing;
-        tracing a fresh `functools.partial` (no code object: counted by itself) keeps each
-        function's count its own. Other backends: keras-hub's own.
-        """
-        if (self.generate_function is None and is_tensorflow()
-                and not self.run_eagerly):
-            import tensorflow as tf
-            self.generate_function = tf.function(functools.partial(self.generate_step),
-                                                 jit_compile=getattr(self, "jit_compile", True))
+        """keras-hub's, with the backend's own generate function where it has one (TensorFlow:
+        each compile's tf.function counts its own traces, `tfxl.backend.tensorflow`)."""
+        if self.generate_function is None and not self.run_eagerly:
+            self.generate_function = backend.current().hub_generate_function(self)
         return super().make_generate_function()
 
     def _settings(self):

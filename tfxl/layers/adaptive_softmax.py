@@ -12,7 +12,7 @@ head[S + i - 1] + tail_i[t - start_i].
 import keras
 from keras import ops
 
-from tfxl.backend import is_tensorflow
+from tfxl import backend
 from tfxl.layers.adaptive_clusters import cluster_layout
 
 # The static-shape tail path holds a tail cluster's logits for this many (row, id) pairs at a
@@ -151,13 +151,10 @@ class AdaptiveSoftmax(keras.layers.Layer):
             c = self.clusters[i]
             in_cluster = ops.logical_and(targets >= c.start, targets < c.end)
             head_index = ops.where(in_cluster, shortlist + i - 1, head_index)
-        if is_tensorflow():  # the batched gather the NLL has always used there
-            import tensorflow as tf
-            log_prob = tf.gather(head, head_index, axis=-1, batch_dims=2)  # [B, T]
-            tail_log_prob = self._sparse_tail_log_prob
-        else:
-            log_prob = ops.take_along_axis(head, head_index[..., None], axis=-1)[..., 0]
-            tail_log_prob = self._static_tail_log_prob
+        kernels = backend.current()
+        log_prob = kernels.target_log_probs(head, head_index)  # [B, T]
+        tail_log_prob = (self._sparse_tail_log_prob if kernels.SPARSE_TAIL
+                         else self._static_tail_log_prob)
         for i in range(1, len(self.clusters)):
             log_prob = log_prob + tail_log_prob(
                 hidden, targets, self.clusters[i],

@@ -16,10 +16,9 @@ on every backend: the low 32 bits of an int64 product are those of the uint32 pr
 import numpy as np
 from keras import ops
 
-from tfxl.backend import is_torch
+from tfxl import backend
 
 _GOLDEN = 0x9E3779B9
-_LOW_32_BITS = 0xFFFFFFFF
 
 
 def constant(value):
@@ -31,9 +30,7 @@ def constant(value):
 
 def wrapped(h):
     """`h` (Keras "uint32") modulo 2^32: the bits a 32-bit uint32 would hold."""
-    if is_torch():  # int64 in uint32's place (module docstring)
-        return ops.bitwise_and(h, constant(_LOW_32_BITS))
-    return h
+    return backend.current().wrapped_uint32(h)  # int64 in uint32's place on PyTorch
 
 
 def as_uint32(x):

@@ -15,11 +15,10 @@ lax.while_loop; a Python loop on PyTorch), and the tokens go into a preallocated
 (`ops.slice_update`), so N must be a Python int on JAX (it is a shape there).
 """
 
-import keras
 from keras import ops
 
 from tfxl import sizing
-from tfxl.backend import backend_name, is_concrete, is_tensorflow
+from tfxl import backend
 from tfxl.layers.counter_hash import as_int32, as_uint32, wrapped
 from tfxl.layers.memory import RecentWindowMemory
 from tfxl.models.sampling import sample_next
@@ -200,8 +199,7 @@ def generate(model, prompt_ids, memory, max_new_tokens, temperature=1.0, top_k=0
         (ops.convert_to_tensor(0, "int32"), last_log_probs, window,
          ops.zeros((batch,), "bool"), ops.zeros((batch, max_new_tokens), "int32")))
     token, failed = draw(step, last, failed)
-    if not is_tensorflow() and is_concrete(failed) and ops.convert_to_numpy(ops.any(failed)):
-        raise ValueError(NOT_FINITE)
+    backend.current().raise_if_any(failed, NOT_FINITE)
     return written(out, step, token), window.to_memory()
 
 
@@ -213,12 +211,7 @@ def _positive_length(max_new_tokens):
         if max_new_tokens < 1:
             raise ValueError(f"{message}, got {max_new_tokens}")
         return max_new_tokens
-    if is_tensorflow():
-        import tensorflow as tf
-        max_new_tokens = tf.cast(max_new_tokens, tf.int32)
-        tf.debugging.assert_positive(max_new_tokens, message=message)
-        return max_new_tokens
-    return _positive_length(int(max_new_tokens))  # a shape on JAX: concrete by then
+    return backend.current().positive_length(max_new_tokens, message)
 
 
 def _finite(log_probs):
@@ -233,13 +226,7 @@ def _finite(log_probs):
     """
     ok = ops.logical_and(ops.isfinite(ops.max(log_probs, axis=-1)),
                          ops.logical_not(ops.any(ops.isnan(log_probs), axis=-1)))
-    if is_tensorflow():
-        import tensorflow as tf
-        with tf.control_dependencies([tf.debugging.Assert(tf.reduce_all(ok), [NOT_FINITE])]):
-            return tf.identity(log_probs), ok
-    if is_concrete(ok) and not ops.convert_to_numpy(ops.all(ok)):
-        raise ValueError(NOT_FINITE)
-    return log_probs, ok
+    return backend.current().checked_finite(log_probs, ok, NOT_FINITE), ok
 
 
 def compiled_generate(model, mem_len, clamp_len=None, same_length=None):
@@ -258,29 +245,4 @@ def compiled_generate(model, mem_len, clamp_len=None, same_length=None):
         memory = model.init_key_value_memory(ops.shape(ids)[0], mem_len)
         return generate(model, ids, memory, n, temperature, top_k, top_p, seed, **run)[0]
 
-    backend = backend_name()
-    if backend == "tensorflow":
-        import tensorflow as tf
-        # An input_signature of any batch and prompt length: one trace per memory length, not
-        # one per prompt shape (each trace costs seconds).
-        scalars = [tf.TensorSpec([], dtype) for dtype in (tf.int32, tf.float32, tf.int32,
-                                                          tf.float32, tf.int32)]
-        return tf.function(loop, input_signature=[tf.TensorSpec([None, None], tf.int32),
-                                                  *scalars])
-    if backend == "jax":
-        import jax
-
-        def stateless(values, ids, n, *sampling):
-            with keras.StatelessScope(state_mapping=list(zip(model.variables, values))):
-                return loop(ids, n, *sampling)
-        jitted = jax.jit(stateless, static_argnums=2)
-        return lambda ids, n, *sampling: jitted([v.value for v in model.variables], ids, n,
-                                                *sampling)
-    if backend == "torch":
-        import torch
-
-        def without_autograd(*args):
-            with torch.no_grad():
-                return loop(*args)
-        return without_autograd
-    return loop
+    return backend.current().compiled_generate(loop, model)

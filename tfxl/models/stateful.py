@@ -22,7 +22,7 @@ import contextlib
 import keras
 from keras import ops
 
-from tfxl.backend import is_tensorflow
+from tfxl import backend
 from tfxl.models.memory_variables import MemoryVariables
 from tfxl.models.backbone import as_config, default_name
 from tfxl.models.language_model import TransfoXLLM
@@ -164,27 +164,12 @@ class StatefulTransfoXLLM(keras.Model):
             self._step_kind = outer
 
     def _checked_dataset(self, data):
-        """A tf.data.Dataset (TensorFlow backend) with each batch's row count asserted in its
-        pipeline. In the step the assertions of `_checked_rows` can come too late: Grappler
-        infers a traced training step's unknown row count from the memory's (B) and folds the
-        shape ops, so a short batch fails first in a gradient's reshape, naming neither."""
-        if not is_tensorflow():
-            return data  # elsewhere every batch's shape is known when its step is traced
-        import tensorflow as tf
-        if not isinstance(data, tf.data.Dataset):
-            return data
+        """The data with each batch's row count checked where the backend must check it in the
+        pipeline (TensorFlow: `tfxl.backend.tensorflow.checked_rows`)."""
         message = (f"StatefulTransfoXLLM was built for batch_size={self.batch_size} streams, "
                    "got a batch of another number of rows; batch the data with exactly that "
                    "many rows (drop_remainder=True)")
-
-        def check(*element):
-            element = element[0] if len(element) == 1 else element
-            checks = [tf.debugging.assert_equal(tf.shape(t)[0], self.batch_size, message=message)
-                      for t in keras.tree.flatten(element)]
-            with tf.control_dependencies(checks):
-                return keras.tree.map_structure(tf.identity, element)
-
-        return data.map(check)
+        return backend.current().checked_rows(data, self.batch_size, message)
 
     def _array_batch_size(self, x, batch_size, method):
         """The batch_size Keras should cut array input `x` into: the model's. Datasets and

@@ -35,6 +35,7 @@ class JaxBackend:
         from tfxl.train.loop.jax_train_step import JaxTrainStep
         return JaxTrainStep(task, model, strategy=self.strategy, data=data,
                             global_batch=global_batch, optimizer=optimizer,
+                            memory=self.training_memory(task.initial_memory(model, global_batch)),
                             mixed_precision=mixed_precision)
 
     def evaluator(self, model, *, data, global_batch, steps_per_loop=100, jit_compile=False,
@@ -44,6 +45,8 @@ class JaxBackend:
         return JaxEvaluator(model, self.strategy, data, global_batch, steps_per_loop, progress)
 
     def training_memory(self, empty):
+        if empty is None:
+            return None
         from tfxl.train.loop.jax_train_step import JaxTrainingMemory
         return JaxTrainingMemory(self.strategy, empty)
 

@@ -49,8 +49,10 @@ class TensorFlowBackend:
     def train_step(self, task, model, *, data, global_batch, optimizer,
                    mixed_precision="float32", jit_compile=False):
         from tfxl.train.loop.train_step import TrainStep
+        rows = global_batch // self.strategy.num_replicas_in_sync  # each replica's memory
         return TrainStep(task, model, strategy=self.strategy, data=data,
                          global_batch=global_batch, optimizer=optimizer,
+                         memory=self.training_memory(task.initial_memory(model, rows)),
                          mixed_precision=mixed_precision, jit_compile=jit_compile)
 
     def evaluator(self, model, *, data, global_batch, steps_per_loop=100, jit_compile=False,
@@ -60,6 +62,8 @@ class TensorFlowBackend:
                          progress)
 
     def training_memory(self, empty):
+        if empty is None:
+            return None
         from tfxl.train.loop.memory_state import CheckpointedReplicaMemory
         return CheckpointedReplicaMemory(self.strategy, empty, "train_memory")
 

@@ -46,17 +46,18 @@ class JaxTrainStep(TrainStepBase):
       task, model, data, global_batch, optimizer, mixed_precision: as `TrainStepBase`'s
         (train/loop/step_base.py).
       strategy: a `tfxl.tpu.jax_mesh.JaxDistribution`.
+      memory: the training memory (`JaxBackend.training_memory` of the task's `initial_memory`
+        for the global batch), or None for a task without one.
     """
 
     replicas = "devices of the mesh's batch axis"
     check_precision = staticmethod(check_precision)
 
     def __init__(self, task: Task, model, *, strategy, data, global_batch: int,
-                 optimizer: OptimizerParams, mixed_precision: str = "float32"):
+                 optimizer: OptimizerParams, memory, mixed_precision: str = "float32"):
         super().__init__(task, model, strategy=strategy, data=data, global_batch=global_batch,
                          optimizer=optimizer, mixed_precision=mixed_precision)
-        empty = task.initial_memory(model, global_batch)
-        self.memory = None if empty is None else JaxTrainingMemory(strategy, empty)
+        self.memory = memory
         self._loops = None  # compiled at the first loop, for the state's layouts
 
     @property

@@ -14,7 +14,6 @@ import keras
 import tensorflow as tf
 
 from tfxl.train.loop.step_base import TrainStepBase
-from tfxl.train.loop.memory_state import CheckpointedReplicaMemory
 from tfxl.train.loop.optimization import OptimizerParams, clip_by_global_norm
 from tfxl.train.tasks.task import Task
 
@@ -26,19 +25,19 @@ class TrainStep(TrainStepBase):
       task, model, data, global_batch, optimizer, mixed_precision: as `TrainStepBase`'s
         (train/loop/step_base.py); data None when the caller feeds `replica_step` itself.
       strategy: a `tf.distribute` strategy; the batch is split over its replicas.
+      memory: the training memory (`TensorFlowBackend.training_memory` of the task's
+        `initial_memory` for one replica's rows), or None for a task without one.
       jit_compile: XLA-compile each replica's forward and backward pass.
     """
 
     def __init__(self, task: Task, model, *, strategy, data, global_batch: int,
-                 optimizer: OptimizerParams, mixed_precision: str = "float32",
+                 optimizer: OptimizerParams, memory, mixed_precision: str = "float32",
                  jit_compile: bool = False):
         super().__init__(task, model, strategy=strategy, data=data, global_batch=global_batch,
                          optimizer=optimizer, mixed_precision=mixed_precision)
         self.per_replica_batch = global_batch // strategy.num_replicas_in_sync
         self.loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
-        empty = task.initial_memory(model, self.per_replica_batch)
-        self.memory = (None if empty is None
-                       else CheckpointedReplicaMemory(strategy, empty, "train_memory"))
+        self.memory = memory
         self._forward_backward = (tf.function(self._forward_backward_fn, jit_compile=True)
                                   if jit_compile else self._forward_backward_fn)
         self._loop = tf.function(self._loop_fn)
