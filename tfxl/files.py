@@ -417,7 +417,21 @@ class StagedDirectory:
             tf.io.gfile.rename(os.path.join(self.path, name), target, overwrite=True)
 
     def publish_file(self, name):
-        """The staged file `name` becomes the file `final`, whole or not at all
-        (`write_text_atomically`)."""
-        with tf.io.gfile.GFile(os.path.join(self.path, name), "rb") as f:
-            write_text_atomically(self.final, f.read())
+        """The staged file `name` becomes the file `final` (over any file of that name), whole
+        or not at all, streamed (a .keras file may be gigabytes): on an object store one
+        object write (whole at close); locally a rename, from beside `final` (a copy there
+        first when the staging lies on another disk)."""
+        source = os.path.join(self.path, name)
+        if not self.local:
+            tf.io.gfile.copy(source, self.final, overwrite=True)
+            return
+        tmp = source
+        if self._local_root is not None:  # a scratch directory: perhaps another file system
+            tmp = f"{self.final}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            if tmp != source:
+                tf.io.gfile.copy(source, tmp, overwrite=True)
+            tf.io.gfile.rename(tmp, self.final, overwrite=True)
+        finally:
+            if tmp != source:
+                remove_quietly(tmp)

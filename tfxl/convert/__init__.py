@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import tempfile
 
 import numpy as np
 
@@ -25,7 +23,7 @@ from tfxl.convert.errors import ConversionError
 from tfxl.convert.mapping import FORMATS, make_plan
 from tfxl.convert.readers import TensorSource, open_checkpoint
 from tfxl.deferred import deferred_import
-from tfxl.files import is_local, remove_quietly
+from tfxl.files import StagedDirectory, is_local, write_text_atomically
 
 # TensorFlow and the model are imported on first use: tfxl-convert's --help reads this package
 # for its flags and should not wait for them (tests/test_cli_help.py).
@@ -84,10 +82,9 @@ def save_converted(model, output, overwrite=False):
     """Writes `output` (.keras) and its config JSON next to it; returns both paths.
 
     Any tf.io.gfile path (gs://...). Refuses to replace existing files unless `overwrite`; a
-    failure never leaves a half-written file under either name. Locally each file is written to
-    a temporary name in the same directory and renamed (atomic); for a bucket each is written
-    locally first and copied there in one upload (an object appears only once whole). The files
-    get the ordinary permissions (umask), readable by others.
+    failure never leaves a half-written file under either name: each is published whole
+    (`tfxl.files.StagedDirectory.publish_file`, `write_text_atomically`). The files get the
+    ordinary permissions (umask), readable by others.
     """
     output = os.fspath(output)
     if not output.endswith(".keras"):
@@ -97,30 +94,16 @@ def save_converted(model, output, overwrite=False):
         for path in (output, config_path):
             if tf.io.gfile.exists(path):
                 raise ConversionError(f"{path} exists (pass --overwrite to replace it)")
-    local = is_local(output)
-    if local:
+    if is_local(output):
         directory = os.path.dirname(output if "://" in output else os.path.abspath(output))
         if not tf.io.gfile.isdir(directory):
             raise ConversionError(f"output directory {directory} does not exist")
-    else:  # a bucket has no directories to check: staged in a local temporary directory
-        staging = tempfile.TemporaryDirectory(prefix="tfxl-convert-")
-        directory = staging.name
-    tag = os.path.join(directory, f".tmp-convert-{secrets.token_hex(4)}")
-    tmp_model, tmp_config = tag + ".keras", tag + ".config.json"
-    try:
-        model.save(tmp_model, overwrite=True)
-        with tf.io.gfile.GFile(tmp_config, "w") as f:
-            f.write(model.config.to_json() + "\n")
-        for tmp, path in ((tmp_model, output), (tmp_config, config_path)):
-            if local:
-                tf.io.gfile.rename(tmp, path, overwrite=overwrite)
-            else:
-                tf.io.gfile.copy(tmp, path, overwrite=overwrite)
-    finally:
-        for tmp in (tmp_model, tmp_config):
-            remove_quietly(tmp)
-        if not local:
-            staging.cleanup()
+    # A .keras file is a zip archive Keras writes piece by piece: built in scratch, published
+    # whole; its config first, so that a reader who finds the model finds its config.
+    with StagedDirectory(output, "convert", scratch="tfxl-convert-") as staged:
+        model.save(os.path.join(staged.path, "model.keras"), overwrite=True)
+        write_text_atomically(config_path, model.config.to_json() + "\n")
+        staged.publish_file("model.keras")
     return output, config_path
 
 
