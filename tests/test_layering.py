@@ -15,11 +15,14 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The repository's folders train/ and tpu/ install as tfxl.train and tfxl.tpu (setup.cfg).
 FOLDERS = {"tfxl": ROOT / "tfxl", "tfxl.train": ROOT / "train", "tfxl.tpu": ROOT / "tpu"}
-SUBPACKAGES = ("analysis", "checkpoints", "classification", "cli", "convert", "data", "hub",
+SUBPACKAGES = ("analysis", "backend", "checkpoints", "classification", "cli", "convert", "data", "hub",
                "layers", "models", "saved_model", "serving", "tpu", "train")
 
 # package -> the packages it must never import.
 FORBIDDEN = {
+    # The model code's backend seam: below everything it serves.
+    "tfxl.backend": ("tfxl.layers", "tfxl.models", "tfxl.data", "tfxl.train", "tfxl.serving",
+                     "tfxl.classification", "tfxl.hub", "tfxl.checkpoints"),
     "tfxl.layers": ("tfxl.data", "tfxl.train", "tfxl.serving", "tfxl.classification",
                     "tfxl.hub", "tfxl.checkpoints"),
     "tfxl.data": ("tfxl.models", "tfxl.layers", "tfxl.train", "tfxl.serving",
