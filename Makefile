@@ -56,8 +56,11 @@ test: $(STAMP)     ## the suite on TensorFlow, JAX and PyTorch, without the test
 	$(MAKE) test-jax
 	$(MAKE) test-torch
 
+# The memory_peak tests run alone, after the rest: beside another test's load a process holds
+# less than it does on its own, and the peak measured is not the step's.
 test-large: $(STAMP) ## the tests marked large, on TensorFlow and JAX
-	$(PYTEST_TF) -m large $(PYTEST_ARGS) tests
+	$(PYTEST_TF) -m "large and not memory_peak" $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q -m "large and memory_peak" $(PYTEST_ARGS) tests
 	$(PYTEST_JAX) -m large $(PYTEST_ARGS) tests
 
 test-expensive: test-large  ## another name for test-large

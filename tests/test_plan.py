@@ -241,6 +241,7 @@ def measured_step(name, backend, policy, jit, batch, mem_len):
 # policies, XLA on and off (benchmarks/memory_bench.py's SHAPES; BENCHMARKS.md has the grid).
 @pytest.mark.large
 @pytest.mark.subprocess
+@pytest.mark.memory_peak
 @pytest.mark.parametrize("name,backend,policy,jit,batch,mem_len", [
     ("deep", "tensorflow", "float32", False, 4, 32),
     ("wide", "tensorflow", "mixed_bfloat16", True, 4, 64),
