@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # No TF_CPP_MIN_LOG_LEVEL here: the tools are quiet by themselves (tfxl/cli/quiet.py) and an
 # exported level would replace their default of 3; tests/conftest.py sets its own.
 
-.PHONY: test test-large test-expensive test-jax test-torch lint demo demo-classify install clean
+.PHONY: test test-large test-expensive test-jax test-torch lint demo demo-classify demo-context install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,9 @@ demo: $(DEMO_INSTALL)  ## the main job on the embedded default corpus (its plots
 
 demo-classify: $(DEMO_INSTALL)  ## the document classifier on stdlib packages: memory vs none vs truncation, plot
 	$(PY) -m benchmarks.classify_demo
+
+demo-context: $(DEMO_INSTALL)  ## Transformer-XL, a vanilla Transformer and an LSTM trained tiny: RECL table, plot
+	$(PY) -m benchmarks.context_demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
