@@ -9,12 +9,12 @@ from tfxl.layers.memory.protocol import KEYS, STATES, VALID, VALUES, LayerView, 
 def as_memory(memory, where="memory", dicts=True):
     """`memory` as a memory type; otherwise one error naming what was given.
 
-    Takes a memory (of any type that implements `Memory`, or a baseline's memory) as it is; a list or plain tuple of a
-    `LayerInputMemory`'s or a `KeyValueMemory`'s fields, in order, as that type (Keras'
-    functional models rebuild a NamedTuple input as a list when a `.keras` file is loaded);
-    and, with `dicts`, a dict of
-    tensors in the signatures' form (`to_dict`: {"states", "valid"}, or {"keys", "values",
-    "valid"} with keys and values stacked; other keys: ValueError). The model passes
+    Takes a memory (of any type that implements `Memory`, or a baseline's: baselines.py) as it
+    is; a list or plain tuple of a `LayerInputMemory`'s or a `KeyValueMemory`'s fields, in
+    order, as that type (Keras' functional models rebuild a NamedTuple input as a list when a
+    `.keras` file is loaded); and, with `dicts`, a dict of tensors in the signatures' or a
+    checkpoint's form (`to_dict`: {"states", "valid"}, {"keys", "values", "valid"} with keys
+    and values stacked, or a baseline's; other keys: ValueError). The model passes
     `dicts=False`: it returns the type it was given, which for a dict it could not.
     """
     if isinstance(memory, (Memory, RecurrentState, TokenWindow)):
