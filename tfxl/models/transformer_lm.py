@@ -62,7 +62,10 @@ class CausalSelfAttention(keras.layers.Layer):
         # Softmax in float32 whatever the compute dtype (as Transformer-XL's attention).
         score = ops.cast(ops.einsum("bnqh,bnkh->bnqk", query, key), "float32")
         score = ops.where(mask, score / math.sqrt(self.d_head), -1e30)
-        probs = ops.cast(ops.softmax(score, axis=-1), query.dtype)
+        if score.shape[-1] == 1:  # a window of one token: probability 1, and no Keras warning
+            probs = ops.ones_like(score, dtype=query.dtype)
+        else:
+            probs = ops.cast(ops.softmax(score, axis=-1), query.dtype)
         probs = self.attention_dropout(probs, training=training)
         context = ops.einsum("bnqk,bnkh->bqnh", probs, value)
         output = self.output_dropout(ops.einsum("bqnh,nhd->bqd", context, self.output_kernel),
