@@ -162,7 +162,7 @@ class TransformerLM(BaselineLM):
         del tgt_len, mem_len, dtype
         return TokenWindow.empty(batch_size, self.window - 1)
 
-    def forward(self, token_ids, valid, training=None):
+    def read_windows(self, token_ids, valid, training=None):
         """Hidden states [R, W, D] of windows `token_ids` [R, W] whose tokens `valid` [R, W]
         holds (False: no token there). A token's position is the number of valid tokens before
         it in its window, so a window that starts at a document's beginning reads as a
@@ -197,7 +197,7 @@ class TransformerLM(BaselineLM):
                                  f"without a memory exceeds its context of tgt_len="
                                  f"{self.window}; pass init_key_value_ring(batch) as memory "
                                  "to score every token on its own window")
-            hidden = self.forward(token_ids, segment_valid, training=training)
+            hidden = self.read_windows(token_ids, segment_valid, training=training)
             return self.head(hidden, targets), None
         memory = memory.reset(reset)
         ids = ops.concatenate([ops.cast(memory.token_ids, "int32"), token_ids], axis=1)
@@ -207,6 +207,6 @@ class TransformerLM(BaselineLM):
         index = ops.arange(segment_len)[:, None] + ops.arange(self.window)[None, :]  # [T, W]
         windows = ops.reshape(ops.take(ids, index, axis=1), (-1, self.window))
         windows_valid = ops.reshape(ops.take(valid, index, axis=1), (-1, self.window))
-        hidden = self.forward(windows, windows_valid, training=training)[:, -1]  # [R, D]
+        hidden = self.read_windows(windows, windows_valid, training=training)[:, -1]  # [R, D]
         hidden = ops.reshape(hidden, (batch, segment_len, self.config.d_model))
         return self.head(hidden, targets), memory.updated(token_ids, segment_valid)
