@@ -142,6 +142,14 @@ def resolve_config(flag_values=None, defaults=None, sources=(), fixed=None):
                          f"{', '.join(layers) or 'the TransfoXLConfig defaults'})") from None
 
 
+def check_transformer_xl(config, tool):
+    """ValueError where `config` is a baseline's (--architecture other than transformer_xl):
+    `tool` (tfxl-convert, tfxl-classify-train) builds Transformer-XL models only."""
+    if config.architecture != "transformer_xl":
+        raise ValueError(f"--architecture={config.architecture}: {tool} builds Transformer-XL "
+                         "models only (the baselines train with tfxl-train)")
+
+
 def define_eval_flags(names=EVAL_SETTINGS, note="", flag_values=None):
     """Flags overriding the evaluation settings (TransfoXLConfig.eval_settings resolves them),
     registered as the calling module's flags."""
