@@ -224,3 +224,30 @@ def test_convert_and_a_bad_architecture_are_refused_with_one_line(data_dir, tmp_
     done = run_in_process("tfxl.train.main", f"--data_dir={data_dir}",
                           f"--model_dir={tmp_path / 'm'}", "--architecture=gru")
     assert_one_error_line(done, "architecture")
+
+
+@pytest.mark.large
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_two_mirrored_replicas_train_and_evaluate_a_baseline_as_one_device(
+        architecture, data_dir, tmp_path, mirrored):
+    """Each replica keeps its own streams' memory (the LSTM's state, the vanilla Transformer's
+    evaluation window): the per-step losses and the evaluation are one device's (no dropout:
+    a replica's masks are drawn over its own rows)."""
+    from tfxl.train.loop.optimization import OptimizerParams
+    config = tiny_config(vocab_size=vocab_size_of(data_dir), architecture=architecture,
+                         n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, tgt_len=T,
+                         mem_len=T, eval_tgt_len=4, init_std=0.1)
+    runs = {}
+    for name, strategy in (("one", tf.distribute.get_strategy()), ("two", mirrored)):
+        run = factories.language_model_run(
+            config, strategy=strategy, data_dir=data_dir, model_dir=str(tmp_path / name),
+            global_batch=STREAMS, optimizer=OptimizerParams(learning_rate=0.01, train_steps=12),
+            steps_per_loop=4, lease=factories.fast_lease())
+        run.train(save_every=12)
+        runs[name] = (losses(tmp_path / name), run.evaluate("valid"))
+    (one, one_eval), (two, two_eval) = runs["one"], runs["two"]
+    assert sorted(two) == sorted(one) == list(range(1, 13))
+    np.testing.assert_allclose([two[s] for s in sorted(two)], [one[s] for s in sorted(one)],
+                               rtol=1e-5)
+    assert two_eval["tokens"] == one_eval["tokens"] > 0
+    assert two_eval["loss"] == pytest.approx(one_eval["loss"], rel=1e-5)
