@@ -116,7 +116,8 @@ def load_classifier_data(data_dir, model, model_source):
 
 
 def load_language_model(source, checkpoint=None, log=None, any_architecture=False):
-    """A TransfoXLLM from `source`: a `.keras` file, or a model_dir (config.json + checkpoints/).
+    """A language model from `source`: a `.keras` file, or a model_dir (config.json +
+    checkpoints/; its architecture's class, `tfxl.models.build_language_model`).
 
     `checkpoint` must read cleanly; without it the newest readable checkpoint is used and damaged
     newer ones are reported through `log` (default stderr). Raises ValueError naming the file
