@@ -179,3 +179,103 @@ def gumbel_max_draw(logits, seed):
     bin."""
     u = ((hash_bits(logits.shape, seed) >> np.uint32(8)).astype(np.float64) + 0.5) / 2**24
     return np.argmax(logits - np.log(-np.log(u)), axis=-1)
+
+
+# -- the paper's baselines ------------------------------------------------------------------------
+
+def _array(v):
+    return np.asarray(v.numpy() if hasattr(v, "numpy") else v, np.float64)
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def naive_lstm_step(x, h, c, w_x, w_h, b):
+    """One LSTM step of one row, gate by gate: x [D_in], h and c [D]; w_x [D_in, 4D],
+    w_h [D, 4D], b [4D] with the gates in the order input, forget, candidate, output."""
+    d = h.shape[0]
+    gate = lambda k: x @ w_x[:, k * d:(k + 1) * d] + h @ w_h[:, k * d:(k + 1) * d] + b[
+        k * d:(k + 1) * d]
+    i, f, g, o = _sigmoid(gate(0)), _sigmoid(gate(1)), np.tanh(gate(2)), _sigmoid(gate(3))
+    c = f * c + i * g
+    return o * np.tanh(c), c
+
+
+class NaiveLSTM:
+    """An `LSTMLM`'s hidden states, token by token and row by row, from its weights (a plain
+    embedding table: div_val 1, d_embed = d_model; no dropout)."""
+
+    def __init__(self, model):
+        self.d_model = model.config.d_model
+        self.table = _array(model.embedding.tables[0])
+        self.layers = [(_array(layer.input_kernel), _array(layer.recurrent_kernel),
+                        _array(layer.bias))
+                       for layer in (getattr(model, f"lstm_{i}")
+                                     for i in range(model.config.n_layer))]
+
+    def run(self, token_ids, state=None):
+        """Hidden states [B, T, D] of `token_ids` [B, T] from `state` ((h, c) lists of [B, D]
+        per layer, default zeros); returns (hidden, the state after the last token)."""
+        batch, length = token_ids.shape
+        zeros = np.zeros((batch, self.d_model))
+        h = [zeros.copy() for _ in self.layers] if state is None else [s.copy() for s in state[0]]
+        c = [zeros.copy() for _ in self.layers] if state is None else [s.copy() for s in state[1]]
+        out = np.zeros((batch, length, self.d_model))
+        for b in range(batch):
+            for t in range(length):
+                x = self.table[token_ids[b, t]] * np.sqrt(self.d_model)
+                for layer, weights in enumerate(self.layers):
+                    h[layer][b], c[layer][b] = naive_lstm_step(x, h[layer][b], c[layer][b],
+                                                               *weights)
+                    x = h[layer][b]
+                out[b, t] = x
+        return out, (h, c)
+
+
+class NaiveTransformer:
+    """A `TransformerLM`'s hidden states from its weights: each window read on its own, every
+    query attending to the keys at or before it one score at a time, post-LN (a plain embedding
+    table, no dropout)."""
+
+    def __init__(self, model):
+        c = model.config
+        self.d_model, self.eps = c.d_model, c.layer_norm_epsilon
+        self.table = _array(model.embedding.tables[0])
+        self.layers = []
+        for i in range(c.n_layer):
+            attention, ff = getattr(model, f"attention_{i}"), getattr(model, f"feed_forward_{i}")
+            self.layers.append(dict(
+                wq=_array(attention.query_kernel), wk=_array(attention.key_kernel),
+                wv=_array(attention.value_kernel), wo=_array(attention.output_kernel),
+                gamma=_array(attention.layer_norm.gamma), beta=_array(attention.layer_norm.beta),
+                w1=_array(ff.inner.kernel), b1=_array(ff.inner.bias), w2=_array(ff.outer.kernel),
+                b2=_array(ff.outer.bias), ff_gamma=_array(ff.layer_norm.gamma),
+                ff_beta=_array(ff.layer_norm.beta)))
+
+    def window(self, token_ids):
+        """Hidden states [W, D] of one window of ids [W] (its positions 0..W-1)."""
+        x = np.stack([self.table[t] * np.sqrt(self.d_model) + sinusoid(p, self.d_model)
+                      for p, t in enumerate(token_ids)])
+        for w in self.layers:
+            n_head, d_head = w["wq"].shape[1:]
+            attended = np.zeros_like(x)
+            for i in range(len(x)):
+                for n in range(n_head):
+                    q = x[i] @ w["wq"][:, n]
+                    scores = np.array([q @ (x[j] @ w["wk"][:, n]) / np.sqrt(d_head)
+                                       for j in range(i + 1)])
+                    probs = np.exp(scores - scores.max())
+                    probs /= probs.sum()
+                    context = sum(p * (x[j] @ w["wv"][:, n]) for j, p in enumerate(probs))
+                    attended[i] += context @ w["wo"][n]
+            x = layer_norm(x + attended, w["gamma"], w["beta"], self.eps)
+            inner = np.maximum(x @ w["w1"] + w["b1"], 0.0)
+            x = layer_norm(x + inner @ w["w2"] + w["b2"], w["ff_gamma"], w["ff_beta"], self.eps)
+        return x
+
+    def sliding(self, tokens, width):
+        """Hidden state of every token of the 1-D `tokens`, each read by a fresh pass over its
+        window: the up to width - 1 tokens before it and itself (the last position scored)."""
+        return np.stack([self.window(tokens[max(0, t - width + 1):t + 1])[-1]
+                         for t in range(len(tokens))])

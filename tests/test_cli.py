@@ -27,7 +27,7 @@ def test_every_config_field_has_a_typed_flag_with_its_help():
     assert fields <= set(values) and {"preset", "config"} <= set(values)
     kinds = {"n_layer": "int", "dropout": "float", "untie_r": "bool", "d_embed": "int",
              "eval_same_length": "bool", "cutoffs": "comma separated list of strings",
-             "tie_projs": "comma separated list of strings"}
+             "tie_projs": "comma separated list of strings", "architecture": "string enum"}
     for name, kind in kinds.items():
         assert values[name].flag_type() == kind, name
     for name in fields:

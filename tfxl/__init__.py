@@ -18,7 +18,7 @@ _LAZY = {
         "AdaptiveEmbedding", "AdaptiveSoftmax", "PositionwiseFeedForward",
         "RelativeMultiHeadAttention", "RelativePositionEncoding", "TransformerXLBlock")},
     **{name: "tfxl.models" for name in (
-        "StatefulTransfoXLLM", "TransfoXLBackbone", "TransfoXLLM")},
+        "LSTMLM", "StatefulTransfoXLLM", "TransfoXLBackbone", "TransfoXLLM", "TransformerLM")},
     "DocumentClassifier": "tfxl.classification",
     "BitsPerCharacter": "tfxl.metrics", "Perplexity": "tfxl.metrics",
 }

@@ -20,6 +20,10 @@ from typing import Optional
 # The settings evaluation may choose apart from training's (each has an eval_* field).
 EVAL_SETTINGS = ("tgt_len", "mem_len", "clamp_len", "same_length")
 
+# The model kinds a config describes (its `architecture`): Transformer-XL and the two baselines
+# the paper compares it with (tfxl.models.language_model_class builds each).
+ARCHITECTURES = ("transformer_xl", "transformer", "lstm")
+
 
 # The range rules of numeric values, one per kind of value: (holds(value, all values), what the
 # value must be). Each TransfoXLConfig field names its rule in its metadata; the config's
@@ -32,9 +36,11 @@ PROBABILITY = (lambda v, _: 0 <= v < 1, "in [0, 1)")
 CLAMP = (lambda v, _: -1 <= v < math.inf, ">= -1 (-1: no clamp)")
 
 
-def _field(default, help, rule=None):
-    """A TransfoXLConfig field with its help (the model flag's help) and its range rule."""
-    return dataclasses.field(default=default, metadata={"help": help, "rule": rule})
+def _field(default, help, rule=None, choices=None):
+    """A TransfoXLConfig field with its help (the model flag's help), its range rule and, for a
+    name, the names it may be."""
+    return dataclasses.field(default=default, metadata={"help": help, "rule": rule,
+                                                        "choices": choices})
 
 
 @dataclasses.dataclass
@@ -43,8 +49,20 @@ class TransfoXLConfig:
 
     Each field's help and range rule are in its metadata (`{"help": ..., "rule": ...}`,
     `field_rules()`): the tools' model flags are generated from them.
+
+    `architecture` says which model the config describes: "transformer_xl" (the default, and
+    what a config.json without the field is), or one of the paper's baselines, "transformer"
+    (the vanilla Transformer of Al-Rfou et al. 2018, `TransformerLM`) or "lstm" (`LSTMLM`).
+    The baselines read the fields that mean something for them and ignore the others, which
+    keep their values (docs/baselines.md lists which): a config switches architecture with one
+    field.
     """
 
+    architecture: str = _field(
+        "transformer_xl", "the model: transformer_xl, or a baseline of the paper: transformer "
+        "(absolute positions, a fixed context of tgt_len, no memory) or lstm (n_layer LSTM "
+        "layers of d_model units, the state carried between segments).",
+        choices=ARCHITECTURES)
     vocab_size: int = _field(256, "number of token ids V.", POSITIVE)
     n_layer: int = _field(2, "number of Transformer-XL blocks L.", POSITIVE)
     d_model: int = _field(64, "hidden size D.", POSITIVE)
@@ -156,6 +174,8 @@ class TransfoXLConfig:
             if not ok:
                 raise ValueError(f"TransfoXLConfig: {what}")
 
+        need(self.architecture in ARCHITECTURES, f"architecture must be one of "
+             f"{', '.join(ARCHITECTURES)}, got {self.architecture!r}")
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             kind, value = scalar_type(hints[f.name]), getattr(self, f.name)

@@ -34,6 +34,14 @@ What the process holds before the step (the libraries) is not in it: the plan me
 checkpoints). Where JAX reports what its compiled step uses
 (`compiled_bytes` of `memory_analysis()`), that replaces the weights-to-activations items
 (`Footprint.compiled`).
+
+The paper's baselines (`config.architecture`: "transformer", "lstm") are estimated with the same
+items, roughly: their parameters are counted exactly; the vanilla Transformer's activations are
+Transformer-XL's without a memory (M = 0) and its training memory none; the LSTM's activations
+are what its scan keeps per token and layer (`lstm_activation_bytes`) and its memory the state
+[b, L, D] x 2. Their evaluation state is the token window or the state (`evaluation_memory_bytes`).
+Neither was measured against real steps: the plan's ratio bounds (LOWEST_RATIO) are
+Transformer-XL's.
 """
 
 import dataclasses
@@ -125,9 +133,64 @@ def _clusters(c):
 
 
 def parameter_count(config):
-    """The number of trainable parameters of `TransfoXLLM(config)`, counted from the config (the
-    sum of its trainable variables' sizes, tested against a built model)."""
-    return backbone_parameter_count(config) + _softmax_parameter_count(config)
+    """The number of trainable parameters of the language model of `config` (`TransfoXLLM`, or
+    a baseline's), counted from the config (the sum of its trainable variables' sizes, tested
+    against a built model)."""
+    c = config
+    if c.architecture == "transformer_xl":
+        return backbone_parameter_count(c) + _softmax_parameter_count(c)
+    if c.architecture == "transformer":
+        nh = c.n_head * c.d_head
+        attention = 4 * c.d_model * nh + 2 * c.d_model  # W_q, W_k, W_v, W_o; LayerNorm
+        feed_forward = 2 * c.d_model * c.d_inner + c.d_inner + c.d_model + 2 * c.d_model
+        layers = c.n_layer * (attention + feed_forward)
+    else:  # lstm: W_x [D, 4D], W_h [D, 4D], b [4D] per layer
+        layers = c.n_layer * (8 * c.d_model * c.d_model + 4 * c.d_model)
+    return _embedding_parameter_count(c) + layers + _softmax_parameter_count(c)
+
+
+def _embedding_parameter_count(config):
+    """The adaptive embedding's: one table [V, d_embed] when div_val == 1, else one per
+    cluster, and the projections to D."""
+    c = config
+    clusters = _clusters(c)
+    groups = clusters[:1] if c.div_val == 1 else clusters
+    return sum((c.vocab_size if c.div_val == 1 else g.size) * g.dim
+               + (g.dim * c.d_model if g.projected else 0) for g in groups)
+
+
+def training_memory_row_bytes(config, mixed_precision="float32"):
+    """Bytes of one row of the training memory carried from step to step: Transformer-XL's
+    layer inputs [L, M, D], the LSTM's state [L, D] x 2, none for the vanilla Transformer."""
+    c, e = config, compute_bytes(mixed_precision)
+    if c.architecture == "transformer":
+        return 0
+    if c.architecture == "lstm":
+        return 2 * e * c.n_layer * c.d_model
+    return e * c.n_layer * c.mem_len * c.d_model
+
+
+def context_text(config):
+    """What a position of `config`'s model reads besides its segment, in a few words (the
+    plan's first line)."""
+    c = config
+    if c.architecture == "transformer":
+        return "transformer: a window of tgt_len, no memory"
+    if c.architecture == "lstm":
+        return "lstm: its state carried between segments"
+    return f"mem_len {c.mem_len}"
+
+
+def lstm_activation_bytes(config, batch, width_factor=1.0):
+    """{"recurrent", "softmax": bytes} the LSTM's backward pass keeps for one [batch, T]
+    segment: per layer and token, the input projection and the gates [4D], the state (h, c)
+    the scan writes out [2D], tanh(c) and the layer's output with its dropout mask [3D]; and
+    the softmax as Transformer-XL's."""
+    c = config
+    tokens = batch * c.tgt_len
+    recurrent = width_factor * FLOAT32 * c.n_layer * tokens * 9 * c.d_model
+    softmax = activation_bytes(c, batch, 0)["softmax"]
+    return {"recurrent": int(recurrent), "softmax": softmax}
 
 
 def backbone_parameter_count(config):
@@ -289,22 +352,30 @@ def training_footprint(config, batch, mixed_precision="float32", optimizer="adam
     """
     c = config
     costs = step_costs(backend, jit_compile)
-    e = compute_bytes(mixed_precision)
     evaluation_memory = 0
     if eval_settings:
         evaluation_memory = evaluation_memory_bytes(c, batch, eval_settings["tgt_len"],
                                                     eval_settings["mem_len"], mixed_precision)
+    if c.architecture == "lstm":
+        activations = lstm_activation_bytes(c, batch, costs.width_factor)
+    else:  # the vanilla Transformer: Transformer-XL's without a memory
+        mem_len = c.mem_len if c.architecture == "transformer_xl" else 0
+        activations = activation_bytes(c, batch, mem_len, mixed_precision, costs.width_factor)
     return _step_footprint(
-        c, parameter_count(c), batch, mixed_precision, optimizer, costs,
-        activation_bytes(c, batch, c.mem_len, mixed_precision, costs.width_factor),
-        memory_state=2 * e * batch * c.n_layer * c.mem_len * c.d_model,
+        c, parameter_count(c), batch, mixed_precision, optimizer, costs, activations,
+        memory_state=2 * batch * training_memory_row_bytes(c, mixed_precision),
         evaluation_memory=evaluation_memory)
 
 
 def evaluation_memory_bytes(config, batch, tgt_len, mem_len, mixed_precision="float32"):
     """The evaluator's state: key/value memory [b, L, N, H, M] x 2 and position keys
-    [L, N, H, K + 1], in the compute dtype."""
+    [L, N, H, K + 1], in the compute dtype; a baseline's, its token window [b, tgt_len - 1]
+    (ids and valid flags) or its state."""
     c = config
+    if c.architecture == "transformer":
+        return 5 * batch * (c.tgt_len - 1)
+    if c.architecture == "lstm":
+        return batch * training_memory_row_bytes(c, mixed_precision)
     return (compute_bytes(mixed_precision) * c.n_layer * c.n_head * c.d_head
             * (2 * batch * mem_len + mem_len + tgt_len + 1))
 
@@ -315,13 +386,23 @@ def evaluation_footprint(config, batch, tgt_len, mem_len, mixed_precision="float
     anything). No backward pass: the activations are one layer's at a time, `activation_bytes`
     of a single layer (its gradient terms stand for the forward pass's temporaries of the same
     [b, N, T, K] shape), and the softmax."""
-    c = config.replace(tgt_len=tgt_len, mem_len=mem_len, n_layer=1)
     e = compute_bytes(mixed_precision)
     p = parameter_count(config)
+    if config.architecture == "lstm":
+        activations = sum(lstm_activation_bytes(config.replace(tgt_len=tgt_len, n_layer=1),
+                                                batch).values())
+    elif config.architecture == "transformer":
+        # Each of the T positions reads its own window of W = tgt_len (training's) tokens:
+        # one layer of b x T windows of W tokens, no memory.
+        window = config.replace(n_layer=1)
+        activations = sum(activation_bytes(window, batch * tgt_len, 0, mixed_precision).values())
+    else:
+        c = config.replace(tgt_len=tgt_len, mem_len=mem_len, n_layer=1)
+        activations = sum(activation_bytes(c, batch, mem_len, mixed_precision).values())
     return {"weights": FLOAT32 * p + (e * p if e != FLOAT32 else 0),
             "evaluation memory": evaluation_memory_bytes(config, batch, tgt_len, mem_len,
                                                          mixed_precision),
-            "activations": sum(activation_bytes(c, batch, mem_len, mixed_precision).values())}
+            "activations": activations}
 
 
 def classifier_training_footprint(config, batch, *, num_classes, pooling, grad_segments,

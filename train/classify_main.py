@@ -92,9 +92,12 @@ def backbone_config(manifest, language_model):
     """The backbone's TransfoXLConfig: the language model's with the model flags over it, else
     --preset/--config/the flags with the data's vocabulary."""
     if language_model is None:
-        return train_flags.model_config(manifest["vocab_size"])
-    return cli.resolve_config(FLAGS, sources=[(f"--init_checkpoint={FLAGS.init_checkpoint}",
-                                               language_model.config.to_dict())])
+        config = train_flags.model_config(manifest["vocab_size"])
+    else:
+        config = cli.resolve_config(FLAGS, sources=[(f"--init_checkpoint={FLAGS.init_checkpoint}",
+                                                     language_model.config.to_dict())])
+    cli.check_transformer_xl(config, "tfxl-classify-train")  # its backbone is Transformer-XL's
+    return config
 
 
 def main(argv):

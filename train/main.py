@@ -1,4 +1,5 @@
-r"""`tfxl-train`: train a Transformer-XL language model on a tfxl-prepare data directory.
+r"""`tfxl-train`: train a Transformer-XL language model (or, with --architecture, one of the
+paper's baselines: docs/baselines.md) on a tfxl-prepare data directory.
 
     tfxl-train --data_dir=data/stdlib --model_dir=runs/tiny --preset=tiny \
         --train_batch_size=16 --train_steps=2000 --steps_per_loop=100 --strategy=mirrored
@@ -44,9 +45,9 @@ def define_flags():
 def run_strategy(config):
     """The strategy of the backend Keras runs on: tf.distribute's on TensorFlow, Keras'
     distribution API on JAX (the model's layout map for model_parallel)."""
-    from tfxl.models import TransfoXLLM
+    from tfxl.models import language_model_class
     return backends.strategy_from_flags(
-        jax_layout_map=lambda mesh: TransfoXLLM.get_layout_map(config, mesh),
+        jax_layout_map=lambda mesh: language_model_class(config).get_layout_map(config, mesh),
         mixed_precision=FLAGS.mixed_precision)
 
 

@@ -48,7 +48,8 @@ def context_losses(model, tokens, positions, contexts, *, batch_size=32, tgt_len
     in `contexts` (module docstring).
 
     Args:
-      model: a `TransfoXLLM` (anything `score_document` reads).
+      model: a `TransfoXLLM` or a baseline (`TransformerLM`, `LSTMLM`): anything
+        `score_document` reads.
       tokens: int array [N], the split.
       positions: int array [P] of targets, each with max(contexts) tokens before it
         (`target_positions`).

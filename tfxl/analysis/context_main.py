@@ -82,9 +82,9 @@ def parse_grid():
 
 def architecture_of(model):
     """The name `tfxl-train --architecture` gives the model's kind."""
-    from tfxl.models.language_model import TransfoXLLM
-    if isinstance(model, TransfoXLLM):
-        return "transformer_xl"
+    from tfxl.models import LANGUAGE_MODELS
+    if type(model) in LANGUAGE_MODELS.values():
+        return model.architecture
     raise ValueError(f"{type(model).__name__} is not a language model tfxl-context reads")
 
 
@@ -161,7 +161,7 @@ def main(argv):
     check_writable(result_path, "--output_dir")
     losses, kinds, vocab = {}, {}, None
     for i, path in enumerate(FLAGS.model):
-        model = load_language_model(path)
+        model = load_language_model(path, any_architecture=True)
         kinds[path] = architecture_of(model)
         if vocab is not None and model.config.vocab_size != vocab[1]:
             raise ValueError(f"--model={path} has a vocabulary of {model.config.vocab_size}, "

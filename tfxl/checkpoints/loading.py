@@ -21,7 +21,7 @@ from tfxl.data.manifest import CLASSIFICATION, load_manifest
 from tfxl.data.tokenizers import load_tokenizer
 from tfxl.model_dir import (EXPORT_RECORD, SAVED_MODEL, ModelDir, check_data_fingerprint,
                             check_vocab_size)
-from tfxl.models.language_model import TransfoXLLM
+from tfxl.models import LANGUAGE_MODELS, TransfoXLLM, build_language_model
 
 KERAS, EXPORT, MODEL_DIR = "keras", "export", "model_dir"
 
@@ -115,22 +115,36 @@ def load_classifier_data(data_dir, model, model_source):
     return load_tokenizer(data_dir, manifest), list(manifest["labels"])
 
 
-def load_language_model(source, checkpoint=None, log=None):
-    """A TransfoXLLM from `source`: a `.keras` file, or a model_dir (config.json + checkpoints/).
+def load_language_model(source, checkpoint=None, log=None, any_architecture=False):
+    """A language model from `source`: a `.keras` file, or a model_dir (config.json +
+    checkpoints/; its architecture's class, `tfxl.models.build_language_model`).
 
     `checkpoint` must read cleanly; without it the newest readable checkpoint is used and damaged
     newer ones are reported through `log` (default stderr). Raises ValueError naming the file
-    when it is missing, damaged or does not fit.
+    when it is missing, damaged or does not fit. With `any_architecture`, a baseline's model
+    (`TransformerLM`, `LSTMLM`: config.json's architecture) too; without it, a baseline is
+    refused with one line (export, generation, conversion and classification are
+    Transformer-XL's).
     """
     kind = model_kind(source)
-    if kind == KERAS:
-        return load_keras_model(source, TransfoXLLM)
     if kind == EXPORT:
         raise ValueError(f"{source} is an exported SavedModel; this needs a .keras file or a "
                          "model_dir written by tfxl-train")
+    if kind == KERAS:
+        model = load_keras_model(source, tuple(LANGUAGE_MODELS.values()))
+        check_architecture(source, model.config, any_architecture)
+        return model
     layout = ModelDir(source)
     config = TransfoXLConfig.from_file(layout.config)
-    model = TransfoXLLM(config)
-    model.build((None, config.tgt_len))
+    check_architecture(source, config, any_architecture)
+    model = build_language_model(config)
     restore_weights(model, checkpoint, layout.checkpoints, fits=layout.config, log=log)
     return model
+
+
+def check_architecture(source, config, any_architecture=False):
+    """ValueError where `source` holds a baseline (config.architecture other than
+    transformer_xl) and only Transformer-XL models are read."""
+    if not any_architecture and config.architecture != TransfoXLLM.architecture:
+        raise ValueError(f"{source} holds a {config.architecture!r} model (a baseline); this "
+                         "reads Transformer-XL models only (architecture 'transformer_xl')")

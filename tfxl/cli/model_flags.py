@@ -25,13 +25,14 @@ from tfxl.config import EVAL_SETTINGS, PRESETS, TransfoXLConfig, field_rules, sc
 
 def config_fields(exclude=()):
     """[(name, kind, help)] for the TransfoXLConfig fields that get a flag: kind is int, float,
-    bool, "ints" or "bools" (comma-separated lists), read from the field's type annotation."""
+    bool, str (a name, one of the field's `choices`), "ints" or "bools" (comma-separated lists),
+    read from the field's type annotation."""
     hints = typing.get_type_hints(TransfoXLConfig)
     fields = []
     for field in dataclasses.fields(TransfoXLConfig):
         if field.name in exclude:
             continue
-        kind = scalar_type(hints[field.name])
+        kind = str if hints[field.name] is str else scalar_type(hints[field.name])
         if kind is None:  # tuple[int, ...] or Optional[tuple[bool, ...]]
             element = str(hints[field.name])
             kind = "bools" if "bool" in element else "ints"
@@ -57,6 +58,7 @@ def define_config_flags(preset_default=None, exclude=(), config_help="", flag_va
                         "a model_dir's config.json), layered on --preset." + config_help,
                         **where)
     rules = field_rules()
+    choices = {f.name: f.metadata["choices"] for f in dataclasses.fields(TransfoXLConfig)}
     for name, kind, help_ in config_fields(exclude):
         help_ = f"Model: {help_} (default: --preset/--config's)"
         if kind is int:
@@ -65,6 +67,8 @@ def define_config_flags(preset_default=None, exclude=(), config_help="", flag_va
             flags.DEFINE_float(name, None, help_, **where)
         elif kind is bool:
             flags.DEFINE_bool(name, None, help_, **where)
+        elif kind is str:
+            flags.DEFINE_enum(name, None, list(choices[name]), help_, **where)
         else:
             flags.DEFINE_list(name, None, help_ + " Comma-separated "
                               f"{'integers' if kind == 'ints' else 'true/false'}.", **where)
@@ -136,6 +140,14 @@ def resolve_config(flag_values=None, defaults=None, sources=(), fixed=None):
     except ValueError as err:
         raise ValueError(f"{err} (model from "
                          f"{', '.join(layers) or 'the TransfoXLConfig defaults'})") from None
+
+
+def check_transformer_xl(config, tool):
+    """ValueError where `config` is a baseline's (--architecture other than transformer_xl):
+    `tool` (tfxl-convert, tfxl-classify-train) builds Transformer-XL models only."""
+    if config.architecture != "transformer_xl":
+        raise ValueError(f"--architecture={config.architecture}: {tool} builds Transformer-XL "
+                         "models only (the baselines train with tfxl-train)")
 
 
 def define_eval_flags(names=EVAL_SETTINGS, note="", flag_values=None):

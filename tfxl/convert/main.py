@@ -83,7 +83,9 @@ def config_from_flags(hf_config_path=None):
         hf = read_json(hf_config_path, "--hf_config")
         sources.append((f"--hf_config={hf_config_path}", config_overrides_from_hf(hf)))
     defaults = {"layer_norm_epsilon": TF1_LAYER_NORM_EPSILON} if FLAGS.format == "tf1" else {}
-    return cli.resolve_config(defaults=defaults, sources=sources)
+    config = cli.resolve_config(defaults=defaults, sources=sources)
+    cli.check_transformer_xl(config, "tfxl-convert")  # the published checkpoints are
+    return config
 
 
 def main(argv):

@@ -79,6 +79,10 @@ class TransfoXLBackbone(keras.layers.Layer):
     def __init__(self, config, attention_cls=None, return_memory=True, **kwargs):
         super().__init__(**kwargs)
         self.config = as_config(config)
+        if self.config.architecture != "transformer_xl":
+            raise ValueError(f"a Transformer-XL model needs config.architecture "
+                             f"'transformer_xl', got {self.config.architecture!r} (build a "
+                             "baseline with tfxl.models.build_language_model)")
         self.attention_cls = attention_class(attention_cls)
         self.return_memory = bool(return_memory)
 

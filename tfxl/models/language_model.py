@@ -54,6 +54,8 @@ class TransfoXLLM(keras.Model):
     ```
     """
 
+    architecture = "transformer_xl"  # config.architecture (tfxl.models.language_model_class)
+
     def __init__(self, config, attention_cls=None, name=None, **kwargs):
         super().__init__(name=name or default_name("transfo_xl_lm"), **kwargs)
         self.config = as_config(config)

@@ -65,7 +65,9 @@ class Evaluator:
     """Evaluates `model` (built under `strategy`) on the splits of `data`.
 
     Args:
-      model: a built `TransfoXLLM`. strategy: its strategy.
+      model: a built language model (`tfxl.models.build_language_model`: Transformer-XL or a
+        baseline, each giving its own evaluation memory, `init_key_value_ring`). strategy: its
+        strategy.
       data: a `tfxl.train.tasks.datasets.DistributedData`.
       global_batch: the default batch (B, divisible by the replicas).
       steps_per_loop: steps per `tf.function` call.

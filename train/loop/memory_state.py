@@ -119,7 +119,8 @@ class CheckpointedReplicaMemory(ReplicaMemory, TrainingMemory):
 
 
 class ReplicaPositionKeys:
-    """Every layer's position keys W_k,R R for one (K, clamp_len), one copy per replica.
+    """What `model.position_keys(K, clamp_len)` gives, one copy per replica: every layer's
+    position keys W_k,R R for Transformer-XL, nothing for a baseline (an empty tuple).
 
     Why a per-replica variable: the keys depend only on the weights, K and clamp_len, so one
     `refresh()` at the start of an evaluation pass (a single `strategy.run`) computes them on every
@@ -130,26 +131,32 @@ class ReplicaPositionKeys:
     weights, which change between the evaluations of a training run.
 
     Args:
-      strategy, model: the strategy and the `TransfoXLLM` built under it.
+      strategy, model: the strategy and the language model built under it.
       key_length: K = M + T, a Python int. clamp_len: the distance clamp (-1: none).
     """
 
     def __init__(self, strategy, model, key_length, clamp_len, name):
         self.strategy, self.model = strategy, model
         self.key_length, self.clamp_len = int(key_length), int(clamp_len)
-        c = model.config
-        shape = (c.n_layer, c.n_head, c.d_head, self.key_length + 1)  # [L, N, H, K + 1]
-        self.variable = replica_variable(strategy, tf.zeros(shape, model.compute_dtype), name)
+        # The keys' structure and shapes from a trace of the model's computation (nothing
+        # runs): L tensors [N, H, K + 1] for Transformer-XL, none for a baseline.
+        keys = tf.function(self._compute).get_concrete_function().structured_outputs
+        self.variables = tf.nest.map_structure(
+            lambda key: replica_variable(strategy, tf.zeros(key.shape, key.dtype), name), keys)
         self.refresh = tf.function(self._refresh)
 
+    def _compute(self):
+        return self.model.position_keys(self.key_length, self.clamp_len)
+
     def read(self):
-        """In replica context: a list of L tensors [N, H, K + 1], for `model(position_keys=)`."""
-        return tf.unstack(self.variable.value, axis=0)
+        """In replica context: what `model(position_keys=)` takes (a list of L tensors
+        [N, H, K + 1] for Transformer-XL)."""
+        return tf.nest.map_structure(lambda variable: variable.value, self.variables)
 
     def _refresh(self):
         """Cross-replica: recomputes every replica's copy from the current weights."""
         def compute():
-            keys = self.model.position_keys(self.key_length, self.clamp_len)
-            self.variable.assign(tf.stack(keys, axis=0))
+            tf.nest.map_structure(lambda variable, key: variable.assign(key), self.variables,
+                                  self._compute())
 
         self.strategy.run(compute)

@@ -107,10 +107,10 @@ class TrainingPlan:
 
     @property
     def checkpoint_copy_bytes(self):
-        """The global training memory [B, L, M, D] a checkpoint is saved from (host memory)."""
-        c = self.config
-        return (sizing.compute_bytes(self.mixed_precision) * self.global_batch * c.n_layer
-                * c.mem_len * c.d_model)
+        """The global training memory ([B, L, M, D] for Transformer-XL) a checkpoint is saved
+        from (host memory)."""
+        return self.global_batch * sizing.training_memory_row_bytes(self.config,
+                                                                     self.mixed_precision)
 
     def host_bytes(self, runtime):
         """CPU: what the process needs with `runtime` bytes already resident."""
@@ -123,7 +123,7 @@ class TrainingPlan:
         return (f"plan: {f.parameters:,} parameters ({c.n_layer} layer{'s' * (c.n_layer > 1)}, "
                 f"d_model {c.d_model}); "
                 f"{self.tokens_per_step:,} tokens per step ({self.global_batch} x tgt_len "
-                f"{c.tgt_len}, mem_len {c.mem_len}); {self.replicas_text()}, batch "
+                f"{c.tgt_len}, {sizing.context_text(c)}); {self.replicas_text()}, batch "
                 f"{self.per_replica_batch} per replica; {self.mixed_precision}")
 
     @property

@@ -1,6 +1,7 @@
 """The language model's task (tfxl-train, make demo) and tfxl-eval's evaluator.
 
-`LanguageModelTask` is what train/loop/run.py's `TrainingRun` trains for a `TransfoXLLM`: the
+`LanguageModelTask` is what train/loop/run.py's `TrainingRun` trains for a language model of any
+architecture (`tfxl.models.language_model_class`: Transformer-XL or a baseline): the
 streams of a tfxl-prepare data dir (train/tasks/datasets.py), the memory carried from step to step
 on every
 replica (train/loop/memory_state.py), the token-weighted mean loss, and the evaluation with memory
@@ -18,7 +19,7 @@ from keras import ops
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import check_manifest, load_manifest
 from tfxl.model_dir import check_data_fingerprint, claim
-from tfxl.models import TransfoXLLM
+from tfxl.models import build_language_model
 from tfxl.checkpoints import warm_start as warm_starting
 from tfxl.train.tasks.task import Task
 
@@ -26,11 +27,11 @@ __all__ = ["LanguageModelTask", "build_model", "make_evaluator"]
 
 
 def build_model(config: TransfoXLConfig, strategy):
-    """The language model, its weights created under `strategy`."""
+    """The language model of `config.architecture`, its weights created under `strategy`."""
     with strategy.scope():
-        model = TransfoXLLM(config, name="transfo_xl_lm")
-        model.build((None, config.tgt_len))
-    return model
+        # Named as TransfoXLLM always was, whatever the architecture: the checkpoints' keys
+        # are object paths, and the variables' names stay those of earlier runs.
+        return build_language_model(config, name="transfo_xl_lm")
 
 
 def load_data(config, strategy, data_dir, model_dir, seed):
@@ -67,7 +68,7 @@ def make_evaluator(config, strategy, data_dir, model_dir, global_batch,
 
 
 class LanguageModelTask(Task):
-    """Training a `TransfoXLLM` on a tfxl-prepare data dir.
+    """Training a language model (`config.architecture`'s) on a tfxl-prepare data dir.
 
     Args:
       config: the model; its vocab_size and tgt_len must be the data's.

@@ -24,6 +24,10 @@ layer, a `LayerView` (protocol.py): one module per type, its view beside it.
 | `PositionCache`    | S slots by absolute position, the      | keras-hub's cache (tfxl.hub)    |
 | (positions)        | token written at its position          |                                 |
 
+The paper's baselines carry memories of their own (baselines.py), read by their models only:
+`TokenWindow` (the vanilla Transformer's evaluation: the last tokens' ids) and `RecurrentState`
+(the LSTM's per-layer state).
+
 Bytes per row: the layer-input memory 4·L·M·D (float32); the key/value types 2·N·H/D times that.
 Keys are stored as each head's [H, M] matrix, values as [M, H]: q . k and probs . v are plain
 matmuls reading them in place (a transposed operand is packed into a fresh copy first). One
@@ -37,6 +41,7 @@ backpropagation), except where a caller asks for it (`updated(..., stop_gradient
 document classification uses inside its window of segments read with gradient).
 """
 
+from tfxl.layers.memory.baselines import RecurrentState, TokenWindow
 from tfxl.layers.memory.coercion import as_layer_view, as_memory
 from tfxl.layers.memory.key_value import KeyValueMemory, KeyValueParts
 from tfxl.layers.memory.layer_inputs import LayerInputMemory, LayerInputRows
@@ -55,6 +60,7 @@ LAYER_VIEW_TYPES = (LayerInputRows, KeyValueParts, RingSlots, WindowSlots)
 __all__ = [
     "KEYS", "LAYER_VIEW_TYPES", "MEMORY_TYPES", "STATES", "VALID", "VALUES", "AttendedKeys",
     "KeyValueMemory", "KeyValueParts", "KeyValueRing", "LayerInputMemory", "LayerInputRows",
-    "LayerView", "Memory", "PositionCache", "RecentWindowMemory", "RingSlots", "WindowSlots",
+    "LayerView", "Memory", "PositionCache", "RecentWindowMemory", "RecurrentState", "RingSlots",
+    "TokenWindow", "WindowSlots",
     "as_layer_view", "as_memory", "attention_mask",
 ]

@@ -1,5 +1,6 @@
 """What a caller passes, as a memory (`as_memory`) or as one layer's view (`as_layer_view`)."""
 
+from tfxl.layers.memory.baselines import CELL, HIDDEN, TOKEN_IDS, RecurrentState, TokenWindow
 from tfxl.layers.memory.key_value import KeyValueMemory, KeyValueParts
 from tfxl.layers.memory.layer_inputs import LayerInputMemory, LayerInputRows
 from tfxl.layers.memory.protocol import KEYS, STATES, VALID, VALUES, LayerView, Memory
@@ -8,15 +9,15 @@ from tfxl.layers.memory.protocol import KEYS, STATES, VALID, VALUES, LayerView, 
 def as_memory(memory, where="memory", dicts=True):
     """`memory` as a memory type; otherwise one error naming what was given.
 
-    Takes a memory (of any type that implements `Memory`) as it is; a list or plain tuple of a
-    `LayerInputMemory`'s or a `KeyValueMemory`'s fields, in order, as that type (Keras'
-    functional models rebuild a NamedTuple input as a list when a `.keras` file is loaded);
-    and, with `dicts`, a dict of
-    tensors in the signatures' form (`to_dict`: {"states", "valid"}, or {"keys", "values",
-    "valid"} with keys and values stacked; other keys: ValueError). The model passes
+    Takes a memory (of any type that implements `Memory`, or a baseline's: baselines.py) as it
+    is; a list or plain tuple of a `LayerInputMemory`'s or a `KeyValueMemory`'s fields, in
+    order, as that type (Keras' functional models rebuild a NamedTuple input as a list when a
+    `.keras` file is loaded); and, with `dicts`, a dict of tensors in the signatures' or a
+    checkpoint's form (`to_dict`: {"states", "valid"}, {"keys", "values", "valid"} with keys
+    and values stacked, or a baseline's; other keys: ValueError). The model passes
     `dicts=False`: it returns the type it was given, which for a dict it could not.
     """
-    if isinstance(memory, Memory):
+    if isinstance(memory, (Memory, RecurrentState, TokenWindow)):
         return memory
     if dicts and isinstance(memory, dict):
         names = set(memory)
@@ -24,8 +25,15 @@ def as_memory(memory, where="memory", dicts=True):
             return LayerInputMemory(memory[STATES], memory[VALID])
         if names == {KEYS, VALUES, VALID}:
             return KeyValueMemory.from_stacked(memory[KEYS], memory[VALUES], memory[VALID])
+        # The baselines' (tfxl.layers.memory.baselines): the LSTM's state is its training
+        # memory, so its checkpoint holds this dict.
+        if names == {HIDDEN, CELL, VALID}:
+            return RecurrentState(memory[HIDDEN], memory[CELL], memory[VALID])
+        if names == {TOKEN_IDS, VALID}:
+            return TokenWindow(memory[TOKEN_IDS], memory[VALID])
         raise ValueError(f"a memory dict has the keys {sorted(names)}; expected "
-                         f"{sorted((STATES, VALID))} or {sorted((KEYS, VALUES, VALID))}")
+                         f"{sorted((STATES, VALID))}, {sorted((KEYS, VALUES, VALID))}, "
+                         f"{sorted((HIDDEN, CELL, VALID))} or {sorted((TOKEN_IDS, VALID))}")
     if type(memory) in (list, tuple) and len(memory) == 2:
         return LayerInputMemory(*memory)
     if (type(memory) in (list, tuple) and len(memory) == 3
