@@ -31,7 +31,7 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
-    train_flags.define_common_flags()
+    train_flags.define_common_flags(training=False)
     define_strategy_flags()
     flags.DEFINE_string("checkpoint", None, "Checkpoint path (default: latest in model_dir).")
     flags.DEFINE_enum("split", "valid", ["train", "valid", "test"], "Split to evaluate.")

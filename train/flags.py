@@ -52,20 +52,26 @@ def define_model_flags():
         "tfxl-export's defaults."))
 
 
-def define_common_flags():
+def define_common_flags(training=True):
+    """The flags tfxl-train and tfxl-eval share; `training` False: tfxl-eval's, in its words."""
     flags.DEFINE_string("data_dir", None, "Directory written by tfxl-prepare.")
-    flags.DEFINE_string("model_dir", None, "Checkpoints, config.json, TensorBoard logs, metrics.")
+    flags.DEFINE_string("model_dir", None, "Checkpoints, config.json, TensorBoard logs, metrics."
+                        if training else "A tfxl-train model_dir: its config.json and "
+                        "checkpoints.")
     flags.DEFINE_integer("max_eval_batches", None, "Evaluate at most this many batches "
                          "(default: the whole split, every token once).")
-    define_step_flags()
+    define_step_flags(training)
 
 
-def define_step_flags():
-    """How a step computes: --mixed_precision, --jit_compile, --seed."""
+def define_step_flags(training=True):
+    """How a step computes: --mixed_precision, --jit_compile and, for training, --seed (an
+    evaluation draws nothing: no dropout, no initialisation)."""
     flags.DEFINE_enum("mixed_precision", "float32",
                       ["float32", "mixed_bfloat16", "mixed_float16"], "Keras dtype policy.")
-    flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward/backward step.")
-    flags.DEFINE_integer("seed", 0, "Random seed (weights, dropout).")
+    flags.DEFINE_bool("jit_compile", False, "XLA-compile the forward/backward step."
+                      if training else "XLA-compile the evaluation's forward pass.")
+    if training:
+        flags.DEFINE_integer("seed", 0, "Random seed (weights, dropout).")
 
 
 def define_training_flags(rows="streams"):
