@@ -15,8 +15,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The repository's folders train/ and tpu/ install as tfxl.train and tfxl.tpu (setup.cfg).
 FOLDERS = {"tfxl": ROOT / "tfxl", "tfxl.train": ROOT / "train", "tfxl.tpu": ROOT / "tpu"}
-SUBPACKAGES = ("analysis", "backend", "checkpoints", "classification", "cli", "convert", "data", "hub",
-               "layers", "models", "saved_model", "serving", "tpu", "train")
+SUBPACKAGES = ("analysis", "backend", "checkpoints", "classification", "cli", "convert", "data",
+               "hub", "layers", "models", "saved_model", "serving", "tpu", "train")
 
 # package -> the packages it must never import.
 FORBIDDEN = {
