@@ -23,7 +23,7 @@ from absl import flags
 
 from tfxl import cli
 from tfxl.classification.readings import MEMORY, NO_MEMORY, POOLINGS, READINGS, TRUNCATION
-from tfxl.model_dir import check_data_fingerprint, check_or_store_config
+from tfxl.model_dir import CLASSIFICATION, check_data_fingerprint, check_or_store_config
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags
 from tfxl.train import backends, flags as train_flags
 from tfxl.train.records import lease
@@ -115,7 +115,7 @@ def main(argv):
     backends.configure_process(mixed_precision=FLAGS.mixed_precision, seed=FLAGS.seed)
     chief = backends.for_strategy(strategy).is_chief
     if chief:
-        check_or_store_config(FLAGS.model_dir, config, store=False)
+        check_or_store_config(FLAGS.model_dir, config, store=False, kind=CLASSIFICATION)
     max_tokens = FLAGS.max_tokens
     if FLAGS.reading == TRUNCATION and max_tokens is None:
         max_tokens = config.tgt_len  # the first segment

@@ -4,7 +4,8 @@ over every document of a split.
     tfxl-classify-eval --model=runs/topics/classifier.keras --data_dir=data/topics \
         --split=test --batch_size=16 --output=runs/topics/test.json
 
---model is a `.keras` file of a `DocumentClassifier` (local or gs://); --data_dir a data
+--model is a `.keras` file of a `DocumentClassifier` or the tfxl-classify-train model_dir that
+holds one (its classifier.keras), local or gs://; --data_dir a data
 directory of tfxl-prepare-classification whose labels are the model's classes. Documents are
 read as the model was trained to read them (its reading and max_tokens, saved with it; a file
 saved without them: whole documents on the memory), on its segment and memory lengths;
@@ -41,7 +42,8 @@ HELP_GROUPS = (("model and data", ("model", "data_dir", "split")),
 
 
 def define_flags():
-    flags.DEFINE_string("model", None, "A .keras file of a DocumentClassifier.")
+    flags.DEFINE_string("model", None, "A .keras file of a DocumentClassifier, or a "
+                        "tfxl-classify-train model_dir (its classifier.keras).")
     flags.DEFINE_string("data_dir", None, "A tfxl-prepare-classification data directory.")
     flags.DEFINE_enum("split", "test", ["train", "valid", "test"], "Split to evaluate.")
     flags.DEFINE_integer("batch_size", 8, "Documents per global batch (a multiple of the "
@@ -57,12 +59,13 @@ def define_flags():
 
 
 def load_classifier(path):
-    """The DocumentClassifier in the .keras file `path`; ValueError naming the flag otherwise."""
+    """The DocumentClassifier in the .keras file or tfxl-classify-train model_dir `path`;
+    ValueError naming the flag otherwise."""
     from tfxl.classification.classifier import DocumentClassifier
-    from tfxl.checkpoints.loading import load_keras_model
+    from tfxl.checkpoints.loading import classifier_file, load_keras_model
 
     try:
-        return load_keras_model(path, DocumentClassifier)
+        return load_keras_model(classifier_file(path), DocumentClassifier)
     except ValueError as err:
         raise ValueError(f"--model={err}") from None
 

@@ -36,12 +36,12 @@ from tfxl.data.classification import classification_dataset, load_classification
 from tfxl.data.manifest import split_info
 from tfxl.data.pipeline import verify_shards
 from tfxl.files import StagedDirectory
-from tfxl.model_dir import check_data_fingerprint, check_or_store_config
+from tfxl.model_dir import (CLASSIFICATION, CLASSIFIER, ModelDir, check_data_fingerprint,
+                            check_or_store_config)
 from tfxl.train.tasks.task import Task
 
-__all__ = ["CLASSIFIER_FILE", "ClassificationTask", "DocumentData"]
+__all__ = ["ClassificationTask", "DocumentData"]
 
-CLASSIFIER_FILE = "classifier.keras"  # the trained classifier, in the model_dir, at the end
 HEAD_SETTINGS = ("num_classes", "pooling", "grad_segments", "head_dropout")
 
 
@@ -140,8 +140,8 @@ def save_classifier(model, path):
     """`model` as a .keras file at `path` (local or gs://), whole or not at all."""
     # A .keras file is a zip archive Keras writes piece by piece: built on the local disk first.
     with StagedDirectory(path, "classifier", scratch="tfxl-classifier-") as staged:
-        model.save(os.path.join(staged.path, CLASSIFIER_FILE))
-        staged.publish_file(CLASSIFIER_FILE)
+        model.save(os.path.join(staged.path, CLASSIFIER))
+        staged.publish_file(CLASSIFIER)
 
 
 class ClassificationTask(Task):
@@ -161,6 +161,7 @@ class ClassificationTask(Task):
     """
 
     unit = "documents"
+    run_kind = CLASSIFICATION
 
     def __init__(self, config, *, data_dir: str, head: dict, max_tokens: int | None = None,
                  language_model=None, init_checkpoint: str | None = None,
@@ -232,7 +233,7 @@ class ClassificationTask(Task):
         data.check_splits("train", *(["valid"] if evaluates else []))
 
     def claim_model_dir(self, model_dir, data):
-        check_or_store_config(model_dir, self.config)
+        check_or_store_config(model_dir, self.config, kind=self.run_kind)
         check_data_fingerprint(model_dir, data.manifest, data.data_dir, store=True)
 
     def build_evaluator(self, model, strategy, data, *, global_batch, steps_per_loop,
@@ -254,6 +255,6 @@ class ClassificationTask(Task):
     def publish_results(self, model, model_dir, metrics):
         """The trained classifier as model_dir/classifier.keras (tfxl-classify-eval's --model),
         written before metrics.json says the run is finished."""
-        path = os.path.join(model_dir, CLASSIFIER_FILE)
+        path = ModelDir(model_dir).classifier
         save_classifier(model, path)
         metrics["classifier"] = path
