@@ -41,7 +41,9 @@ def damaged_file(path):
         reader = tf.train.load_checkpoint(prefix)
     except _READ_ERRORS as err:
         return index, f"is not a variables index ({_reason(err)})"
-    data = sorted(tf.io.gfile.glob(f"{prefix}.data-*")) or [f"{prefix}.data-00000-of-00001"]
+    data = sorted(tf.io.gfile.glob(f"{prefix}.data-*"))
+    if not data:
+        return f"{prefix}.data-00000-of-00001", "is missing"
     shown = data[0] if len(data) == 1 else f"{prefix}.data-* ({len(data)} files)"
     for name in reader.get_variable_to_shape_map():
         try:
