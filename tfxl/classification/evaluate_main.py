@@ -11,7 +11,9 @@ read as the model was trained to read them (its reading and max_tokens, saved wi
 saved without them: whole documents on the memory), on its segment and memory lengths;
 --reading and --max_tokens override. Progress (documents, documents/s) goes to stderr; stdout
 carries only the result as one JSON line (per-class F1 and the confusion matrix by label name;
-rows are the true labels); --output writes it to a file too.
+rows are the true labels; `max_tokens`, the bound on the tokens read of each document, null for
+whole documents; `most_tokens_per_document`, the most read of any one: max_tokens, or the split's
+longest document where that is shorter); --output writes it to a file too.
 """
 
 if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
@@ -134,7 +136,8 @@ def evaluate_from_flags():
     replicas = strategy.num_replicas_in_sync
     batch = evaluation_batch(FLAGS.batch_size, documents=documents, replicas=replicas)
     max_length = split_info(manifest, FLAGS.split)["max_length"]
-    tokens = min(model.tokens_read or max_length, max_length)
+    # The most tokens read of one document: the reading's bound, or the longest document.
+    most_tokens = min(model.tokens_read or max_length, max_length)
     check_evaluation_size(model, batch, replicas, model.tokens_read or max_length)
     dataset = classification_dataset(FLAGS.data_dir, FLAGS.split, batch,
                                      model.segment_len, max_tokens=model.tokens_read,
@@ -146,7 +149,7 @@ def evaluate_from_flags():
                                   progress=progress_printer(documents))
     assert metrics.documents == documents, (metrics.documents, documents)  # every one, once
     return {"split": FLAGS.split, **metrics.to_dict(labels), "reading": model.reading,
-            "max_tokens": model.tokens_read, "tokens_read": tokens}
+            "max_tokens": model.tokens_read, "most_tokens_per_document": most_tokens}
 
 
 def main(argv):
