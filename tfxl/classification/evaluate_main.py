@@ -26,7 +26,7 @@ import sys
 from absl import flags
 
 from tfxl import cli
-from tfxl.classification.readings import READINGS
+from tfxl.classification.readings import MAX_DOCUMENT_TOKENS, READINGS
 from tfxl.data.manifest import split_info
 from tfxl.files import check_writable
 from tfxl.host import host_memory_bytes
@@ -55,7 +55,7 @@ def define_flags():
                       "the model's, as it was trained).")
     flags.DEFINE_integer("max_tokens", None, "Read each document's first N tokens only "
                          "(default: the model's, as it was trained; 0: whole documents).",
-                         lower_bound=0)
+                         lower_bound=0, upper_bound=MAX_DOCUMENT_TOKENS)
     define_strategy_flags()
     flags.DEFINE_string("output", None, "Also write the result as JSON to this file.")
 
@@ -138,7 +138,7 @@ def evaluate_from_flags():
     max_length = split_info(manifest, FLAGS.split)["max_length"]
     # The most tokens read of one document: the reading's bound, or the longest document.
     most_tokens = min(model.tokens_read or max_length, max_length)
-    check_evaluation_size(model, batch, replicas, model.tokens_read or max_length)
+    check_evaluation_size(model, batch, replicas, most_tokens)
     dataset = classification_dataset(FLAGS.data_dir, FLAGS.split, batch,
                                      model.segment_len, max_tokens=model.tokens_read,
                                      manifest=manifest)

@@ -63,14 +63,21 @@ class DocumentData:
         self.eval_max_tokens = eval_max_tokens
 
     def length(self, split):
-        """The tokens each document of `split` is padded or cut to (before rounding up to T)."""
-        if split != "train":
-            if self.eval_max_tokens == 0:
-                return split_info(self.manifest, split)["max_length"]
-            if self.eval_max_tokens is not None:
-                return self.eval_max_tokens
+        """The tokens each document of `split` is padded or cut to (before rounding up to T):
+        never more than its longest document, since padding changes no logit (the reading's
+        invariance) and a bound past every document would only allocate padding."""
+        longest = split_info(self.manifest, split)["max_length"]
+        if split == "train":
+            bound = self.max_tokens
+        elif self.eval_max_tokens == 0:
+            return longest
+        elif self.eval_max_tokens is not None:
+            bound = self.eval_max_tokens
+        elif self.max_tokens is not None:
+            bound = self.max_tokens
+        else:  # as training reads: the longest training document
             return self.length("train")
-        return self.max_tokens or split_info(self.manifest, split)["max_length"]
+        return longest if bound is None else min(bound, longest)
 
     def check_splits(self, *splits):
         """Reads every record of `splits` once (sizes, CRCs, counts): a damaged shard is one
@@ -183,7 +190,8 @@ class ClassificationTask(Task):
 
     def document_tokens(self, manifest):
         """L: the tokens each training document is padded or cut to, rounded up to tgt_len."""
-        length = self.max_tokens or split_info(manifest, "train")["max_length"]
+        longest = split_info(manifest, "train")["max_length"]
+        length = min(self.max_tokens or longest, longest)  # as DocumentData.length
         return -(-length // self.config.tgt_len) * self.config.tgt_len
 
     def load_data(self, strategy, *, model_dir, seed):
