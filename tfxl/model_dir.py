@@ -2,7 +2,8 @@
 
     model_dir/
       config.json              the model (TransfoXLConfig), written by the first run
-      data.json                the vocabulary it was trained on (sha256, size, tgt_len, data_dir)
+      data.json                the data it was trained on: its kind, which says the kind of run
+                               (RUN_KINDS), and its vocabulary (sha256, size, tgt_len, data_dir)
       run.json                 the settings that shape the run, their history
       (train/records/run_record.py)
       lease.json               the live trainer's lease, renewed while it runs
@@ -14,6 +15,7 @@
       checkpoints/checkpoint   TensorFlow's checkpoint state file (a cache: the files are listed)
       tmp_worker_checkpoints/  MultiWorkerMirrored workers' own copies (not the chief's)
       train/                   TensorBoard scalars
+      classifier.keras         a tfxl-classify-train run's classifier, written when it finishes
     <export version>/assets.extra/tfxl_data.json    vocabulary size and hash of an export
     <export version>/saved_model.pb     what a SavedModel loader opens first: published last
                                         (tfxl.files.StagedDirectory); a version without it is
@@ -48,14 +50,24 @@ TENSORBOARD = "train"
 # TF Serving ignores assets.extra: the export's tfxl record lives there.
 EXPORT_RECORD = os.path.join("assets.extra", "tfxl_data.json")
 SAVED_MODEL = "saved_model.pb"
+CLASSIFIER = "classifier.keras"
+
+# The kinds of run a model_dir holds, by the kind of data trained on as data.json records it (the
+# data manifest's "kind", tfxl.data.manifest): {kind: (the tool that trains it, what it trains)}.
+# Every tool that reads a model_dir checks its kind first (`check_run_kind`): a classifier's
+# checkpoints given to a language model's tool would otherwise fail deep in their loading, or on
+# a setting that is not the cause.
+RUN_KINDS = {"language_model": ("tfxl-train", "a language model"),
+             "classification": ("tfxl-classify-train", "a document classifier")}
+LANGUAGE_MODEL, CLASSIFICATION = RUN_KINDS
 
 # The names of a model_dir that are directories, and those that are files (`check_layout`).
 DIRECTORIES = (CHECKPOINTS, TRAIN_LOG_PARTS, TENSORBOARD, WORKER_CHECKPOINTS)
 FILES = (CONFIG, DATA, RUN, LEASE, METRICS, os.path.join(CHECKPOINTS, CHECKPOINT_STATE))
 # The fields of the records read here (tfxl.files.check_fields): data.json (and an export's
 # record), metrics.json (what a finished run reports: its step at least).
-DATA_FIELDS = {"vocab_sha256": "text?", "vocab_size": "count?", "tgt_len": "count?",
-               "data_dir": "text?"}
+DATA_FIELDS = {"kind": "text?", "vocab_sha256": "text?", "vocab_size": "count?",
+               "tgt_len": "count?", "data_dir": "text?"}
 METRICS_FIELDS = {"step": "integer"}
 
 
@@ -77,6 +89,7 @@ class ModelDir:
     checkpoints = property(lambda self: self._join(CHECKPOINTS))
     checkpoint_state = property(lambda self: self._join(CHECKPOINTS, CHECKPOINT_STATE))
     tensorboard = property(lambda self: self._join(TENSORBOARD))
+    classifier = property(lambda self: self._join(CLASSIFIER))
 
     def train_log_part(self, first, last):
         """The part of the train log that holds steps first..last."""
@@ -121,8 +134,38 @@ class ModelDir:
         return tf.io.gfile.exists(self.config)
 
 
-def check_or_store_config(model_dir, config, store=True):
-    """Refuses a model_dir trained with another model; `store` writes config.json into a new one.
+def run_kind(model_dir):
+    """The kind of run (a key of RUN_KINDS) that trained `model_dir`, as its data.json records
+    it; None when there is no data.json (no run has claimed the model_dir)."""
+    path = ModelDir(model_dir).data
+    if not tf.io.gfile.exists(path):
+        return None
+    stored = read_json(path, "data fingerprint", DATA_FIELDS)
+    kind = stored.get("kind")
+    if kind is None:  # a data.json without it: a classification data dir has no segment length
+        kind = LANGUAGE_MODEL if stored.get("tgt_len") is not None else CLASSIFICATION
+    if kind not in RUN_KINDS:
+        raise ValueError(f"data fingerprint {path} is damaged: its field 'kind' must be one of "
+                         f"{', '.join(RUN_KINDS)}, not {kind!r}")
+    return kind
+
+
+def check_run_kind(model_dir, kind, advice, flag=None):
+    """Refuses a model_dir that another kind of run than `kind` (a key of RUN_KINDS) trained:
+    ValueError "`flag`=`model_dir` is a tfxl-classify-train run (a document classifier), not a
+    tfxl-train run; `advice`". A model_dir that records no kind passes (`run_kind`)."""
+    found = run_kind(model_dir)
+    if found is None or found == kind:
+        return
+    tool, what = RUN_KINDS[found]
+    name = f"{flag}={model_dir}" if flag else model_dir
+    raise ValueError(f"{name} is a {tool} run ({what}), not a {RUN_KINDS[kind][0]} run; "
+                     f"{advice}")
+
+
+def check_or_store_config(model_dir, config, store=True, kind=LANGUAGE_MODEL):
+    """Refuses a model_dir of another kind of run (`check_run_kind`) or trained with another
+    model; `store` writes config.json into a new one.
 
     The trainer checks early (store=False) and stores only once every other check has passed
     (`claim`).
@@ -130,6 +173,8 @@ def check_or_store_config(model_dir, config, store=True):
     path = ModelDir(model_dir).config
     if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
         raise ValueError(f"--model_dir={model_dir} is a file, not a directory")
+    check_run_kind(model_dir, kind, f"give {RUN_KINDS[kind][0]} another --model_dir",
+                   flag="--model_dir")
     if tf.io.gfile.exists(path):
         stored = TransfoXLConfig.from_file(path).to_dict()
         wanted = config.to_dict()
@@ -180,6 +225,7 @@ def check_data_fingerprint(model_dir, manifest, data_dir, store=False):
                 f"({recorded[:12]}..., from {stored.get('data_dir')})")
     elif store:
         write_json_atomically(ModelDir(model_dir).data, {
+            "kind": manifest.get("kind", LANGUAGE_MODEL),  # as tfxl.data.manifest.manifest_kind
             "vocab_sha256": manifest["vocab_sha256"], "vocab_size": manifest["vocab_size"],
             # A classification data dir has no segment length (its records are whole documents).
             "tgt_len": manifest.get("tgt_len"), "data_dir": data_dir})

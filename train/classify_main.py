@@ -22,8 +22,9 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
 from absl import flags
 
 from tfxl import cli
-from tfxl.classification.readings import MEMORY, NO_MEMORY, POOLINGS, READINGS, TRUNCATION
-from tfxl.model_dir import check_data_fingerprint, check_or_store_config
+from tfxl.classification.readings import (MAX_DOCUMENT_TOKENS, MEMORY, NO_MEMORY, POOLINGS,
+                                          READINGS, TRUNCATION)
+from tfxl.model_dir import CLASSIFICATION, check_data_fingerprint, check_or_store_config
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags
 from tfxl.train import backends, flags as train_flags
 from tfxl.train.records import lease
@@ -61,13 +62,15 @@ def define_flags():
                       "tfxl-classify-eval and tfxl-export read the same way.")
     flags.DEFINE_integer("max_tokens", None, "Read each document's first N tokens only "
                          "(default: whole documents, every batch padded to the longest; "
-                         "--reading=truncation: --tgt_len).", lower_bound=1)
+                         "--reading=truncation: --tgt_len).", lower_bound=1,
+                         upper_bound=MAX_DOCUMENT_TOKENS)
     train_flags.define_training_flags(rows="documents")
     flags.DEFINE_integer("eval_every", 0, "Evaluate every document of the valid split every "
                          "this many steps (0: never): loss, accuracy, macro-F1.")
     flags.DEFINE_integer("eval_max_tokens", None, "Tokens of each valid document read in those "
                          "evaluations, its first (default: as training reads, --max_tokens or "
-                         "the longest training document; 0: whole documents).", lower_bound=0)
+                         "the longest training document; 0: whole documents).", lower_bound=0,
+                         upper_bound=MAX_DOCUMENT_TOKENS)
     train_flags.define_step_flags()
     define_strategy_flags()
     run_record.define_flags()  # --schedule_steps, --allow_run_changes
@@ -118,7 +121,7 @@ def main(argv):
     backends.configure_process(mixed_precision=FLAGS.mixed_precision, seed=FLAGS.seed)
     chief = backends.for_strategy(strategy).is_chief
     if chief:
-        check_or_store_config(FLAGS.model_dir, config, store=False)
+        check_or_store_config(FLAGS.model_dir, config, store=False, kind=CLASSIFICATION)
     max_tokens = FLAGS.max_tokens
     if FLAGS.reading == TRUNCATION and max_tokens is None:
         max_tokens = config.tgt_len  # the first segment

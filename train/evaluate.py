@@ -21,7 +21,7 @@ from tfxl import cli
 from tfxl.checkpoints.tree import restore_weights
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import load_manifest, split_info
-from tfxl.model_dir import ModelDir
+from tfxl.model_dir import LANGUAGE_MODEL, ModelDir, check_run_kind
 from tfxl.tpu import StrategyError, define_flags as define_strategy_flags
 from tfxl.train import backends, flags as train_flags
 from tfxl.files import check_writable
@@ -66,6 +66,9 @@ def evaluate_from_flags():
     train_flags.require_dir_flags("data_dir", "model_dir")
     if FLAGS.output:  # checked first: never evaluate for minutes and then fail to write
         check_writable(FLAGS.output, "--output")  # local or a bucket (tf.io.gfile)
+    # Before config.json is read: a classifier's would be refused for a setting that is not why.
+    check_run_kind(FLAGS.model_dir, LANGUAGE_MODEL, "evaluate it with tfxl-classify-eval "
+                   f"--model={FLAGS.model_dir}", flag="--model_dir")
     config = TransfoXLConfig.from_file(ModelDir(FLAGS.model_dir).config)
     settings, sources = evaluation_settings(config)
     warn("evaluating with " + ", ".join(f"{key}={value} ({sources[key]})"

@@ -90,20 +90,25 @@ def test_a_keras_file_with_one_byte_flipped_is_one_error_line(data_and_model, tm
 
 def test_a_batch_no_machine_holds_is_refused_before_anything_is_allocated(data_and_model,
                                                                           tmp_path):
-    from tfxl.classification.evaluate_main import evaluation_batch
+    from tfxl.classification.evaluate_main import check_evaluation_size, evaluation_batch
     # A batch beyond the split's documents reads as the split: no rows of padding are made.
     assert evaluation_batch(100_000_000, documents=7, replicas=1) == 7
     assert evaluation_batch(100_000_000, documents=7, replicas=2) == 8
     assert evaluation_batch(3, documents=7, replicas=1) == 3
     root = data_and_model
     output = tmp_path / "result.json"
-    # Documents of 10^12 tokens (--max_tokens) in batches of 7: the estimate names what to lower.
+    # --max_tokens past MAX_DOCUMENT_TOKENS is refused as the flags are read.
     assert_one_error_line(run_in_process(TOOL, f"--model={root / 'classifier.keras'}",
                                          f"--data_dir={root / 'data'}", "--split=train",
                                          "--batch_size=100000000", "--max_tokens=1000000000000",
                                          f"--output={output}"),
-                          "--batch_size", "--max_tokens", "exceeds")
+                          "--max_tokens=1000000000000", "not an integer in the range")
     assert not output.exists()
+    # Documents of 2^30 tokens in batches of 7 (the tool reads at most a split's longest
+    # document, so only a data dir of such documents comes here): the estimate names both.
+    model = keras.saving.load_model(root / "classifier.keras")
+    with pytest.raises(ValueError, match="exceeds this host's.*--batch_size .7. or --max_tokens"):
+        check_evaluation_size(model, 7, 1, 2**30, limit=2**34)
 
 
 @pytest.mark.large
@@ -140,7 +145,10 @@ def test_the_tool_reads_as_the_model_was_trained_unless_told_and_shows_progress(
     assert result["loss"] == pytest.approx(want(4).loss, abs=1e-6)
     assert "documents 7/7 (100%)" in stderr and "documents/s" in stderr
     whole, _ = evaluated("--max_tokens=0")
-    assert whole["max_tokens"] is None and whole["tokens_read"] > 4
+    from tfxl.data.manifest import load_manifest, split_info
+    longest = split_info(load_manifest(data, kind=None), "train")["max_length"]
+    assert whole["max_tokens"] is None and whole["most_tokens_per_document"] == longest
+    assert result["most_tokens_per_document"] == 4 and "tokens_read" not in result
     assert whole["loss"] == pytest.approx(want(None).loss, abs=1e-6)
     alone, _ = evaluated("--reading=no_memory", "--max_tokens=8")
     assert (alone["reading"], alone["max_tokens"]) == ("no_memory", 8)

@@ -19,18 +19,19 @@ from tfxl.checkpoints.tree import restore_weights
 from tfxl.config import TransfoXLConfig
 from tfxl.data.manifest import CLASSIFICATION, load_manifest
 from tfxl.data.tokenizers import load_tokenizer
-from tfxl.model_dir import (EXPORT_RECORD, SAVED_MODEL, ModelDir, check_data_fingerprint,
-                            check_vocab_size)
+from tfxl.model_dir import (EXPORT_RECORD, LANGUAGE_MODEL, SAVED_MODEL, ModelDir,
+                            check_data_fingerprint, check_run_kind, check_vocab_size)
 from tfxl.models import LANGUAGE_MODELS, TransfoXLLM, build_language_model
 
 KERAS, EXPORT, MODEL_DIR = "keras", "export", "model_dir"
 
 
-def model_kind(source):
+def model_kind(source, trainer="tfxl-train"):
     """What `source` holds: KERAS (a `.keras` file), EXPORT (a SavedModel version directory,
     saved_model.pb present) or MODEL_DIR (config.json present). ValueError naming what is
-    missing otherwise; an export directory without saved_model.pb is still being published or
-    was interrupted, and is never loaded."""
+    missing otherwise (`trainer`: the tool whose model_dir the caller reads); an export
+    directory without saved_model.pb is still being published or was interrupted, and is never
+    loaded. Which kind of run a MODEL_DIR holds is `tfxl.model_dir.check_run_kind`'s."""
     if source.endswith(".keras"):
         if not tf.io.gfile.exists(source) or tf.io.gfile.isdir(source):
             raise ValueError(f"{source}: no such .keras file")
@@ -44,7 +45,7 @@ def model_kind(source):
         raise ValueError(f"{source} is an export without {SAVED_MODEL}: still being published, "
                          "or its publishing was interrupted; use a complete version")
     raise ValueError(f"{ModelDir(source).config} not found; pass a .keras file or a model_dir "
-                     "written by tfxl-train")
+                     f"written by {trainer}")
 
 
 def load_checked_tokenizer(data_dir, model_source, vocab_size):
@@ -115,6 +116,28 @@ def load_classifier_data(data_dir, model, model_source):
     return load_tokenizer(data_dir, manifest), list(manifest["labels"])
 
 
+def classifier_file(source):
+    """The .keras file of the document classifier at `source`: `source` itself (a .keras file,
+    or any other file, which loading then judges), or a tfxl-classify-train model_dir's
+    classifier.keras. ValueError saying what to give otherwise: an export, a language model's
+    model_dir, a run that has not finished."""
+    if source.endswith(".keras") or (tf.io.gfile.exists(source)
+                                     and not tf.io.gfile.isdir(source)):
+        return source
+    kind = model_kind(source, trainer="tfxl-classify-train")
+    if kind == EXPORT:
+        raise ValueError(f"{source} is an exported SavedModel; give the classifier's .keras "
+                         "file or its tfxl-classify-train model_dir")
+    layout = ModelDir(source)
+    check_run_kind(source, CLASSIFICATION, "give a document classifier: its .keras file or "
+                   "its tfxl-classify-train model_dir")
+    if not tf.io.gfile.exists(layout.classifier):
+        raise ValueError(f"{source} has no {os.path.basename(layout.classifier)} yet: "
+                         "tfxl-classify-train writes it there when its run finishes; finish "
+                         "the run, or give a .keras file")
+    return layout.classifier
+
+
 def load_language_model(source, checkpoint=None, log=None, any_architecture=False):
     """A language model from `source`: a `.keras` file, or a model_dir (config.json +
     checkpoints/; its architecture's class, `tfxl.models.build_language_model`).
@@ -134,6 +157,9 @@ def load_language_model(source, checkpoint=None, log=None, any_architecture=Fals
         model = load_keras_model(source, tuple(LANGUAGE_MODELS.values()))
         check_architecture(source, model.config, any_architecture)
         return model
+    check_run_kind(source, LANGUAGE_MODEL, "this needs a language model (a .keras file or a "
+                   "tfxl-train model_dir); the classifier itself is "
+                   f"{ModelDir(source).classifier}, for tfxl-classify-eval and tfxl-export")
     layout = ModelDir(source)
     config = TransfoXLConfig.from_file(layout.config)
     check_architecture(source, config, any_architecture)

@@ -30,7 +30,7 @@ from tfxl.checkpoints.finding import (check_readable, checkpoints_newest_first,
 from tfxl.checkpoints.training import MODEL
 from tfxl.checkpoints.tree import checkpoint_shapes, read_checkpoint, variables_by_path
 from tfxl.config import TransfoXLConfig
-from tfxl.model_dir import ModelDir, check_data_fingerprint
+from tfxl.model_dir import LANGUAGE_MODEL, ModelDir, check_data_fingerprint, check_run_kind
 from tfxl.deferred import deferred_import
 
 keras = deferred_import("keras")
@@ -111,6 +111,8 @@ def resolve(path, log=print):
     if path.endswith(".keras"):
         return _from_keras(path)
     if tf.io.gfile.isdir(path):
+        check_run_kind(path, LANGUAGE_MODEL, "warm-start from a tfxl-train model_dir or a "
+                       "language model's .keras file", flag="--init_checkpoint")
         layout = ModelDir(path)
         directory = layout.checkpoints if tf.io.gfile.isdir(layout.checkpoints) else path
         prefix = newest_readable_checkpoint(directory, log)

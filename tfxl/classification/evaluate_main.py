@@ -4,13 +4,16 @@ over every document of a split.
     tfxl-classify-eval --model=runs/topics/classifier.keras --data_dir=data/topics \
         --split=test --batch_size=16 --output=runs/topics/test.json
 
---model is a `.keras` file of a `DocumentClassifier` (local or gs://); --data_dir a data
+--model is a `.keras` file of a `DocumentClassifier` or the tfxl-classify-train model_dir that
+holds one (its classifier.keras), local or gs://; --data_dir a data
 directory of tfxl-prepare-classification whose labels are the model's classes. Documents are
 read as the model was trained to read them (its reading and max_tokens, saved with it; a file
 saved without them: whole documents on the memory), on its segment and memory lengths;
 --reading and --max_tokens override. Progress (documents, documents/s) goes to stderr; stdout
 carries only the result as one JSON line (per-class F1 and the confusion matrix by label name;
-rows are the true labels); --output writes it to a file too.
+rows are the true labels; `max_tokens`, the bound on the tokens read of each document, null for
+whole documents; `most_tokens_per_document`, the most read of any one: max_tokens, or the split's
+longest document where that is shorter); --output writes it to a file too.
 """
 
 if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports below load it
@@ -23,7 +26,7 @@ import sys
 from absl import flags
 
 from tfxl import cli
-from tfxl.classification.readings import READINGS
+from tfxl.classification.readings import MAX_DOCUMENT_TOKENS, READINGS
 from tfxl.data.manifest import split_info
 from tfxl.files import check_writable
 from tfxl.host import host_memory_bytes
@@ -41,7 +44,8 @@ HELP_GROUPS = (("model and data", ("model", "data_dir", "split")),
 
 
 def define_flags():
-    flags.DEFINE_string("model", None, "A .keras file of a DocumentClassifier.")
+    flags.DEFINE_string("model", None, "A .keras file of a DocumentClassifier, or a "
+                        "tfxl-classify-train model_dir (its classifier.keras).")
     flags.DEFINE_string("data_dir", None, "A tfxl-prepare-classification data directory.")
     flags.DEFINE_enum("split", "test", ["train", "valid", "test"], "Split to evaluate.")
     flags.DEFINE_integer("batch_size", 8, "Documents per global batch (a multiple of the "
@@ -51,18 +55,19 @@ def define_flags():
                       "the model's, as it was trained).")
     flags.DEFINE_integer("max_tokens", None, "Read each document's first N tokens only "
                          "(default: the model's, as it was trained; 0: whole documents).",
-                         lower_bound=0)
+                         lower_bound=0, upper_bound=MAX_DOCUMENT_TOKENS)
     define_strategy_flags()
     flags.DEFINE_string("output", None, "Also write the result as JSON to this file.")
 
 
 def load_classifier(path):
-    """The DocumentClassifier in the .keras file `path`; ValueError naming the flag otherwise."""
+    """The DocumentClassifier in the .keras file or tfxl-classify-train model_dir `path`;
+    ValueError naming the flag otherwise."""
     from tfxl.classification.classifier import DocumentClassifier
-    from tfxl.checkpoints.loading import load_keras_model
+    from tfxl.checkpoints.loading import classifier_file, load_keras_model
 
     try:
-        return load_keras_model(path, DocumentClassifier)
+        return load_keras_model(classifier_file(path), DocumentClassifier)
     except ValueError as err:
         raise ValueError(f"--model={err}") from None
 
@@ -131,8 +136,9 @@ def evaluate_from_flags():
     replicas = strategy.num_replicas_in_sync
     batch = evaluation_batch(FLAGS.batch_size, documents=documents, replicas=replicas)
     max_length = split_info(manifest, FLAGS.split)["max_length"]
-    tokens = min(model.tokens_read or max_length, max_length)
-    check_evaluation_size(model, batch, replicas, model.tokens_read or max_length)
+    # The most tokens read of one document: the reading's bound, or the longest document.
+    most_tokens = min(model.tokens_read or max_length, max_length)
+    check_evaluation_size(model, batch, replicas, most_tokens)
     dataset = classification_dataset(FLAGS.data_dir, FLAGS.split, batch,
                                      model.segment_len, max_tokens=model.tokens_read,
                                      manifest=manifest)
@@ -143,7 +149,7 @@ def evaluate_from_flags():
                                   progress=progress_printer(documents))
     assert metrics.documents == documents, (metrics.documents, documents)  # every one, once
     return {"split": FLAGS.split, **metrics.to_dict(labels), "reading": model.reading,
-            "max_tokens": model.tokens_read, "tokens_read": tokens}
+            "max_tokens": model.tokens_read, "most_tokens_per_document": most_tokens}
 
 
 def main(argv):

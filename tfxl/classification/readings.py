@@ -17,6 +17,9 @@ MEMORY = "memory"          # segment by segment on the memory (the first max_tok
 NO_MEMORY = "no_memory"    # each segment alone, the segments' probabilities averaged
 TRUNCATION = "truncation"  # the first max_tokens tokens only (default one segment, T)
 READINGS = (MEMORY, NO_MEMORY, TRUNCATION)
+# The most tokens of one document a reading may name (--max_tokens): positions and lengths are
+# int32 in the graph, and this, rounded up to any segment length up to it, stays below 2**31.
+MAX_DOCUMENT_TOKENS = 2**30
 
 # What a classifier pools from what the backbone has read (`pooling=`, --pooling).
 LAST = "last"

@@ -2,7 +2,7 @@
 framework (`signature_set`: `@signature`, `@shared`, `SignatureSet`, the request bound
 `most_that_fit`), the in-graph request checks (`request_checks`) and the writing and publishing
 of an export (`publish`: `write_signatures`, `describe_saved_model`, `publish_version`,
-`publish_at`).
+`publish_at`) and its reading (`reading`: `load_export`, a damaged file named).
 
 A model's own signatures live beside the model: the language model's in
 `tfxl.models.signatures`, a document classifier's in `tfxl.classification.signatures`. This

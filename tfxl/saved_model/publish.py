@@ -45,11 +45,10 @@ def _exists_message(path):
             "overwritten")
 
 
-def write_signatures(signatures, path, data_dir=None, verbose=False):
+def write_signatures(signatures, path, data_dir=None):
     """Writes the SavedModel of `signatures` (a `SignatureSet`) at `path` (the model's
     variables, the tokenizer's tables and constants, its `serving_default` signature also under
     that name), then the vocabulary record (`tfxl.model_dir`; a classifier's label names too).
-    verbose: prints each signature's inputs and outputs, as written.
 
     `tf.saved_model.save` itself rather than `keras.export.ExportArchive`: the archive traces
     every signature twice (once to list the variables it uses; once more inside the save, whose
@@ -71,13 +70,12 @@ def write_signatures(signatures, path, data_dir=None, verbose=False):
     write_export_record(path, signatures.model.config.vocab_size,
                         signatures.tokenizer.vocab_sha256 if signatures.tokenizer is not None
                         else None, data_dir, **signatures.export_record())
-    if verbose:
-        print(describe_saved_model(path))
 
 
-def describe_saved_model(path):
+def describe_saved_model(path, published_at=None):
     """The signatures of the SavedModel at `path` as written, one line each:
-    `name(input: dtype [shape], ...) -> output: dtype [shape], ...` (-1: any size)."""
+    `name(input: dtype [shape], ...) -> output: dtype [shape], ...` (-1: any size), under a
+    first line naming where it is: `published_at` when `path` is where it is being built."""
     from tensorflow.core.protobuf import saved_model_pb2
     saved = saved_model_pb2.SavedModel()
     with tf.io.gfile.GFile(os.path.join(path, SAVED_MODEL), "rb") as f:
@@ -88,7 +86,7 @@ def describe_saved_model(path):
                          f"{[dim.size for dim in info.tensor_shape.dim]}"
                          for name, info in sorted(infos.items()))
 
-    lines = [f"Saved the SavedModel at {path}; its signatures:"]
+    lines = [f"Saved the SavedModel at {published_at or path}; its signatures:"]
     for name, sig in sorted(saved.meta_graphs[0].signature_def.items()):
         if not name.startswith("__"):  # TF's own (__saved_model_init_op)
             lines.append(f"  {name}({tensors(sig.inputs)}) -> {tensors(sig.outputs)}")
@@ -136,9 +134,12 @@ def publish_at(signatures, filepath, verbose=None):
                                          or tf.io.gfile.listdir(filepath)):
         raise ValueError(message)
     with StagedDirectory(filepath, "export") as staged:
-        write_signatures(signatures, staged.path,
-                         verbose=True if verbose is None else verbose)
+        write_signatures(signatures, staged.path)
+        # Read where it is built, said once it is published: the staging path is gone by then.
+        described = describe_saved_model(staged.path, published_at=filepath)
         try:
             staged.publish(last=(SAVED_MODEL,))
         except FileExistsError:
             raise ValueError(message) from None
+    if verbose or verbose is None:
+        print(described)

@@ -20,6 +20,7 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
 from absl import flags
 
 from tfxl import cli
+from tfxl.classification.readings import MAX_DOCUMENT_TOKENS
 
 FLAGS = flags.FLAGS
 
@@ -41,7 +42,8 @@ def define_flags():
                       "the model's, as it was trained).")
     flags.DEFINE_integer("max_tokens", None, "A DocumentClassifier only: the tokens of each "
                          "document its signatures read, the first (default: the model's, as it "
-                         "was trained; 0: whole documents).", lower_bound=0)
+                         "was trained; 0: whole documents).", lower_bound=0,
+                         upper_bound=MAX_DOCUMENT_TOKENS)
     flags.DEFINE_integer("score_top_k", 16, "score returns the top-k ids/log-probs per "
                          "position; 0 returns full log-probs [B, T, V].")
 

@@ -80,8 +80,10 @@ class _ExportStepper:
 
     def __init__(self, path):
         import tensorflow as tf
+
+        from tfxl.saved_model.reading import load_export
         self.tf = tf
-        self.signatures = tf.saved_model.load(path).signatures
+        self.signatures = load_export(path).signatures
         if "generate" not in self.signatures:
             raise ValueError(f"{path} has no `generate` signature; is it a tfxl export?")
         self.memory = self.signatures["init_memory"](batch_size=tf.constant(1))

@@ -205,7 +205,8 @@ class TrainingRun:
                              evaluates=bool(eval_every))
         lease = Lease(self.model_dir, self.options.lease, log) if self.is_chief else None
         if self.is_chief:
-            check_or_store_config(self.model_dir, self.config, store=False)
+            check_or_store_config(self.model_dir, self.config, store=False,
+                                  kind=self.task.run_kind)
             lease.check()
         restored = self.restore(log)
         step = self.train_step.step

@@ -36,12 +36,12 @@ from tfxl.data.classification import classification_dataset, load_classification
 from tfxl.data.manifest import split_info
 from tfxl.data.pipeline import verify_shards
 from tfxl.files import StagedDirectory
-from tfxl.model_dir import check_data_fingerprint, check_or_store_config
+from tfxl.model_dir import (CLASSIFICATION, CLASSIFIER, ModelDir, check_data_fingerprint,
+                            check_or_store_config)
 from tfxl.train.tasks.task import Task
 
-__all__ = ["CLASSIFIER_FILE", "ClassificationTask", "DocumentData"]
+__all__ = ["ClassificationTask", "DocumentData"]
 
-CLASSIFIER_FILE = "classifier.keras"  # the trained classifier, in the model_dir, at the end
 HEAD_SETTINGS = ("num_classes", "pooling", "grad_segments", "head_dropout")
 
 
@@ -63,14 +63,21 @@ class DocumentData:
         self.eval_max_tokens = eval_max_tokens
 
     def length(self, split):
-        """The tokens each document of `split` is padded or cut to (before rounding up to T)."""
-        if split != "train":
-            if self.eval_max_tokens == 0:
-                return split_info(self.manifest, split)["max_length"]
-            if self.eval_max_tokens is not None:
-                return self.eval_max_tokens
+        """The tokens each document of `split` is padded or cut to (before rounding up to T):
+        never more than its longest document, since padding changes no logit (the reading's
+        invariance) and a bound past every document would only allocate padding."""
+        longest = split_info(self.manifest, split)["max_length"]
+        if split == "train":
+            bound = self.max_tokens
+        elif self.eval_max_tokens == 0:
+            return longest
+        elif self.eval_max_tokens is not None:
+            bound = self.eval_max_tokens
+        elif self.max_tokens is not None:
+            bound = self.max_tokens
+        else:  # as training reads: the longest training document
             return self.length("train")
-        return self.max_tokens or split_info(self.manifest, split)["max_length"]
+        return longest if bound is None else min(bound, longest)
 
     def check_splits(self, *splits):
         """Reads every record of `splits` once (sizes, CRCs, counts): a damaged shard is one
@@ -140,8 +147,8 @@ def save_classifier(model, path):
     """`model` as a .keras file at `path` (local or gs://), whole or not at all."""
     # A .keras file is a zip archive Keras writes piece by piece: built on the local disk first.
     with StagedDirectory(path, "classifier", scratch="tfxl-classifier-") as staged:
-        model.save(os.path.join(staged.path, CLASSIFIER_FILE))
-        staged.publish_file(CLASSIFIER_FILE)
+        model.save(os.path.join(staged.path, CLASSIFIER))
+        staged.publish_file(CLASSIFIER)
 
 
 class ClassificationTask(Task):
@@ -161,6 +168,7 @@ class ClassificationTask(Task):
     """
 
     unit = "documents"
+    run_kind = CLASSIFICATION
 
     def __init__(self, config, *, data_dir: str, head: dict, max_tokens: int | None = None,
                  language_model=None, init_checkpoint: str | None = None,
@@ -182,7 +190,8 @@ class ClassificationTask(Task):
 
     def document_tokens(self, manifest):
         """L: the tokens each training document is padded or cut to, rounded up to tgt_len."""
-        length = self.max_tokens or split_info(manifest, "train")["max_length"]
+        longest = split_info(manifest, "train")["max_length"]
+        length = min(self.max_tokens or longest, longest)  # as DocumentData.length
         return -(-length // self.config.tgt_len) * self.config.tgt_len
 
     def load_data(self, strategy, *, model_dir, seed):
@@ -232,7 +241,7 @@ class ClassificationTask(Task):
         data.check_splits("train", *(["valid"] if evaluates else []))
 
     def claim_model_dir(self, model_dir, data):
-        check_or_store_config(model_dir, self.config)
+        check_or_store_config(model_dir, self.config, kind=self.run_kind)
         check_data_fingerprint(model_dir, data.manifest, data.data_dir, store=True)
 
     def build_evaluator(self, model, strategy, data, *, global_batch, steps_per_loop,
@@ -254,6 +263,6 @@ class ClassificationTask(Task):
     def publish_results(self, model, model_dir, metrics):
         """The trained classifier as model_dir/classifier.keras (tfxl-classify-eval's --model),
         written before metrics.json says the run is finished."""
-        path = os.path.join(model_dir, CLASSIFIER_FILE)
+        path = ModelDir(model_dir).classifier
         save_classifier(model, path)
         metrics["classifier"] = path

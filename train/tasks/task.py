@@ -11,6 +11,7 @@ The tasks: `tfxl.train.tasks.language_model.LanguageModelTask` (tfxl-train, make
 import abc
 
 from tfxl.config import TransfoXLConfig
+from tfxl.model_dir import LANGUAGE_MODEL
 
 
 class Task(abc.ABC):
@@ -23,6 +24,7 @@ class Task(abc.ABC):
     """
 
     unit = "tokens"  # what the run's throughput counts
+    run_kind = LANGUAGE_MODEL  # what its model_dir holds (tfxl.model_dir.RUN_KINDS)
 
     def __init__(self, config: TransfoXLConfig, *, data_dir: str):
         self.config, self.data_dir = config, data_dir
