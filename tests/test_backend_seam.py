@@ -122,3 +122,14 @@ def test_every_model_backend_module_answers_every_question():
     for name, (exported, defined) in answers.items():
         assert set(exported) == questions, name
         assert questions <= defined, (name, questions - defined)
+
+
+def test_no_name_of_the_seam_is_also_a_backend_module():
+    """Importing `tfxl.backend.tensorflow` sets the package's attribute `tensorflow`: a function
+    of that name would be replaced by the module once `current()` has run."""
+    import tfxl.backend
+    from tfxl.backend import MODULES
+    tfxl.backend.current()
+    assert callable(tfxl.backend.require_tensorflow)
+    _, defined = module_names(ROOT / "tfxl/backend/__init__.py")
+    assert not defined & set(MODULES), defined & set(MODULES)

@@ -99,5 +99,5 @@ def test_tfxl_train_logs_plain_lines_and_tfxl_eval_shows_its_bar_on_a_terminal(t
     assert "evaluating valid: 3 steps" in terminal and "3/3" in terminal, terminal
     assert "0000 00:00:" not in terminal, terminal  # the filter still hides TensorFlow's lines
     result = json.loads(evaluated.stdout)
-    assert len(result["loss_by_position"]) == 8  # --tgt_len
+    assert len(result["loss_by_position"]) == result["tgt_len"] == 32  # the preset's eval_tgt_len
     assert np.mean(result["loss_by_position"]) == pytest.approx(result["loss"], rel=1e-5)

@@ -448,7 +448,7 @@ def test_train_and_eval_steps_compile_as_one_xla_computation(copy_data, tmp_path
                             jit_compile=True)
     assert eval_step.experimental_get_compiler_ir(eval_features)(
         stage="hlo").count("HloModule") == 1
-    nll_sum, tokens = eval_step(eval_features)
+    nll_sum, tokens, _, _ = eval_step(eval_features)  # and the per-position sums, unasked
     assert float(tokens) == STREAMS * T and np.isfinite(float(nll_sum))
     assert memory.read().valid.numpy().any() and int(memory.read().next_slot) == T
 

@@ -10,8 +10,8 @@ are concrete), how a loop is compiled, and whether Keras variables are TensorFlo
 (the checkpoint format). Model code never asks which backend runs: the training run's seam is
 tfxl/train/backends/. Each backend's library is imported only where that backend runs.
 
-The model features that are TensorFlow code import it through `tensorflow(feature)`, which
-names the feature where TensorFlow is missing; a tool that is TensorFlow code refuses another
+The model features that are TensorFlow code import it through `require_tensorflow(feature)`,
+which names the feature where TensorFlow is missing; a tool that is TensorFlow code refuses another
 backend with `check_tensorflow_tool`.
 """
 
@@ -50,7 +50,7 @@ def is_concrete(x):
     return current().is_concrete(x)
 
 
-def tensorflow(feature):
+def require_tensorflow(feature):
     """TensorFlow, imported for `feature` (something tfxl has only in TensorFlow); where it is
     not installed, an ImportError that names the feature."""
     try:

@@ -17,7 +17,7 @@ TensorFlow's file system knows (gs://, ...) file by file into its cache ($KERAS_
 
 import os
 
-from tfxl.backend import tensorflow
+from tfxl.backend import require_tensorflow
 from tfxl.files import StagedDirectory, is_local
 from tfxl.private_apis import CONFIG_FILE
 
@@ -29,7 +29,7 @@ def save_preset(save, preset_dir, **kwargs):
     if is_local(preset_dir):
         return save(preset_dir, **kwargs)
     # A bucket is TensorFlow's file system (tf.io.gfile): imported only for one.
-    tensorflow(f"saving a keras-hub preset to {preset_dir}")
+    require_tensorflow(f"saving a keras-hub preset to {preset_dir}")
     # Only a save that writes config.json (a backbone's, a task's) replaces it: a tokenizer or
     # preprocessor saved into an existing preset leaves the preset's config.json alone.
     with StagedDirectory(preset_dir, "preset", scratch="tfxl-preset-", local=False) as staged:

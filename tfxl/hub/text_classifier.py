@@ -18,7 +18,7 @@ import keras
 from keras import ops
 from keras_hub.models import TextClassifier, TextClassifierPreprocessor
 
-from tfxl.backend import tensorflow
+from tfxl.backend import require_tensorflow
 from tfxl.classification.classifier import DocumentClassifier
 from tfxl.classification.readings import LAST, LENGTHS, TOKEN_IDS
 from tfxl.hub.backbone import TransfoXLHubBackbone
@@ -57,7 +57,7 @@ class TransfoXLTextClassifierPreprocessor(TextClassifierPreprocessor):
                 raise ValueError(f"TransfoXLTextClassifierPreprocessor takes one text per "
                                  f"example, got {len(x)} segments")
             x = x[0]
-        tf = tensorflow("TransfoXLTextClassifierPreprocessor")  # tf.data, ragged tensors
+        tf = require_tensorflow("TransfoXLTextClassifierPreprocessor")  # tf.data, ragged tensors
         x = tf.convert_to_tensor(x)
         unbatched = x.shape.rank == 0
         ids = self.tokenizer(x[None] if unbatched else x)

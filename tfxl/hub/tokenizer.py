@@ -10,7 +10,7 @@ import keras
 import numpy as np
 from keras_hub.tokenizers import Tokenizer
 
-from tfxl.backend import tensorflow
+from tfxl.backend import require_tensorflow
 from tfxl.hub.presets import save_preset
 from tfxl.private_apis import (canonicalize_python_string_inputs,
                                canonicalize_python_token_inputs, convert_to_ragged_batch,
@@ -20,7 +20,7 @@ from tfxl.private_apis import (canonicalize_python_string_inputs,
 def _tfxl_tokenizers():
     """`tfxl.data.tokenizers` (TensorFlow code: tf.data, tf.lookup), imported when a tokenizer is
     made, so that tfxl.hub's models import without TensorFlow."""
-    tensorflow("tfxl.hub.TransfoXLTokenizer")
+    require_tensorflow("tfxl.hub.TransfoXLTokenizer")
     from tfxl.data import tokenizers
     return tokenizers
 
@@ -108,7 +108,7 @@ class TransfoXLTokenizer(Tokenizer):
     def _tokenize_tf(self, inputs):
         unbatched = inputs.shape.rank == 0
         ids = self._loaded().tf_encode(
-            tensorflow("TransfoXLTokenizer").reshape(inputs, [-1]) if unbatched else inputs)
+            require_tensorflow("TransfoXLTokenizer").reshape(inputs, [-1]) if unbatched else inputs)
         return ids[0] if unbatched else ids
 
     def _tokenize_python(self, inputs):

@@ -158,9 +158,10 @@ class Evaluator:
                 f"eval_position_keys_{keys_key[0]}_{keys_key[1]}")
         position_keys = self.position_keys[keys_key]
         position_keys.refresh()  # once per pass: the weights may have changed since the last
-        loop_key = (memory_key, keys_key, s["same_length"], s["by_position"])
+        by_position = s.get("by_position", False)  # `evaluate` sets it; `settings()` does not
+        loop_key = (memory_key, keys_key, s["same_length"], by_position)
         if loop_key not in self._loops:
-            strategy, same_length, by_position = self.strategy, s["same_length"], s["by_position"]
+            strategy, same_length = self.strategy, s["same_length"]
             # Without by_position the per-position sums stay [1] zeros: no all-reduce of [T].
             width = s["tgt_len"] if by_position else 1
 
