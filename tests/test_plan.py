@@ -156,6 +156,41 @@ def test_a_run_over_the_limit_is_refused_with_what_to_lower():
     assert fits.startswith("memory: ") and fits.endswith("of 24.0 GiB")
 
 
+def test_a_refusal_names_the_flags_of_what_dominates_the_estimate():
+    """Weights no batch makes fit: the model's size flags only; weights the most of it: those
+    first, then the batch's; activations the most of it: the batch, tgt_len and mem_len."""
+    wide = TrainingPlan(get_preset("tiny", vocab_size=258, d_model=10**6, tgt_len=128), 8)
+    with pytest.raises(ValueError) as raised:
+        wide.check_memory(limit=16 * GIB, runtime=GIB // 2)
+    message = str(raised.value)
+    for needle in ("the weights, gradients and optimizer slots (1,932,000,898 parameters) take",
+                   "more than fits at any batch", "--d_model (1000000)", "--n_layer (2)",
+                   "--d_inner (256)"):
+        assert needle in message, message
+    assert "--train_batch_size" not in message and "--mem_len" not in message, message
+
+    heavy = TrainingPlan(get_preset("tiny", vocab_size=258, d_model=4096, n_layer=4,
+                                    d_inner=16384, tgt_len=16, mem_len=16), 2)
+    model, run = heavy.lowerable_bytes()
+    assert model > run
+    need = heavy.host_bytes(GIB // 2)
+    with pytest.raises(ValueError) as raised:  # the model fits, its activations at this batch not
+        heavy.check_memory(limit=need - run // 2, runtime=GIB // 2)
+    message = str(raised.value)
+    assert "the most of it: lower the model's size: --d_model (4096)" in message, message
+    assert "--d_inner (16384)" in message and "or lower --train_batch_size (2)" in message
+    assert "more than fits at any batch" not in message
+
+    vocabulary = TrainingPlan(get_preset("tiny", vocab_size=2_000_000, d_model=1024), 2)
+    with pytest.raises(ValueError, match=r"--d_model \(1024\) \(the 2,000,000-token "
+                                         r"vocabulary's tables .* --cutoffs"):
+        vocabulary.check_memory(limit=16 * GIB, runtime=GIB // 2)
+
+    with pytest.raises(ValueError) as raised:
+        readme_plan().check_memory(limit=12 * GIB, runtime=GIB // 2)
+    assert "--d_model" not in str(raised.value) and "--train_batch_size (24)" in str(raised.value)
+
+
 def test_gpus_are_checked_per_replica_and_unknown_memory_is_not_checked():
     reported = [12 * GIB]  # what the backend's device_memory_bytes says
     plan = readme_plan(replicas=8, global_batch=24 * 8, local_replicas=8, device="GPU",
@@ -214,6 +249,11 @@ def test_cli_dry_run_prints_the_plan_and_writes_nothing(data_dir, tmp_path):
         run_cli(*flags, "--memory_limit_gib=0.01"), "exceeds its 10.2 MiB; lower "
         "--train_batch_size (4), --tgt_len (64) or --mem_len (64)")
     assert error.startswith("error: the estimated memory, "), error
+    assert not (tmp_path / "m").exists()
+
+    wide = factories.assert_one_error_line(run_cli(*flags, "--d_model=1000000"),
+                                           "more than fits at any batch")
+    assert "--d_model (1000000)" in wide and "--train_batch_size" not in wide, wide
     assert not (tmp_path / "m").exists()
 
     anyway = run_cli(*flags, "--memory_limit_gib=0.01", "--ignore_memory_estimate")

@@ -226,6 +226,27 @@ def _softmax_parameter_count(config):
     return softmax
 
 
+def size_flag_shares(config):
+    """[(field, share)]: the share of `parameter_count(config)` that grows with each of the
+    config's size fields (each the tfxl-train flag of its name), largest first. The embedding
+    and softmax tables grow with d_embed (d_model when it is unset) and the vocabulary (the
+    data's, not a flag), the layers with n_layer, d_model and their own widths."""
+    c = config
+    nh = c.n_head * c.d_head
+    attention = c.n_layer * (5 * c.d_model * nh + 2 * c.d_model) + 2 * (
+        c.n_layer if c.untie_r else 1) * nh
+    feed_forward = c.n_layer * (2 * c.d_model * c.d_inner + c.d_inner + 3 * c.d_model)
+    total = parameter_count(c)
+    tables = max(0, total - attention - feed_forward)
+    grows = {"n_layer": attention + feed_forward, "d_model": attention + feed_forward,
+             "n_head": attention, "d_head": attention, "d_inner": feed_forward,
+             "d_embed" if c.d_embed is not None else "d_model": tables}
+    if c.d_embed is None:
+        grows["d_model"] = total
+    return sorted(((name, part / max(1, total)) for name, part in grows.items()),
+                  key=lambda item: -item[1])
+
+
 def classifier_parameter_count(config, num_classes, pooling):
     """The trainable parameters of `DocumentClassifier(config, num_classes, pooling)`: the
     backbone, the head [D, C] + [C], and the segment attention's query [D] when it pools."""

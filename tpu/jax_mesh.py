@@ -15,6 +15,11 @@ from the caller (`layout_map`, e.g. `TransfoXLLM.get_layout_map`).
 
 import contextlib
 import logging
+import os
+import socket
+import sys
+import threading
+import time
 
 from absl import flags
 
@@ -23,7 +28,14 @@ from tfxl.tpu.strategy import JAX_STRATEGIES, StrategyError
 BATCH, MODEL = "batch", "model"
 
 
-FLAG_NAMES = ("model_parallel", "jax_coordinator", "jax_processes", "jax_process_id")
+FLAG_NAMES = ("model_parallel", "jax_coordinator", "jax_processes", "jax_process_id",
+              "jax_join_timeout")
+# Seconds the processes of a run wait for each other to join (--jax_join_timeout): JAX's own
+# default, time for the hosts of a pod that start together to come up.
+JOIN_TIMEOUT = 300
+# JAX's own deadline is set this much later than ours: at its deadline JAX aborts the process
+# (SIGABRT, no Python exception), so ours must come first to say what did not join.
+JAX_DEADLINE_MARGIN = 60
 
 
 def define_flags():
@@ -34,38 +46,169 @@ def define_flags():
                          "weight is split over (the mesh's model axis); the rest split the batch.")
     flags.DEFINE_string("jax_coordinator", None, "JAX on several hosts: the coordinator's "
                         "host:port (process 0's), or 'auto' where JAX finds its peers itself "
-                        "(Cloud TPU pods). Unset: one process.")
+                        "(Cloud TPU pods, SLURM, Open MPI; one process where it finds none). "
+                        "Unset: one process.")
     flags.DEFINE_integer("jax_processes", None, "JAX on several hosts: how many processes "
                          "(with --jax_coordinator=host:port).")
     flags.DEFINE_integer("jax_process_id", None, "JAX on several hosts: this process's index "
                          "(with --jax_coordinator=host:port).")
+    flags.DEFINE_integer("jax_join_timeout", JOIN_TIMEOUT, "JAX on several hosts: seconds to "
+                         "wait for every process to join (and the coordinator's host to "
+                         "resolve); then the run stops naming what did not join.")
 
 
-def initialize_processes(coordinator=None, num_processes=None, process_id=None):
-    """Joins this process to the others of its run (nothing for one process). On CPU the
-    processes' collectives go through gloo (the tests run a pod as processes on one host)."""
+def coordinator_host_port(coordinator):
+    """(host, port) of a --jax_coordinator=host:port ([v6 address]:port too); StrategyError
+    names what is wrong with it."""
+    host, colon, port = coordinator.rpartition(":")
+    if not colon or not host or "]" in port:
+        raise StrategyError(f"--jax_coordinator={coordinator} has no port: give process 0's "
+                            "host:port, e.g. --jax_coordinator=10.0.0.1:1234 (a port free "
+                            "there)")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise StrategyError(f"--jax_coordinator={coordinator}: the port {port!r} is not a "
+                            "number in [1, 65535]")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def _resolves(host, port, deadline):
+    """Whether `host` resolves before `deadline` (time.monotonic()), asking again every second:
+    a pod's host names may appear only as its hosts come up."""
+    while True:
+        try:
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            return True
+        except (socket.gaierror, UnicodeError):
+            if time.monotonic() + 1 > deadline:
+                return False
+            time.sleep(1)
+
+
+def _answers(host, port):
+    """Whether something accepts connections at host:port (the coordinator's service)."""
+    try:
+        with socket.create_connection((host, port), timeout=5):
+            return True
+    except OSError:
+        return False
+
+
+def _not_joined(coordinator, num_processes, process_id, timeout):
+    """What a process whose join timed out says: which processes did not join, as far as it
+    can tell (process 0 holds the service; the others see whether it answers)."""
+    waited = f"within {timeout} s (--jax_join_timeout)"
+    if process_id == 0:
+        others = ("process 1" if num_processes == 2 else
+                  f"at least one of processes 1 to {num_processes - 1}")
+        return (f"--jax_coordinator={coordinator}: {others} of --jax_processes={num_processes} "
+                f"did not join process 0 {waited}; start every process with the same "
+                "--jax_coordinator, each with its own --jax_process_id, and check that they "
+                "reach this host's port")
+    host, port = coordinator_host_port(coordinator)
+    if not _answers(host, port):
+        return (f"--jax_coordinator={coordinator}: process 0 (the coordinator) did not answer "
+                f"there {waited}; start it (--jax_process_id=0) on that host, or correct "
+                "--jax_coordinator")
+    return (f"--jax_coordinator={coordinator}: process 0 answers, but not every one of the "
+            f"--jax_processes={num_processes} processes joined {waited}; start the missing "
+            "ones (process 0's log says which)")
+
+
+def _stop_unjoined(message):
+    """The deadline of a join: one `error:` line and exit status 2, from the watchdog thread.
+    Nothing has been written yet; the main thread is inside JAX's connect, which no Python
+    exception leaves, so the process ends here."""
+    from tfxl.cli.errors import fail
+    sys.stderr.flush()
+    os._exit(fail(message))
+
+
+def _join(coordinator, num_processes, process_id, timeout):
+    """jax.distributed.initialize, bounded by `timeout` seconds (see _stop_unjoined). Keras'
+    `keras.distribution.initialize` takes no timeout; the seed it would agree on between the
+    processes is the run's own (`configure_process`), set on every process alike."""
+    import jax
+    from tfxl.cli import note
+    deadline = time.monotonic() + timeout
+    if coordinator == "auto":
+        message = (f"--jax_coordinator=auto: not every process of the cluster JAX found joined "
+                   f"within {timeout} s (--jax_join_timeout); run the same command on every "
+                   "host")
+        arguments = {}
+    else:
+        host, port = coordinator_host_port(coordinator)
+        note(f"process {process_id} of {num_processes}: joining the others through "
+             f"{coordinator} (waiting up to {timeout} s, --jax_join_timeout)")
+        if not _resolves(host, port, deadline):
+            raise StrategyError(f"--jax_coordinator={coordinator}: the host {host!r} did not "
+                                f"resolve within {timeout} s (--jax_join_timeout); correct the "
+                                "host name or use its address")
+        message = None
+        arguments = dict(coordinator_address=coordinator, num_processes=num_processes,
+                         process_id=process_id)
+    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), lambda: _stop_unjoined(
+        message or _not_joined(coordinator, num_processes, process_id, timeout)))
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        jax.distributed.initialize(**arguments,
+                                   initialization_timeout=timeout + JAX_DEADLINE_MARGIN)
+    except ValueError as err:
+        if (coordinator != "auto" or jax.distributed.is_initialized()
+                or "coordinator_address" not in str(err)):
+            raise
+        # JAX found no cluster to ask for the coordinator: one machine, one process.
+        note("--jax_coordinator=auto: JAX finds no cluster here (a Cloud TPU pod, SLURM, "
+             "Open MPI, ...): one process")
+    finally:
+        watchdog.cancel()
+
+
+def initialize_processes(coordinator=None, num_processes=None, process_id=None,
+                         join_timeout=JOIN_TIMEOUT):
+    """Joins this process to the others of its run (nothing for one process), waiting at most
+    `join_timeout` seconds for them (then one `error:` line naming what did not join, exit
+    status 2). On CPU the processes' collectives go through gloo (the tests run a pod as
+    processes on one host)."""
     if not coordinator:
         if num_processes not in (None, 1):
             raise StrategyError(f"--jax_processes={num_processes} needs --jax_coordinator")
         return
-    import jax
-    import keras
+    if coordinator != "auto":
+        coordinator_host_port(coordinator)  # before JAX: an address without a port
     if coordinator != "auto" and (num_processes is None or process_id is None):
         raise StrategyError(f"--jax_coordinator={coordinator} needs --jax_processes and "
                             "--jax_process_id (or --jax_coordinator=auto on a Cloud TPU pod)")
     if coordinator != "auto" and not 0 <= process_id < num_processes:
         raise StrategyError(f"--jax_process_id={process_id} is out of range: it must be in "
                             f"[0, --jax_processes={num_processes})")
+    if join_timeout is None or join_timeout <= 0:
+        raise StrategyError(f"--jax_join_timeout={join_timeout} is out of range: it must be > 0")
+    import jax
     if not jax.config.jax_platforms or "cpu" in jax.config.jax_platforms:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     try:
-        if coordinator == "auto":
-            keras.distribution.initialize()
-        else:
-            keras.distribution.initialize(coordinator, num_processes, process_id)
+        _join(coordinator, num_processes, process_id, join_timeout)
     except (RuntimeError, ValueError) as err:
+        if isinstance(err, StrategyError):
+            raise
         raise StrategyError(f"--jax_coordinator={coordinator}: the processes could not join "
                             f"({type(err).__name__}: {err})") from None
+
+
+def local_devices_or_error():
+    """jax.devices(), or StrategyError where the platform JAX was told to use does not start
+    (JAX_PLATFORMS=tpu where no TPU runtime is installed)."""
+    import jax
+    try:
+        return jax.devices()
+    except RuntimeError as err:
+        platforms = os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms or ""
+        why = str(err).split(" (set JAX_PLATFORMS", 1)[0]
+        raise StrategyError(f"JAX_PLATFORMS={platforms}: JAX could not start it ({why}); "
+                            "where its runtime is not installed (jax[tpu], jax[cuda12]) use "
+                            "JAX_PLATFORMS=cpu, or unset JAX_PLATFORMS for what is there") \
+            from None
 
 
 class JaxDistribution:
@@ -81,7 +224,7 @@ class JaxDistribution:
     def __init__(self, kind, *, model_parallel=1, layout_map=None):
         import jax
         import keras
-        devices = jax.devices()
+        devices = local_devices_or_error()
         model_axis = model_parallel if kind == "model_parallel" else 1
         if model_axis < 1 or len(devices) % model_axis:
             raise StrategyError(f"--model_parallel={model_parallel} does not divide the "
@@ -190,7 +333,8 @@ class JaxDistribution:
 
 
 def resolve_distribution(strategy="default", *, model_parallel=2, layout_map=None,
-                         coordinator=None, num_processes=None, process_id=None):
+                         coordinator=None, num_processes=None, process_id=None,
+                         join_timeout=JOIN_TIMEOUT):
     """The `JaxDistribution` named by `strategy` (default: data parallel over every device of
     every process), after joining the run's processes. StrategyError says why one cannot run."""
     if strategy not in ("default",) + JAX_STRATEGIES:
@@ -210,8 +354,10 @@ def resolve_distribution(strategy="default", *, model_parallel=2, layout_map=Non
             pass
     # JAX's probe of every platform logs each one it lacks ("Unable to initialize backend
     # 'tpu'") at INFO, which absl's handler prints: a run says which devices it has in its plan.
-    logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
-    initialize_processes(coordinator, num_processes, process_id)
+    # Likewise its "Connecting to JAX distributed service": the run's own note says so.
+    for name in ("jax._src.xla_bridge", "jax._src.distributed"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    initialize_processes(coordinator, num_processes, process_id, join_timeout)
     kind = "data_parallel" if strategy == "default" else strategy
     return JaxDistribution(kind, model_parallel=model_parallel, layout_map=layout_map)
 
@@ -220,4 +366,5 @@ def distribution_from_flags(layout_map=None, flag_values=flags.FLAGS):
     return resolve_distribution(flag_values.strategy, model_parallel=flag_values.model_parallel,
                                 layout_map=layout_map, coordinator=flag_values.jax_coordinator,
                                 num_processes=flag_values.jax_processes,
-                                process_id=flag_values.jax_process_id)
+                                process_id=flag_values.jax_process_id,
+                                join_timeout=flag_values.jax_join_timeout)

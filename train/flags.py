@@ -21,7 +21,8 @@ FLAG_RULES = {
     **{name: POSITIVE for name in (
         "train_batch_size", "eval_batch_size", "train_steps", "steps_per_loop",
         "max_eval_batches", "learning_rate", "lease_timeout", "memory_limit_gib",
-        "grad_segments", "max_tokens", "model_parallel", "jax_processes")},
+        "grad_segments", "max_tokens", "model_parallel", "jax_processes",
+        "jax_join_timeout")},
     **{name: NON_NEGATIVE for name in (
         "weight_decay", "seed", "num_gpus", "lease_settle", "train_log_seconds", "jax_process_id")},
     "save_every": (lambda v, _: v >= 0, ">= 0 (0: only at the end)"),

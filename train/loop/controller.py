@@ -54,6 +54,10 @@ class Controller:
                 n = min(n, every - step % every)
         return n
 
+    def first_loop_steps(self):
+        """The steps of the first host loop `train` runs from the train step's step."""
+        return self._next_loop_steps(self.train_step.step, 0)
+
     def train(self):
         """Trains to `train_steps`; returns the last loop's outputs (None if nothing ran)."""
         step, outputs, loops_run = self.train_step.step, None, 0

@@ -278,6 +278,12 @@ class TrainingRun:
             evaluate=lambda: self.evaluate("valid", max_batches=max_eval_batches),
             train_actions=train_actions, eval_actions=eval_actions,
             stop_requested=stops.agreed, short_first_loops=self.options.short_first_loops)
+        if step < self.train_steps:
+            # The first call compiles (traces) the step before it runs: on a large model minutes
+            # pass before the first progress line, which say what is under way.
+            first = controller.first_loop_steps()
+            log(f"step {step}: compiling the train step, then running the first host loop "
+                f"({first} step{'s' * (first > 1)})")
         started = time.perf_counter()
         try:
             with stops.signals:  # SIGTERM/SIGINT: checkpoint and stop at a host loop's end

@@ -29,6 +29,8 @@ from tfxl.train import backends
 
 GIB = 2**30
 MIB = 2**20
+# A refusal names the model's size flags that at least this share of its parameters grows with.
+MODEL_FLAG_SHARE = 0.1
 
 
 def define_flags():
@@ -141,11 +143,57 @@ class TrainingPlan:
                  if self.model_axis > 1 else "")
         return f"{self.replicas} replica{'s' * (self.replicas > 1)} ({self.device}{split})"
 
-    def how_to_lower(self):
-        """What the refusal advises: the flags that lower the estimate."""
+    def run_size_advice(self):
+        """The flags that lower the activations and the memory, with their values."""
         return (f"lower --train_batch_size ({self.global_batch}), --tgt_len "
                 f"({self.config.tgt_len}) or --mem_len ({self.config.mem_len}): the attention "
                 "grows with batch x tgt_len x (mem_len + tgt_len)")
+
+    def model_size_advice(self):
+        """The model's size flags that most of its parameters grow with, with their values (and
+        an adaptive embedding where the vocabulary's tables are most of them)."""
+        c = self.config
+        shares = sizing.size_flag_shares(c)
+        named = [f"--{name} ({getattr(c, name)})" for name, share in shares
+                 if share >= MODEL_FLAG_SHARE][:4]
+        advice = "lower the model's size: " + (", ".join(named[:-1]) + " or " + named[-1]
+                                               if len(named) > 1 else named[0])
+        tables = 1 - dict(shares)["n_layer"]
+        if tables >= 0.5 and c.div_val == 1:
+            advice += (f" (the {c.vocab_size:,}-token vocabulary's tables are {tables:.0%} of "
+                       "the parameters: --cutoffs with --div_val > 1 shrink them)")
+        return advice
+
+    def lowerable_bytes(self):
+        """(model, run): the bytes of the memory check's need that only the model's size lowers
+        (weights, gradients, optimizer slots, gradient copies) and those the batch, tgt_len and
+        mem_len lower (memory state, activations, evaluation memory, the checkpoint copy), each
+        with its margin; for a compiled step, its counted items'."""
+        f, grow = self.footprint, 1 + sizing.MARGIN
+        model = f.weights + f.gradients + f.optimizer + f.gradient_copies
+        run = f.memory_state + sum(f.activations.values()) + f.evaluation_memory
+        if self.device == "CPU":
+            return (int(grow * model) * self.local_replicas,
+                    int(grow * run) * self.local_replicas + self.checkpoint_copy_bytes)
+        return int(grow * -(-model // self.model_axis)), int(grow * run)
+
+    def how_to_lower(self, need=None, limit=None):
+        """What the refusal advises: the flags of what dominates the estimate `need` over
+        `limit` (bytes) — the model's size flags when the weights, gradients and optimizer
+        slots do (those alone when no batch would fit), else the batch's, tgt_len and mem_len."""
+        run_advice = self.run_size_advice()
+        if need is None:
+            return run_advice
+        model, run = self.lowerable_bytes()
+        fixed = need - model - run  # the runtime, the step's program, the run's own
+        weights = (f"the weights, gradients and optimizer slots ({self.footprint.parameters:,} "
+                   f"parameters) take {_size(model)}")
+        if fixed <= limit < fixed + model:
+            return f"{weights}, more than fits at any batch: {self.model_size_advice()}"
+        if model > run:
+            return (f"{weights}, the most of it: {self.model_size_advice()}; or "
+                    f"{run_advice}")
+        return run_advice
 
     def lines(self):
         """The plan, a few lines for stdout."""
@@ -171,7 +219,7 @@ class TrainingPlan:
         ignore: say so and return instead of raising. runtime: the resident bytes of the
         process (default: measured now; CPU only).
         """
-        lower = self.how_to_lower()
+        lower = self.run_size_advice()
         if self.device == "CPU":
             runtime = resident_bytes() if runtime is None else runtime
             need = self.host_bytes(runtime)
@@ -207,7 +255,8 @@ class TrainingPlan:
             of = f"the {_size(limit)} of each {self.device}"
         if need <= limit:
             return f"memory: {what}, of {of.removeprefix('its ')}"
-        message = f"the estimated memory, {what}, exceeds {of}; {lower}"
+        message = (f"the estimated memory, {what}, exceeds {of}; "
+                   f"{self.how_to_lower(need, limit)}")
         if ignore:
             return f"warning: {message}; training anyway (--ignore_memory_estimate)"
         raise ValueError(f"{message}; or pass --ignore_memory_estimate to train anyway")
@@ -260,7 +309,7 @@ class ClassificationPlan(TrainingPlan):
                 f"{self.replicas_text()}, batch {self.per_replica_batch} per replica; "
                 f"{self.mixed_precision}")
 
-    def how_to_lower(self):
+    def run_size_advice(self):
         return (f"lower --train_batch_size ({self.global_batch}), --grad_segments "
                 f"({self.head['grad_segments']}), --tgt_len ({self.config.tgt_len}) or "
                 f"--mem_len ({self.config.mem_len}): a step keeps the activations of "
