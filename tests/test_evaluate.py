@@ -237,3 +237,12 @@ def test_a_checked_split_is_built_once_for_every_evaluation_pass(data_dir):
     passes = [[b["inputs"].numpy() for b in first] for _ in range(2)]
     assert len(passes[0]) > 1
     np.testing.assert_array_equal(np.stack(passes[0]), np.stack(passes[1]))
+
+
+def test_a_missing_model_dir_is_named_as_tfxl_train_names_a_missing_data_dir(data_dir, tmp_path):
+    missing = tmp_path / "no_such_run"
+    factories.assert_one_error_line(
+        factories.run_in_process("tfxl.train.evaluate", f"--data_dir={data_dir}",
+                                 f"--model_dir={missing}"),
+        f"--model_dir={missing} does not exist")
+    assert not missing.exists()

@@ -66,6 +66,10 @@ def evaluate_from_flags():
     train_flags.require_dir_flags("data_dir", "model_dir")
     if FLAGS.output:  # checked first: never evaluate for minutes and then fail to write
         check_writable(FLAGS.output, "--output")  # local or a bucket (tf.io.gfile)
+    import tensorflow as tf
+    if not tf.io.gfile.exists(FLAGS.model_dir):  # as tfxl-train names a missing --data_dir
+        raise ValueError(f"--model_dir={FLAGS.model_dir} does not exist; give the --model_dir "
+                         "of a tfxl-train run")
     # Before config.json is read: a classifier's would be refused for a setting that is not why.
     check_run_kind(FLAGS.model_dir, LANGUAGE_MODEL, "evaluate it with tfxl-classify-eval "
                    f"--model={FLAGS.model_dir}", flag="--model_dir")
