@@ -56,8 +56,8 @@ test: $(STAMP)     ## the suite on TensorFlow, JAX and PyTorch, without the test
 	$(MAKE) test-jax
 	$(MAKE) test-torch
 
-# The memory_peak tests run alone, after the rest: beside another test's load a process holds
-# less than it does on its own, and the peak measured is not the step's.
+# The memory_peak tests run alone, after the rest: a process's peak is measured with the
+# machine to itself, as a benchmark's is.
 test-large: $(STAMP) ## the tests marked large, on TensorFlow and JAX
 	$(PYTEST_TF) -m "large and not memory_peak" $(PYTEST_ARGS) tests
 	$(PY) -m pytest -q -m "large and memory_peak" $(PYTEST_ARGS) tests

@@ -1,7 +1,7 @@
 """Benchmark: peak RSS of training steps against the memory estimate of `tfxl-train`'s plan, on
 TensorFlow and on JAX.
 
-Every row runs in a fresh subprocess, so its `ru_maxrss` is its own. The child imports
+Every row runs in a fresh subprocess, so its peak RSS (VmHWM) is its own. The child imports
 TensorFlow (and JAX, on JAX: tfxl-train's input pipeline is tf.data on both), runs one tiny op
 and records that RSS as the process baseline, what the plan measures as the runtime
 (`resident_bytes`) before the first step. Then it builds the row's model and optimizer and runs
@@ -140,26 +140,10 @@ def _jax_steps(config, dtype, batch, steps):
     return model, analysis
 
 
-def _lock_resident_pages():
-    """Keeps the pages resident now (the libraries' code and data) resident: under memory
-    pressure from other processes the kernel drops a process's file-backed pages, and a peak
-    RSS read then falls short of what the step needs by what was dropped. Only the mappings of
-    this moment (MCL_CURRENT), each page once touched (MCL_ONFAULT): the step's own
-    allocations stay as they are. Returns whether the kernel agreed (it needs
-    CAP_IPC_LOCK or a large enough RLIMIT_MEMLOCK)."""
-    import ctypes
-    mcl_current, mcl_onfault = 1, 4
-    try:
-        return ctypes.CDLL(None, use_errno=True).mlockall(mcl_current | mcl_onfault) == 0
-    except (OSError, AttributeError):
-        return False
-
-
 def child(name, dtype, batch, mem_len, jit, steps):
     import keras
     backend = keras.backend.backend()
     baseline = _baseline(backend)
-    locked = _lock_resident_pages()
     keras.config.set_dtype_policy(dtype)
     config = config_for(name, mem_len)
     jit = jit or backend == "jax"  # JAX's step is always compiled
@@ -175,7 +159,7 @@ def child(name, dtype, batch, mem_len, jit, steps):
     return estimated({
         "config": name, "backend": backend, "dtype": dtype, "batch": batch, "mem_len": mem_len,
         "tgt_len": config.tgt_len, "n_layer": config.n_layer, "d_model": config.d_model,
-        "jit": jit, "baseline_mib": baseline, "peak_mib": peak, "pages_locked": locked,
+        "jit": jit, "baseline_mib": baseline, "peak_mib": peak,
         "n_params": sum(int(np.prod(v.shape)) for v in model.trainable_variables),
         "compiled_mib": compiled})
 

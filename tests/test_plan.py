@@ -215,6 +215,19 @@ def test_model_parallel_checks_each_device_with_its_part_of_the_weights():
         whole.check_memory(limit=limit)
 
 
+def test_the_runtime_resident_is_the_processs_own_not_its_parents():
+    """A process started by a large one (this test runner) counts only its own pages: Linux's
+    ru_maxrss would start at the parent's size."""
+    from tfxl.host import resident_bytes
+    parent = resident_bytes()
+    child = subprocess.run([sys.executable, "-c", "import resource; from tfxl.host import "
+                            "resident_bytes; print(resident_bytes(), resource.getrusage("
+                            "resource.RUSAGE_SELF).ru_maxrss * 1024)"],
+                           capture_output=True, text=True, timeout=120, check=True)
+    own, inherited = map(int, child.stdout.split())
+    assert min(parent, inherited) > 4 * own, (parent, own, inherited)
+
+
 def test_host_memory_is_the_smaller_of_ram_and_the_cgroup_limit():
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     assert 0 < training_plan.host_memory_bytes() <= ram
