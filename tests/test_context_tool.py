@@ -84,3 +84,20 @@ def test_models_of_other_vocabularies_or_unknown_paths_are_refused(group, tmp_pa
     result = run_in_process(TOOL, *flags_of(data_dir, [tmp_path / "missing"], tmp_path / "out"))
     assert_one_error_line(result, "missing")
     assert not (tmp_path / "out" / "context.json").exists()
+
+
+def test_the_reading_shows_a_progress_bar_on_a_terminal_only():
+    import io
+
+    from tfxl.analysis.context_main import progress_bar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert progress_bar(io.StringIO()) is None  # a log or a pipe: quiet
+    shown = Terminal()
+    progress = progress_bar(shown)
+    progress(400, 1000)
+    progress(1000, 1000)
+    assert "1000/1000" in shown.getvalue(), shown.getvalue()

@@ -88,6 +88,25 @@ def architecture_of(model):
     raise ValueError(f"{type(model).__name__} is not a language model tfxl-context reads")
 
 
+def progress_bar(stream=None):
+    """progress(done, total) in token reads: a Keras Progbar (rate and ETA) on stderr where it
+    is a terminal (stdout carries the table); None elsewhere (logs and pipes stay quiet)."""
+    import contextlib
+    import sys
+
+    from tfxl.cli.quiet import stream_is_terminal
+    stream = stream or sys.stderr
+    if not stream_is_terminal(stream):
+        return None
+    import keras
+    bar = {}
+
+    def progress(done, total):
+        with contextlib.redirect_stdout(stream):
+            bar.setdefault("bar", keras.utils.Progbar(total, unit_name="token")).update(done)
+    return progress
+
+
 def recl_table(split, positions, contexts, rs, models):
     """The printed table: one row per model, one column per r ("≥": at least)."""
     width = max(len(path) for path in models)
@@ -173,7 +192,7 @@ def main(argv):
                  f"({i + 1}/{len(FLAGS.model)})")
         losses[path] = context_losses(model, tokens, positions, contexts,
                                       batch_size=FLAGS.batch_size, tgt_len=FLAGS.tgt_len,
-                                      mem_len=FLAGS.mem_len)
+                                      mem_len=FLAGS.mem_len, progress=progress_bar())
     models = {path: {"architecture": kinds[path],
                      "loss": [float(v) for v in losses[path].mean(axis=1)],
                      "recl": {}, "recl_at_least": {}} for path in FLAGS.model}
