@@ -127,14 +127,10 @@ def foreign_cpu_share(before, after):
 
 
 def peak_rss_mib() -> float:
-    """This process's peak RSS as the plan reads it (`tfxl.host.resident_bytes`): VmHWM, which a
-    large parent does not inflate as it does ru_maxrss. Read here, not imported: the PyTorch
-    peer's process imports no tfxl."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024.0  # kB
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+    """This process's peak RSS as the plan reads it (`tfxl.host`, which imports neither
+    TensorFlow nor Keras, so the PyTorch peer's process may read it too)."""
+    from tfxl.host import resident_bytes
+    return resident_bytes() / 2**20
 
 
 # -- configs ----------------------------------------------------------------------------------
