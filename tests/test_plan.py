@@ -120,11 +120,11 @@ def test_a_compiled_steps_analysis_replaces_the_counted_items():
     plan.with_compiled(100 * 2**20)
     f = plan.footprint
     assert f.compiled == int(sizing.COMPILED_FACTOR * 100 * 2**20)
-    assert [name for name, _ in f.items()] == ["compiled step (XLA memory_analysis)", "XLA",
-                                               "margin"]
+    assert [name for name, _ in f.items()] == ["compiled step", "XLA", "margin"]
     assert f.margin == int(sizing.MARGIN * (f.compiled + counted.program))
     assert f.total == f.compiled + counted.program + f.margin
-    assert plan.lines()[1].startswith("memory per replica (estimate from XLA's memory_analysis): ")
+    assert plan.lines()[1].startswith("memory per replica (estimate: XLA's memory_analysis of the "
+                                     "compiled step): ")
     assert plan.device_bytes == f.total
 
     class Analysis:  # the fields of jax's CompiledMemoryStats that compiled_bytes reads

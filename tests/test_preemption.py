@@ -350,6 +350,35 @@ def test_the_controller_saves_at_the_loop_end_skips_the_evaluation_and_stops(dat
                                   f"{tmp_path}/checkpoints/ckpt-4; run the same command to resume")
 
 
+def test_a_signal_during_an_evaluation_stops_at_its_end_with_that_steps_checkpoint(
+        data_dir, tmp_path):
+    """SIGTERM while the run evaluates (a preempted VM's grace period is short): the stop is
+    taken when the evaluation ends, at its step, not a host loop later; exit status 143."""
+    config = factories.tiny_config(vocab_size=json.loads(
+        open(os.path.join(data_dir, "manifest.json")).read())["vocab_size"],
+        n_layer=1, d_head=8, d_inner=32, tgt_len=T, mem_len=T)
+    check_or_store_config(str(tmp_path), config)
+    runner = factories.language_model_run(
+        config, data_dir=data_dir, model_dir=str(tmp_path), global_batch=STREAMS,
+        optimizer=OptimizerParams(learning_rate=3e-3, train_steps=20), steps_per_loop=2)
+    signals, evaluated, saved = [], [], []
+    save = runner.checkpoint.save
+    runner.checkpoint.save = lambda step: saved.append(step) or save(step)
+
+    def evaluate():  # the signal arrives while the evaluation at step 4 runs
+        evaluated.append(runner.train_step.step)
+        signals.append(signal.SIGTERM)
+        return {}
+
+    controller = Controller(runner.train_step, runner.checkpoint, train_steps=20,
+                            steps_per_loop=2, save_every=10, eval_every=4, evaluate=evaluate,
+                            stop_requested=lambda: StopRequest(signals[0]) if signals else None)
+    with pytest.raises(TrainingStopped) as stopped:
+        controller.train()
+    assert evaluated == [4] and saved == [4] and runner.train_step.step == 4
+    assert stopped.value.step == 4 and stopped.value.exit_status == 143
+
+
 # -- why not PreemptionCheckpointHandler (docs/training.md, "Preemption and exit status") ---------
 
 def test_tensorflows_preemption_handler_does_nothing_on_gcp_cpu_and_tpu_vms_and_adds_a_key(

@@ -326,7 +326,7 @@ class Footprint:
 
     def _counted(self):
         if self.compiled:
-            step = [("compiled step (XLA memory_analysis)", self.compiled)]
+            step = [("compiled step", self.compiled)]
         else:
             step = [("weights", self.weights), ("gradients", self.gradients),
                     ("optimizer", self.optimizer), ("gradient copies", self.gradient_copies),

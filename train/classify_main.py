@@ -19,6 +19,8 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
     from tfxl.cli.quiet import quiet_tensorflow
     quiet_tensorflow()
 
+import functools
+
 from absl import flags
 
 from tfxl import cli
@@ -146,12 +148,14 @@ def main(argv):
     if FLAGS.dry_run:
         print("dry run: nothing written")
         return 0
-    options = train_flags.run_options(
-        is_chief=chief,
-        short_first_loops=True)  # a document step takes seconds: progress from the first
+    options = train_flags.run_options(is_chief=chief)
     run = TrainingRun(task, strategy=strategy, options=options, log=cli.note)
     metrics, status = train_from_command_line(run, FLAGS.train_steps, save_every=FLAGS.save_every,
-                                              eval_every=FLAGS.eval_every, log=cli.note)
+                                              eval_every=FLAGS.eval_every, log=cli.note,
+                                              check_compiled=functools.partial(
+                                                  training_plan.check_compiled, plan,
+                                                  limit_gib=FLAGS.memory_limit_gib,
+                                                  ignore=FLAGS.ignore_memory_estimate))
     if metrics is None:
         return status
     valid = metrics.get("valid")

@@ -81,6 +81,9 @@ def define_training_flags(rows="streams"):
     flags.DEFINE_integer("train_batch_size", 16, f"Global batch size ({rows} per step).")
     flags.DEFINE_integer("train_steps", 1000, "Total optimisation steps.")
     flags.DEFINE_integer("steps_per_loop", 100, "Steps per tf.function call (host loop).")
+    flags.DEFINE_bool("short_first_loops", True, "The first host loops end 1, 2, 4, ... steps "
+                      "in, so that progress shows from the first step (on JAX, where each loop "
+                      "length compiles once: one loop of 1 step).")
     flags.DEFINE_integer("save_every", 500, "Checkpoint every this many steps (and at the end).")
     flags.DEFINE_float("learning_rate", 2.5e-4, "Peak learning rate.")
     flags.DEFINE_integer("warmup_steps", 0, "Linear warm-up steps.")
@@ -92,8 +95,8 @@ def define_training_flags(rows="streams"):
 
 # --help headings both training tools share (each tool lists its other flags under its own).
 TRAINING_HELP_GROUP = ("training", [
-    "train_batch_size", "train_steps", "steps_per_loop", "learning_rate", "warmup_steps",
-    "min_lr_ratio", "schedule_steps", "clip", "optimizer", "weight_decay", "mixed_precision",
+    "train_batch_size", "train_steps", "steps_per_loop", "short_first_loops", "learning_rate",
+    "warmup_steps", "min_lr_ratio", "schedule_steps", "clip", "optimizer", "weight_decay", "mixed_precision",
     "jit_compile", "seed"])
 DEVICES_HELP_GROUP = ("devices", ["strategy", "tpu", "num_gpus"])
 RUN_MANAGEMENT_FLAGS = ["allow_run_changes", "take_over", "lease_timeout", "lease_settle",
@@ -110,7 +113,7 @@ def optimizer_params(flag_values=FLAGS):
 
 def run_options(*, is_chief, flag_values=FLAGS, **overrides):
     """The `RunOptions` the training tools' flags give (tfxl-train, tfxl-classify-train);
-    `overrides` sets the others (e.g. short_first_loops)."""
+    `overrides` sets the others."""
     from tfxl.train.records import lease
     from tfxl.train.loop.run import RunOptions  # loads TensorFlow: the tool has by now
     fv = flag_values
@@ -119,7 +122,8 @@ def run_options(*, is_chief, flag_values=FLAGS, **overrides):
         optimizer=optimizer_params(fv), mixed_precision=fv.mixed_precision,
         jit_compile=fv.jit_compile, steps_per_loop=fv.steps_per_loop, seed=fv.seed,
         is_chief=is_chief, allow_run_changes=fv.allow_run_changes,
-        lease=lease.params_from_flags(fv), train_log_seconds=fv.train_log_seconds, **overrides)
+        lease=lease.params_from_flags(fv), train_log_seconds=fv.train_log_seconds,
+        short_first_loops=fv.short_first_loops, **overrides)
 
 
 def model_config(vocab_size, cutoffs=None, flag_values=FLAGS):

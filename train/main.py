@@ -11,6 +11,8 @@ if __name__ == "__main__":  # `python -m`: TensorFlow quiet before the imports b
     from tfxl.cli.quiet import quiet_tensorflow
     quiet_tensorflow()
 
+import functools
+
 from absl import flags
 
 from tfxl import cli
@@ -88,7 +90,10 @@ def main(argv):
     run = TrainingRun(task, strategy=strategy, options=options)
     metrics, status = train_from_command_line(
         run, FLAGS.train_steps, save_every=FLAGS.save_every, eval_every=FLAGS.eval_every,
-        max_eval_batches=FLAGS.max_eval_batches, log=cli.note)
+        max_eval_batches=FLAGS.max_eval_batches, log=cli.note,
+        check_compiled=functools.partial(training_plan.check_compiled, plan,
+                                         limit_gib=FLAGS.memory_limit_gib,
+                                         ignore=FLAGS.ignore_memory_estimate))
     if metrics is None:
         return status
     print(f"done: step {metrics['step']}, train loss {metrics['train_loss']}")

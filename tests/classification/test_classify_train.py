@@ -277,12 +277,12 @@ def test_a_size_no_machine_holds_is_refused_before_anything_is_written(data_dir,
 
 
 def test_progress_shows_from_the_first_steps(data_dir, tmp_path):
-    """In a log (stdout not a terminal) one line per host loop, the first loops short (1, 2, 4
-    steps ...): the first line comes after step 1, not after --steps_per_loop steps."""
+    """In a log (stdout not a terminal) one line per host loop, the first loops ending 1, 2, 4,
+    ... steps in: the first line comes after step 1, not after --steps_per_loop steps."""
     done = train(data_dir, tmp_path / "m", 6, "--steps_per_loop=100")
     progress = [line.split(":")[0] for line in done.stdout.splitlines()
                 if line.startswith("step ")]
-    assert progress == ["step 1/6", "step 3/6", "step 6/6"], done.stdout
+    assert progress == ["step 1/6", "step 2/6", "step 4/6", "step 6/6"], done.stdout
     assert " documents/s" in done.stdout
 
 

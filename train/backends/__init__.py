@@ -35,6 +35,8 @@ class Backend(Protocol):
 
     strategy: Any
     name: str  # the Keras backend: "tensorflow" or "jax" (what tfxl.sizing's step costs are of)
+    # Whether each host-loop length is compiled on its own (the controller's short first loops).
+    each_loop_length_compiles: bool
 
     # -- what it builds -------------------------------------------------------------------------
     def train_step(self, task, model, *, data, global_batch: int, optimizer,

@@ -16,6 +16,8 @@ class JaxBackend:
     workers, process 0 the chief)."""
 
     name = "jax"
+    # A host loop is a `lax.scan` over its batches: each length is a program of its own.
+    each_loop_length_compiles = True
 
     def __init__(self, strategy):
         if not isinstance(strategy, JaxDistribution):

@@ -33,6 +33,8 @@ class TensorFlowBackend:
     """`tfxl.train.backends.Backend` for a tf.distribute `strategy`."""
 
     name = "tensorflow"
+    # The host loop's length is a tensor argument of one traced function.
+    each_loop_length_compiles = False
 
     def __init__(self, strategy):
         from tfxl.tpu.jax_mesh import JaxDistribution

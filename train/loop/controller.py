@@ -28,27 +28,36 @@ class Controller:
         "seconds" and the train step's per-step arrays ("loss", "grad_norm", "learning_rate").
       eval_actions: callables (step, result) after every evaluation.
       stop_requested: () -> a `tfxl.train.records.preemption.StopRequest` or None, asked after every
-        host loop but the last (on every worker: it may be a collective); a request saves the
-        checkpoint of that step and raises `TrainingStopped` (evaluation due then is not run).
-      short_first_loops: the first host loops run 1, 2, 4, ... steps (up to steps_per_loop), so
-        that the train actions (the progress lines) report from the first steps where a step
-        takes seconds; the loops after them are cut as without it.
+        host loop and every evaluation, but at the last step (on every worker: it may be a
+        collective); a request saves the checkpoint of that step and raises `TrainingStopped`
+        (after a host loop, the evaluation due then is not run).
+      short_first_loops: the first host loops end 1, 2, 4, ... steps after the step `train`
+        starts at, until steps_per_loop steps are done, so that the train actions (the progress
+        lines) report from the first step, where a step takes seconds or the first loop
+        minutes; the loops after them are cut as without it.
+      each_length_compiles: each host-loop length is a program of its own (JAX: the loop is a
+        `lax.scan` over the loop's batches): the short first loops are then one loop of one
+        step, one more program rather than one per power of two.
     """
 
     def __init__(self, train_step, checkpoint, *, train_steps, steps_per_loop, save_every=None,
                  eval_every=None, evaluate=None, train_actions=(), eval_actions=(),
-                 stop_requested=None, short_first_loops=False):
+                 stop_requested=None, short_first_loops=False, each_length_compiles=False):
         self.train_step, self.checkpoint = train_step, checkpoint
         self.train_steps, self.steps_per_loop = train_steps, steps_per_loop
         self.save_every, self.eval_every, self.evaluate = save_every, eval_every, evaluate
         self.train_actions, self.eval_actions = list(train_actions), list(eval_actions)
         self.stop_requested = stop_requested
-        self.short_first_loops = short_first_loops
+        self.short_first_loops, self.each_length_compiles = short_first_loops, each_length_compiles
 
-    def _next_loop_steps(self, step, loops_run):
+    def _next_loop_steps(self, step, start):
         n = min(self.steps_per_loop, self.train_steps - step)
-        if self.short_first_loops:
-            n = min(n, 2 ** min(loops_run, 30))
+        done = step - start
+        if self.short_first_loops and done < self.steps_per_loop:
+            if not self.each_length_compiles:
+                n = min(n, max(1, done))  # loops end at start + 1, 2, 4, 8, ...
+            elif done == 0:
+                n = 1
         for every in (self.save_every, self.eval_every):
             if every:
                 n = min(n, every - step % every)
@@ -56,23 +65,26 @@ class Controller:
 
     def first_loop_steps(self):
         """The steps of the first host loop `train` runs from the train step's step."""
-        return self._next_loop_steps(self.train_step.step, 0)
+        return self._next_loop_steps(self.train_step.step, self.train_step.step)
 
     def train(self):
         """Trains to `train_steps`; returns the last loop's outputs (None if nothing ran)."""
-        step, outputs, loops_run = self.train_step.step, None, 0
+        step = start = self.train_step.step
+        outputs = None
         while step < self.train_steps:
-            n = self._next_loop_steps(step, loops_run)
+            n = self._next_loop_steps(step, start)
             started = time.perf_counter()
             outputs = self.train_step.train(n)
             outputs.update(first_step=step, step=step + n,
                            seconds=time.perf_counter() - started)
-            step, loops_run = step + n, loops_run + 1
+            step += n
             for action in self.train_actions:
                 action(outputs)
-            stop = (self.stop_requested() if self.stop_requested and step < self.train_steps
-                    else None)  # SIGTERM/SIGINT (train/records/preemption.py): at a host loop's end
-            if stop or self.save_every and step % self.save_every == 0 or step == self.train_steps:
+            # SIGTERM/SIGINT (train/records/preemption.py): at a host loop's end.
+            stop = self._stop_requested(step)
+            saved = bool(stop or self.save_every and step % self.save_every == 0
+                         or step == self.train_steps)
+            if saved:
                 self.checkpoint.save(step)
             if stop:
                 raise TrainingStopped(stop, step, self.checkpoint.directory)
@@ -80,7 +92,18 @@ class Controller:
                 result = self.evaluate()
                 for action in self.eval_actions:
                     action(step, result)
+                # A signal during the evaluation stops here, not a host loop later: a
+                # preempted VM's grace period is short.
+                stop = self._stop_requested(step)
+                if stop:
+                    if not saved:
+                        self.checkpoint.save(step)
+                    raise TrainingStopped(stop, step, self.checkpoint.directory)
         return outputs
+
+    def _stop_requested(self, step):
+        return (self.stop_requested() if self.stop_requested and step < self.train_steps
+                else None)
 
 
 class TensorBoardScalars:

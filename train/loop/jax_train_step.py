@@ -51,6 +51,7 @@ class JaxTrainStep(TrainStepBase):
     """
 
     replicas = "devices of the mesh's batch axis"
+    compiles_ahead = True
     check_precision = staticmethod(check_precision)
 
     def __init__(self, task: Task, model, *, strategy, data, global_batch: int,
@@ -59,6 +60,7 @@ class JaxTrainStep(TrainStepBase):
                          optimizer=optimizer, mixed_precision=mixed_precision)
         self.memory = memory
         self._loops = None  # compiled at the first loop, for the state's layouts
+        self._read_ahead = None  # the next loop's batches, read by compile_loop
 
     @property
     def step(self):
@@ -74,11 +76,40 @@ class JaxTrainStep(TrainStepBase):
         "learning_rate"} per step."""
         self.train_loop_begin()
         first_step = self.step
-        local = [next(self._iterator) for _ in range(num_steps)]
-        batches = {key: self.strategy.global_array(np.stack([b[key] for b in local]),
-                                                   batch_axis=1)
-                   for key in local[0]}
+        batches, self._read_ahead = self._read_ahead, None
+        if batches is None or len(batches[1]) != num_steps:
+            batches = self._next_batches(num_steps)
         state = self._placed(self._state())
+        state, losses, norms = self._compiled_loops(state)(state, batches[0])
+        self._set_state(state)
+        return self.train_loop_end(first_step, np.asarray(losses), np.asarray(norms))
+
+    def compile_loop(self, num_steps):
+        """Compiles the host loop of `num_steps` steps before its first call, on the batches it
+        will read (read now: the next `train(num_steps)` runs on them), and returns the bytes
+        XLA says it holds at its peak on one device (`tfxl.sizing.compiled_bytes` of its
+        `memory_analysis()`), or None where the platform reports none. The call then finds the
+        program compiled."""
+        from tfxl.sizing import compiled_bytes
+        self.train_loop_begin()
+        self._read_ahead = self._next_batches(num_steps)
+        state = self._placed(self._state())
+        compiled = self._compiled_loops(state).lower(state, self._read_ahead[0]).compile()
+        analysis = compiled.memory_analysis()
+        return None if analysis is None else compiled_bytes(analysis)
+
+    def rewind_input(self):
+        super().rewind_input()
+        self._read_ahead = None  # batches of the step before a restore
+
+    def _next_batches(self, num_steps):
+        """The next `num_steps` batches as global arrays [n, B, ...], and the local ones."""
+        local = [next(self._iterator) for _ in range(num_steps)]
+        return ({key: self.strategy.global_array(np.stack([b[key] for b in local]),
+                                                 batch_axis=1)
+                 for key in local[0]}, local)
+
+    def _compiled_loops(self, state):
         if self._loops is None:
             import jax
             # The state leaves each loop laid out as it came in (the layouts Keras gave the
@@ -87,9 +118,7 @@ class JaxTrainStep(TrainStepBase):
             replicated = self.strategy.replicated()
             self._loops = jax.jit(self._loop_fn, donate_argnums=0,
                                   out_shardings=(layouts, replicated, replicated))
-        state, losses, norms = self._loops(state, batches)
-        self._set_state(state)
-        return self.train_loop_end(first_step, np.asarray(losses), np.asarray(norms))
+        return self._loops
 
     def _state(self):
         return ([v.value for v in self.model.trainable_variables],

@@ -58,8 +58,9 @@ class RunOptions:
       (train/records/run_record.py). lease: the model_dir lease's `LeaseParams`
       (train/records/lease.py).
     train_log_seconds: how often the train log writes its new lines (train/records/train_log.py).
-    short_first_loops: the first host loops run 1, 2, 4, ... steps, so that progress shows from
-      the first steps where one takes seconds (train/loop/controller.py's `Controller`).
+    short_first_loops: the first host loops end 1, 2, 4, ... steps in (on JAX one loop of one
+      step), so that progress shows from the first step (train/loop/controller.py's
+      `Controller`).
     """
 
     model_dir: str
@@ -181,8 +182,14 @@ class TrainingRun:
         self.train_step.rewind_input()
         return restored
 
-    def train(self, *, save_every=None, eval_every=None, max_eval_batches=None, log=print):
+    def train(self, *, save_every=None, eval_every=None, max_eval_batches=None, log=print,
+              check_compiled=None):
         """Trains to `train_steps`; returns the final metrics dict (also in metrics.json).
+
+        check_compiled: called with the bytes the compiled first host loop holds at its peak on
+        one device, where the backend compiles it before it runs and says (JAX's
+        `memory_analysis()`), before anything is written; it raises to refuse the run (the
+        tools' plan: train/planning/plan.py `check_compiled`).
 
         A model_dir already at `train_steps` has nothing to train: its metrics.json (the results of
         the run that did the work) is kept and returned with "nothing_to_do": True added.
@@ -217,12 +224,14 @@ class TrainingRun:
                     else {"step": step})
             return {**done, "nothing_to_do": True}
         self.train_step.train_loop_begin()  # the train input at `step`: its shards' CRCs are read
+        compiled_ahead = self._compile_first_loop(save_every, eval_every, check_compiled, log)
         for message in self.run_record.messages:
             log(message)
         if lease is not None:
             lease.acquire()
         try:
-            return self._train(restored, lease, save_every, eval_every, max_eval_batches, log)
+            return self._train(restored, lease, save_every, eval_every, max_eval_batches, log,
+                               compiled_ahead)
         finally:
             # The input's tf.data threads end now, not whenever Python's cycle collector reaches
             # the train step: a collection during a later trace under a MirroredStrategy would
@@ -231,7 +240,30 @@ class TrainingRun:
             if lease is not None:
                 lease.release()
 
-    def _train(self, restored, lease, save_every, eval_every, max_eval_batches, log):
+    def _controller(self, save_every, eval_every, **actions):
+        return Controller(
+            self.train_step, self.checkpoint, train_steps=self.train_steps,
+            steps_per_loop=self.steps_per_loop, save_every=save_every, eval_every=eval_every,
+            short_first_loops=self.options.short_first_loops,
+            each_length_compiles=self.backend.each_loop_length_compiles, **actions)
+
+    def _compile_first_loop(self, save_every, eval_every, check_compiled, log):
+        """Compiles the first host loop where the backend does so before running it, and gives
+        `check_compiled` its peak bytes; whether it was compiled."""
+        if check_compiled is None or not self.train_step.compiles_ahead:
+            return False
+        first = self._controller(save_every, eval_every).first_loop_steps()
+        log(f"step {self.train_step.step}: compiling the train step (a host loop of {first} "
+            f"step{'s' * (first > 1)})")
+        started = time.perf_counter()
+        peak = self.train_step.compile_loop(first)
+        log(f"compiled in {time.perf_counter() - started:.1f} s")
+        if peak is not None:
+            check_compiled(peak)
+        return True
+
+    def _train(self, restored, lease, save_every, eval_every, max_eval_batches, log,
+               compiled_ahead=False):
         """Train's second half: every check has passed and the lease is held."""
         step = self.train_step.step
         layout = ModelDir(self.model_dir)
@@ -272,18 +304,17 @@ class TrainingRun:
                                 verbose=1 if self.is_chief else 0, unit=self.task.unit)
         train_actions.append(progress)
         stops = StopRequests(self.backend)
-        controller = Controller(
-            self.train_step, self.checkpoint, train_steps=self.train_steps,
-            steps_per_loop=self.steps_per_loop, save_every=save_every, eval_every=eval_every,
+        controller = self._controller(
+            save_every, eval_every,
             evaluate=lambda: self.evaluate("valid", max_batches=max_eval_batches),
-            train_actions=train_actions, eval_actions=eval_actions,
-            stop_requested=stops.agreed, short_first_loops=self.options.short_first_loops)
+            train_actions=train_actions, eval_actions=eval_actions, stop_requested=stops.agreed)
         if step < self.train_steps:
-            # The first call compiles (traces) the step before it runs: on a large model minutes
-            # pass before the first progress line, which say what is under way.
+            # Unless compiled ahead, the first call compiles (traces) the step before it runs: on
+            # a large model minutes pass before the first progress line, which say what is on.
             first = controller.first_loop_steps()
-            log(f"step {step}: compiling the train step, then running the first host loop "
-                f"({first} step{'s' * (first > 1)})")
+            what = "" if compiled_ahead else "compiling the train step, then "
+            log(f"step {step}: {what}running the first host loop ({first} "
+                f"step{'s' * (first > 1)})")
         started = time.perf_counter()
         try:
             with stops.signals:  # SIGTERM/SIGINT: checkpoint and stop at a host loop's end

@@ -66,6 +66,17 @@ class TrainStepBase:
             dataset = self.data.dataset("train", self.global_batch, True, skip_batches=self.step)
             self._iterator = self.iterate(dataset)
 
+    # Whether `compile_loop` compiles a host loop before its first call (JAX's ahead-of-time
+    # `lower(...).compile()`); TensorFlow's tf.function compiles when it is called.
+    compiles_ahead = False
+
+    def compile_loop(self, num_steps):
+        """Compiles the host loop of `num_steps` steps before its first call and returns the
+        bytes its compiler says it holds at its peak on one device, or None where it says
+        nothing (or, without `compiles_ahead`, compiles nothing before the call)."""
+        del num_steps
+        return None
+
     @staticmethod
     def iterate(dataset):
         """The iterator over the train split a host loop reads from."""

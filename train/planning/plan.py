@@ -88,6 +88,7 @@ class TrainingPlan:
         self.mixed_precision, self.optimizer = mixed_precision, optimizer
         self.per_replica_batch = global_batch // replicas
         self.model_axis, self.device_memory = model_axis, device_memory
+        self.runtime = None  # the resident bytes check_memory measured (before any build)
 
     @classmethod
     def for_strategy(cls, config, strategy, global_batch, mixed_precision, optimizer,
@@ -208,7 +209,7 @@ class TrainingPlan:
                 item += " (" + ", ".join(f"{k.replace('_', '-')} {_size(v)}"
                                          for k, v in f.activations.items()) + ")"
             items.append(item)
-        how = " from XLA's memory_analysis" if f.compiled else ""
+        how = ": XLA's memory_analysis of the compiled step" if f.compiled else ""
         return [self.step_line(),
                 f"memory per replica (estimate{how}): {_size(f.total)} = " + " + ".join(items)]
 
@@ -222,6 +223,7 @@ class TrainingPlan:
         lower = self.run_size_advice()
         if self.device == "CPU":
             runtime = resident_bytes() if runtime is None else runtime
+            self.runtime = runtime  # before anything is built: what check_compiled counts from
             need = self.host_bytes(runtime)
             limit = host_memory_bytes() if limit is None else limit
             copy = (f" + {_size(self.checkpoint_copy_bytes)} checkpoint copy of the memory"
@@ -234,6 +236,7 @@ class TrainingPlan:
             # Whatever the device, a checkpoint is saved from a host copy of the training memory:
             # where the device's memory is not known (TPU) this is what still bounds mem_len.
             runtime = resident_bytes() if runtime is None else runtime
+            self.runtime = runtime
             host, host_limit = runtime + self.checkpoint_copy_bytes, host_memory_bytes()
             if host > host_limit:
                 message = (f"the checkpoint copy of the training memory, {_size(host)} on this "
@@ -325,6 +328,19 @@ def print_plan(plan, limit_gib=None, ignore=False, out=None):
         print(line, file=out)
     limit = None if limit_gib is None else int(limit_gib * GIB)
     print(plan.check_memory(limit, ignore), file=out, flush=True)
+
+
+def check_compiled(plan, peak_bytes, limit_gib=None, ignore=False, out=None):
+    """Prints `plan`'s memory again with the compiled step's own figure, `peak_bytes` (JAX's
+    `memory_analysis()` of the first host loop, `sizing.compiled_bytes`), in place of the
+    counted items, and checks it as `print_plan` did (against the runtime it measured then,
+    before the model was built); raises ValueError when it does not fit."""
+    out = sys.stdout if out is None else out
+    plan.with_compiled(peak_bytes)
+    print(plan.lines()[1], file=out)
+    limit = None if limit_gib is None else int(limit_gib * GIB)
+    print(plan.check_memory(limit, ignore, runtime=plan.runtime), file=out,
+          flush=True)
 
 
 def check_evaluation_memory(config, strategy, global_batch, settings, sources,
