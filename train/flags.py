@@ -96,8 +96,8 @@ def define_training_flags(rows="streams"):
 # --help headings both training tools share (each tool lists its other flags under its own).
 TRAINING_HELP_GROUP = ("training", [
     "train_batch_size", "train_steps", "steps_per_loop", "short_first_loops", "learning_rate",
-    "warmup_steps", "min_lr_ratio", "schedule_steps", "clip", "optimizer", "weight_decay", "mixed_precision",
-    "jit_compile", "seed"])
+    "warmup_steps", "min_lr_ratio", "schedule_steps", "clip", "optimizer", "weight_decay",
+    "mixed_precision", "jit_compile", "seed"])
 DEVICES_HELP_GROUP = ("devices", ["strategy", "tpu", "num_gpus"])
 RUN_MANAGEMENT_FLAGS = ["allow_run_changes", "take_over", "lease_timeout", "lease_settle",
                         "train_log_seconds"]
