@@ -11,8 +11,9 @@ A pod VM is preempted with a SIGTERM (and a restart later); a user stops a run w
   raises `TrainingStopped` (a signal during an evaluation inside the run stops at the
   evaluation's end, at its step, not a host loop later), whose text is the one line tfxl-train
   prints: `stopped by SIGTERM at step 1234: checkpoint saved in
-  <model_dir>/checkpoints/ckpt-1234; run the same command to resume`. Exit status 128 + the signal: 143 (SIGTERM), 130 (SIGINT). No metrics.json is written
-  (it holds the results of a finished run);
+  <model_dir>/checkpoints/ckpt-1234; run the same command to resume`. Exit status 128 + the
+  signal: 143 (SIGTERM), 130 (SIGINT). No metrics.json is written (it holds the results of a
+  finished run);
 * a SIGINT after that aborts at once, without saving: one `aborted ...` line on stderr, exit 130
   (the host loop in flight is lost; the previous checkpoint is where a rerun resumes);
 * further SIGTERMs change nothing.
