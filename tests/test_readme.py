@@ -64,6 +64,7 @@ def test_every_python_block_of_the_readme_runs_as_pasted(code, tmp_path):
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
+    assert "`shuffle=True` was passed, but will be ignored" not in done.stderr, done.stderr
 
 
 def readme_block(heading):

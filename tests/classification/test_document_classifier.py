@@ -212,8 +212,23 @@ def test_keras_fit_on_one_segment_documents_warns_of_no_missing_gradient():
     dataset = tf.data.Dataset.from_tensors((inputs, labels)).repeat(8)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        losses = model.fit(dataset, epochs=1, verbose=0, shuffle=False).history["loss"]
+        losses = model.fit(dataset, epochs=1, verbose=0).history["loss"]  # no shuffle warning
     assert np.isfinite(losses).all()
+
+
+def test_fit_passes_keras_no_shuffle_for_a_dataset_and_keras_default_for_arrays(monkeypatch):
+    """Keras ignores `shuffle` for a tf.data.Dataset and warns when it is True, its default:
+    DocumentClassifier.fit leaves a dataset's order to the dataset, arrays to Keras' default,
+    and passes an explicit value on."""
+    passed = []
+    monkeypatch.setattr(keras.Model, "fit",
+                        lambda self, x=None, y=None, **kwargs: passed.append(kwargs["shuffle"]))
+    model = classifier()
+    inputs, labels = documents([4, 2, 3], T), np.array([0, 1, 2])
+    model.fit(tf.data.Dataset.from_tensors((inputs, labels)))
+    model.fit(inputs, labels)
+    model.fit(tf.data.Dataset.from_tensors((inputs, labels)), shuffle=True)
+    assert passed == [False, True, True]
 
 
 def test_the_reading_is_saved(tmp_path):

@@ -36,6 +36,8 @@ segment's valid states; "segment_attention" a learned query's attention over one
 segment (the mean of its valid states), all S of them.
 """
 
+import sys
+
 import keras
 from keras import ops
 
@@ -339,6 +341,15 @@ class DocumentClassifier(keras.Model):
     def compute_output_spec(self, inputs, training=None, key_value_memory=False):
         token_ids = inputs[TOKEN_IDS] if isinstance(inputs, dict) else inputs
         return keras.KerasTensor((token_ids.shape[0], self.num_classes), "float32")
+
+    def fit(self, x=None, y=None, *args, shuffle=None, **kwargs):
+        """`keras.Model.fit`. `shuffle` defaults to Keras' True for arrays, and for a
+        `tf.data.Dataset` to its own order (Keras ignores `shuffle` there, with a warning:
+        `classification_dataset(..., shuffle=True)` is what shuffles it)."""
+        if shuffle is None:
+            tf = sys.modules.get("tensorflow")
+            shuffle = not (tf is not None and isinstance(x, tf.data.Dataset))
+        return super().fit(x, y, *args, shuffle=shuffle, **kwargs)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
                tokenizer=None, labels=None):
