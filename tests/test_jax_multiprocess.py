@@ -279,7 +279,9 @@ def test_sigterm_to_one_process_stops_both_at_the_same_step_and_the_rerun_resume
     signalled, step, checkpoint = stops[0]
     assert signalled == "1", stops
     step = int(step)
-    assert 0 < step < STEPS and step % LOOP == 0, step
+    # Host loops end at 1 (--short_first_loops: one step first on JAX), then every LOOP steps,
+    # cut at the checkpoint of step 10.
+    assert step in (1, 6, 10, 15), step
     factories.assert_stopped_with_its_checkpoint(model_dir, step, checkpoint,
                                                  max(logged_losses(model_dir)))
 

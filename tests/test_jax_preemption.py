@@ -26,7 +26,7 @@ from tfxl.train.records.train_log import read_train_log
 
 T = 8          # segment length of the test data
 STREAMS = 8    # streams per split (the global batch)
-STEPS = 12     # steps of every run here: host loops of 2, a checkpoint every 4
+STEPS = 12     # steps of every run here: host loops of 2 after one of 1, a checkpoint every 4
 STOP_AT = 4    # the signal comes in the host loop that starts here: the run stops at STOP_AT + 2
 
 JAX_ENV = {"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
