@@ -112,6 +112,27 @@ def test_the_plans_numbers_for_tiny():
         TrainingPlan(get_preset("tiny", vocab_size=258), 16, replicas=3)
 
 
+def test_off_tensorflow_the_checkpoints_mirrors_of_the_weights_and_slots_are_counted():
+    """On JAX a checkpoint is written from float32 TensorFlow mirrors of every weight and
+    optimizer slot, kept once the first save made them: the host figure counts them, names
+    them, and a refusal they dominate names the model's size flags."""
+    config = get_preset("tiny", vocab_size=258, d_model=2048, d_inner=8192)
+    tf_plan, jax_plan = (TrainingPlan(config, 4, backend=name) for name in ("tensorflow", "jax"))
+    p = jax_plan.footprint.parameters
+    assert tf_plan.checkpoint_mirror_bytes == 0
+    assert jax_plan.checkpoint_mirror_bytes == 4 * p * 3  # weights, adam's 2 slots
+    assert jax_plan.host_bytes(0) - jax_plan.checkpoint_mirror_bytes == (
+        jax_plan.footprint.total + jax_plan.checkpoint_memory_bytes + sizing.RUN_BYTES)
+    line = jax_plan.check_memory(limit=64 * GIB, runtime=GIB // 2)
+    assert f"{training_plan._size(12 * p + jax_plan.checkpoint_memory_bytes)} checkpoint copy " \
+           "of the weights, optimizer and memory" in line, line
+    assert "checkpoint copy of the memory" in tf_plan.check_memory(limit=64 * GIB,
+                                                                   runtime=GIB // 2)
+    with pytest.raises(ValueError, match=r"the weights, gradients and optimizer slots .* "
+                                         r"lower the model's size: .*--d_model \(2048\)"):
+        jax_plan.check_memory(limit=jax_plan.host_bytes(GIB // 2) - 1, runtime=GIB // 2)
+
+
 def test_a_compiled_steps_analysis_replaces_the_counted_items():
     """JAX's memory_analysis of the compiled step, where one is at hand, is the plan's figure for
     the step: the state, gradients and activations are in it; the program and the margin are not."""
@@ -310,6 +331,42 @@ def test_a_measured_step_peaks_within_the_estimate(name, backend, policy, jit, b
     if backend == "jax":
         compiled = measured["peak_mib"] / measured["compiled_estimate_mib"]
         assert sizing.LOWEST_RATIO <= compiled <= 1, shown
+
+
+@pytest.mark.large
+@pytest.mark.subprocess
+@pytest.mark.memory_peak
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_tfxl_trains_own_peak_is_within_its_plan_checkpoint_included(backend, tmp_path):
+    """tfxl-train itself, a wide model (2 layers of D 2048, F 8192: its weights and optimizer
+    slots rule), 2 steps and the checkpoint at the end: the process's own peak (VmHWM, read at
+    exit) within [LOWEST_RATIO, 1] of the plan's "on this host" figure, and on JAX of the one
+    from XLA's memory_analysis too."""
+    import re
+    data_dir = factories.random_bytes_data(tmp_path, 32, 4)
+    measure = ("import atexit, runpy, sys\n"
+               "from tfxl.host import resident_bytes\n"
+               "atexit.register(lambda: print(f'PEAK {resident_bytes()}', file=sys.stderr))\n"
+               "sys.argv = ['tfxl-train'] + sys.argv[1:]\n"
+               "runpy.run_module('tfxl.train.main', run_name='__main__')\n")
+    done = subprocess.run(
+        [sys.executable, "-c", measure, f"--data_dir={data_dir}", f"--model_dir={tmp_path}/m",
+         "--n_layer=2", "--d_model=2048", "--n_head=8", "--d_head=64", "--d_inner=8192",
+         "--tgt_len=32", "--mem_len=64", "--train_batch_size=4", "--train_steps=2",
+         "--steps_per_loop=2", "--lease_settle=0"], cwd=REPO, capture_output=True, text=True,
+        env={**ENV, "KERAS_BACKEND": backend, "JAX_PLATFORMS": "cpu"}, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    peak = int(re.search(r"^PEAK (\d+)$", done.stderr, re.M).group(1))
+    size = r"([\d.]+) ([KMG]iB)"
+    plans = []  # each "on this host" figure, summed from its parts (MiB to 0.1, GiB to 0.05)
+    for parts in re.findall(rf"on this host \(runtime {size} \+ 1 x {size} per replica \+ "
+                            rf"{size} checkpoint copy of [^+]* \+ {size} of the run\)",
+                            done.stdout):
+        plans.append(sum(float(value) * 2 ** {"KiB": 10, "MiB": 20, "GiB": 30}[unit]
+                         for value, unit in zip(parts[::2], parts[1::2])))
+    assert len(plans) == (2 if backend == "jax" else 1), done.stdout
+    ratios = [peak / plan for plan in plans]
+    assert all(sizing.LOWEST_RATIO <= ratio <= 1 for ratio in ratios), (ratios, done.stdout)
 
 
 def test_a_memory_no_host_holds_is_refused_on_a_tpu_too():

@@ -159,6 +159,13 @@ def _embedding_parameter_count(config):
                + (g.dim * c.d_model if g.projected else 0) for g in groups)
 
 
+def checkpoint_mirror_bytes(parameters, optimizer="adam"):
+    """Host bytes of the TensorFlow variables a checkpoint is written from off TensorFlow: a
+    float32 mirror of every weight and optimizer slot (tfxl/checkpoints/tree.py's
+    `CheckpointTree`), made at the first save and kept, once per host."""
+    return FLOAT32 * parameters * (1 + OPTIMIZER_SLOTS[optimizer])
+
+
 def training_memory_row_bytes(config, mixed_precision="float32"):
     """Bytes of one row of the training memory carried from step to step: Transformer-XL's
     layer inputs [L, M, D], the LSTM's state [L, D] x 2, none for the vanilla Transformer."""

@@ -67,7 +67,7 @@ class TrainingPlan:
                  mixed_precision="float32", optimizer="adam", eval_settings=None,
                  jit_compile=False, *, model_axis=1, device_memory=None, backend="tensorflow"):
         self._set_run(config, global_batch, replicas, local_replicas, device, mixed_precision,
-                      optimizer, model_axis, device_memory)
+                      optimizer, model_axis, device_memory, backend)
         self.footprint = sizing.training_footprint(config, self.per_replica_batch,
                                                    mixed_precision, optimizer, eval_settings,
                                                    jit_compile, backend)
@@ -79,7 +79,7 @@ class TrainingPlan:
         return self
 
     def _set_run(self, config, global_batch, replicas, local_replicas, device, mixed_precision,
-                 optimizer, model_axis=1, device_memory=None):
+                 optimizer, model_axis=1, device_memory=None, backend="tensorflow"):
         if global_batch % replicas:
             raise ValueError(f"--train_batch_size={global_batch} is not divisible by the "
                              f"{replicas} replicas")
@@ -88,6 +88,7 @@ class TrainingPlan:
         self.mixed_precision, self.optimizer = mixed_precision, optimizer
         self.per_replica_batch = global_batch // replicas
         self.model_axis, self.device_memory = model_axis, device_memory
+        self.backend = backend
         self.runtime = None  # the resident bytes check_memory measured (before any build)
 
     @classmethod
@@ -109,11 +110,29 @@ class TrainingPlan:
         return self.global_batch * self.config.tgt_len
 
     @property
-    def checkpoint_copy_bytes(self):
+    def checkpoint_memory_bytes(self):
         """The global training memory ([B, L, M, D] for Transformer-XL) a checkpoint is saved
         from (host memory)."""
         return self.global_batch * sizing.training_memory_row_bytes(self.config,
                                                                      self.mixed_precision)
+
+    @property
+    def checkpoint_mirror_bytes(self):
+        """Off TensorFlow, the float32 TensorFlow mirrors of the weights and optimizer slots a
+        checkpoint is written from (host memory); none on TensorFlow."""
+        if self.backend == "tensorflow":
+            return 0
+        return sizing.checkpoint_mirror_bytes(self.footprint.parameters, self.optimizer)
+
+    @property
+    def checkpoint_copy_bytes(self):
+        """What a checkpoint holds on the host beside the step: the memory's global copy and
+        the variables' mirrors."""
+        return self.checkpoint_memory_bytes + self.checkpoint_mirror_bytes
+
+    def checkpoint_copy_name(self):
+        return ("checkpoint copy of the weights, optimizer and memory"
+                if self.checkpoint_mirror_bytes else "checkpoint copy of the memory")
 
     def host_bytes(self, runtime):
         """CPU: what the process needs with `runtime` bytes already resident."""
@@ -174,8 +193,8 @@ class TrainingPlan:
         model = f.weights + f.gradients + f.optimizer + f.gradient_copies
         run = f.memory_state + sum(f.activations.values()) + f.evaluation_memory
         if self.device == "CPU":
-            return (int(grow * model) * self.local_replicas,
-                    int(grow * run) * self.local_replicas + self.checkpoint_copy_bytes)
+            return (int(grow * model) * self.local_replicas + self.checkpoint_mirror_bytes,
+                    int(grow * run) * self.local_replicas + self.checkpoint_memory_bytes)
         return int(grow * -(-model // self.model_axis)), int(grow * run)
 
     def how_to_lower(self, need=None, limit=None):
@@ -226,7 +245,7 @@ class TrainingPlan:
             self.runtime = runtime  # before anything is built: what check_compiled counts from
             need = self.host_bytes(runtime)
             limit = host_memory_bytes() if limit is None else limit
-            copy = (f" + {_size(self.checkpoint_copy_bytes)} checkpoint copy of the memory"
+            copy = (f" + {_size(self.checkpoint_copy_bytes)} {self.checkpoint_copy_name()}"
                     if self.checkpoint_copy_bytes else "")
             what = (f"{_size(need)} on this host (runtime {_size(runtime)} + "
                     f"{self.local_replicas} x {_size(self.footprint.total)} per replica{copy} + "
@@ -239,7 +258,10 @@ class TrainingPlan:
             self.runtime = runtime
             host, host_limit = runtime + self.checkpoint_copy_bytes, host_memory_bytes()
             if host > host_limit:
-                message = (f"the checkpoint copy of the training memory, {_size(host)} on this "
+                what = ("the checkpoint copy of the weights, optimizer and training memory"
+                        if self.checkpoint_mirror_bytes else
+                        "the checkpoint copy of the training memory")
+                message = (f"{what}, {_size(host)} on this "
                            f"host (runtime {_size(runtime)} + "
                            f"{_size(self.checkpoint_copy_bytes)}), exceeds its "
                            f"{_size(host_limit)}; {lower}")
@@ -275,7 +297,7 @@ class ClassificationPlan(TrainingPlan):
                  local_replicas=1, device="CPU", mixed_precision="float32", optimizer="adam",
                  jit_compile=False, device_memory=None, backend="tensorflow"):
         self._set_run(config, global_batch, replicas, local_replicas, device, mixed_precision,
-                      optimizer, device_memory=device_memory)
+                      optimizer, device_memory=device_memory, backend=backend)
         self.head, self.document_tokens = head, document_tokens
         self.footprint = sizing.classifier_training_footprint(
             config, self.per_replica_batch, num_classes=head["num_classes"],
@@ -298,7 +320,7 @@ class ClassificationPlan(TrainingPlan):
         return self.global_batch * self.document_tokens
 
     @property
-    def checkpoint_copy_bytes(self):
+    def checkpoint_memory_bytes(self):
         return 0
 
     def step_line(self):
