@@ -320,17 +320,25 @@ def test_one_process_is_one_worker_and_its_own_signal_is_the_answer(mirrored):
     assert StopRequest(signal.SIGINT, "worker 1").exit_status == 130
 
 
-def test_the_controller_saves_at_the_loop_end_skips_the_evaluation_and_stops(data_dir, tmp_path):
+def run_saving_into(data_dir, tmp_path, steps_per_loop):
+    """A TrainingRun of 20 steps in tmp_path, and the list its checkpoint's saves append to."""
     config = factories.tiny_config(vocab_size=json.loads(
         open(os.path.join(data_dir, "manifest.json")).read())["vocab_size"],
         n_layer=1, d_head=8, d_inner=32, tgt_len=T, mem_len=T)
     check_or_store_config(str(tmp_path), config)
     runner = factories.language_model_run(
         config, data_dir=data_dir, model_dir=str(tmp_path), global_batch=STREAMS,
-        optimizer=OptimizerParams(learning_rate=3e-3, train_steps=20), steps_per_loop=3)
-    asked, evaluated, saved = [], [], []
+        optimizer=OptimizerParams(learning_rate=3e-3, train_steps=20),
+        steps_per_loop=steps_per_loop)
+    saved = []
     save = runner.checkpoint.save
     runner.checkpoint.save = lambda step: saved.append(step) or save(step)
+    return runner, saved
+
+
+def test_the_controller_saves_at_the_loop_end_skips_the_evaluation_and_stops(data_dir, tmp_path):
+    runner, saved = run_saving_into(data_dir, tmp_path, 3)
+    asked, evaluated = [], []
 
     def stop_requested():
         asked.append(runner.train_step.step)
@@ -355,16 +363,8 @@ def test_a_signal_during_an_evaluation_stops_at_its_end_with_that_steps_checkpoi
         data_dir, tmp_path):
     """SIGTERM while the run evaluates (a preempted VM's grace period is short): the stop is
     taken when the evaluation ends, at its step, not a host loop later; exit status 143."""
-    config = factories.tiny_config(vocab_size=json.loads(
-        open(os.path.join(data_dir, "manifest.json")).read())["vocab_size"],
-        n_layer=1, d_head=8, d_inner=32, tgt_len=T, mem_len=T)
-    check_or_store_config(str(tmp_path), config)
-    runner = factories.language_model_run(
-        config, data_dir=data_dir, model_dir=str(tmp_path), global_batch=STREAMS,
-        optimizer=OptimizerParams(learning_rate=3e-3, train_steps=20), steps_per_loop=2)
-    signals, evaluated, saved = [], [], []
-    save = runner.checkpoint.save
-    runner.checkpoint.save = lambda step: saved.append(step) or save(step)
+    runner, saved = run_saving_into(data_dir, tmp_path, 2)
+    signals, evaluated = [], []
 
     def evaluate():  # the signal arrives while the evaluation at step 4 runs
         evaluated.append(runner.train_step.step)
