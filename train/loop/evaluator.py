@@ -113,12 +113,12 @@ class Evaluator:
         "loss_by_position": the mean loss at each position 0..T-1 of the segments (the picture
         of context fragmentation: without memory it falls along the segment).
         """
-        s = dict(self.settings(batch_size, tgt_len, mem_len, clamp_len, same_length),
-                 by_position=bool(by_position))
+        s = self.settings(batch_size, tgt_len, mem_len, clamp_len, same_length)
+        by_position = bool(by_position)
         steps = self.data.eval_steps(split, s["batch_size"], s["tgt_len"])
         if max_batches:
             steps = min(steps, max_batches)
-        loop = self.eval_begin(s)
+        loop = self.eval_begin(s, by_position=by_position)
         self.progress.begin(steps, split)
         iterator = self.batches(split, s)
         total = count = 0.0
@@ -143,9 +143,11 @@ class Evaluator:
         """The iterator over `split`'s global batches for settings `s`."""
         return iter(self.data.dataset(split, s["batch_size"], False, s["tgt_len"]))
 
-    def eval_begin(self, s):
+    def eval_begin(self, s, *, by_position=False):
         """An empty key/value memory and the position keys of the current weights; returns the
-        host loop for these settings (traced once per settings)."""
+        host loop for settings `s` (traced once per settings): (iterator, n) -> the sums of
+        loss and tokens over n batches, and per position of the segment ([T] each with
+        `by_position`, else zeros [1])."""
         memory_key = (s["batch_size"], s["tgt_len"], s["mem_len"])
         if memory_key not in self.memories:
             self.memories[memory_key] = self.empty_memory(*memory_key)
@@ -158,7 +160,6 @@ class Evaluator:
                 f"eval_position_keys_{keys_key[0]}_{keys_key[1]}")
         position_keys = self.position_keys[keys_key]
         position_keys.refresh()  # once per pass: the weights may have changed since the last
-        by_position = s.get("by_position", False)  # `evaluate` sets it; `settings()` does not
         loop_key = (memory_key, keys_key, s["same_length"], by_position)
         if loop_key not in self._loops:
             strategy, same_length = self.strategy, s["same_length"]
