@@ -70,6 +70,28 @@ def _project(x, kernel):
     return ops.reshape(out, (*x_dims[:-1], *k_dims[1:]))
 
 
+def build_attention_parts(layer, hidden_shape, projections):
+    """Builds on `layer` (with d_model, n_head, d_head, init_std, layer_norm_epsilon, dropout,
+    dropatt) the parts tfxl's attention layers share, in this order, which is their weights'
+    order in a checkpoint: a [D, N, H] kernel `<name>_kernel` per name of `projections`, the
+    output kernel [N, H, D], the LayerNorm, and the attention and output dropouts."""
+    init = keras.initializers.RandomNormal(stddev=layer.init_std)
+    heads = (layer.d_model, layer.n_head, layer.d_head)
+    for name in projections:
+        setattr(layer, f"{name}_kernel", layer.add_weight(name=f"{name}_kernel", shape=heads,
+                                                          initializer=init))
+    layer.output_kernel = layer.add_weight(
+        name="output_kernel", shape=(layer.n_head, layer.d_head, layer.d_model), initializer=init)
+    # Sublayers take the layer's dtype policy: under a mixed policy given to this layer alone, a
+    # float32 sublayer would cast its input back to float32.
+    policy = layer.dtype_policy
+    layer.layer_norm = keras.layers.LayerNormalization(
+        epsilon=layer.layer_norm_epsilon, name="layer_norm", dtype=policy)
+    layer.layer_norm.build(hidden_shape)
+    layer.attention_dropout = HashDropout(layer.dropatt, name="attention_dropout", dtype=policy)
+    layer.output_dropout = HashDropout(layer.dropout, name="output_dropout", dtype=policy)
+
+
 @keras.saving.register_keras_serializable(package="tfxl")
 class RelativeMultiHeadAttention(keras.layers.Layer):
     """Relative multi-head attention with residual connection and LayerNorm.
@@ -127,25 +149,9 @@ class RelativeMultiHeadAttention(keras.layers.Layer):
         self.scale = 1.0 / math.sqrt(self.d_head)
 
     def build(self, hidden_shape):
-        init = keras.initializers.RandomNormal(stddev=self.init_std)
-        heads = (self.d_model, self.n_head, self.d_head)
         # W_q, W_k,E, W_v act on token states; W_k,R acts on position encodings only (no bias, as
         # the reference code).
-        self.query_kernel = self.add_weight(name="query_kernel", shape=heads, initializer=init)
-        self.key_kernel = self.add_weight(name="key_kernel", shape=heads, initializer=init)
-        self.value_kernel = self.add_weight(name="value_kernel", shape=heads, initializer=init)
-        self.position_kernel = self.add_weight(name="position_kernel", shape=heads,
-                                               initializer=init)
-        self.output_kernel = self.add_weight(
-            name="output_kernel", shape=(self.n_head, self.d_head, self.d_model), initializer=init)
-        # Sublayers take this layer's dtype policy: under a mixed policy given to this layer
-        # alone, a float32 sublayer would cast its input back to float32.
-        policy = self.dtype_policy
-        self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="layer_norm", dtype=policy)
-        self.layer_norm.build(hidden_shape)
-        self.attention_dropout = HashDropout(self.dropatt, name="attention_dropout", dtype=policy)
-        self.output_dropout = HashDropout(self.dropout, name="output_dropout", dtype=policy)
+        build_attention_parts(self, hidden_shape, ("query", "key", "value", "position"))
 
     # -- projections --------------------------------------------------------------------------
     def normalized(self, rows):

@@ -20,6 +20,7 @@ from keras import ops
 from tfxl.layers.dropout import HashDropout
 from tfxl.layers.feed_forward import PositionwiseFeedForward
 from tfxl.layers.memory.baselines import TokenWindow
+from tfxl.layers.relative_attention import build_attention_parts
 from tfxl.models.baseline import BaselineLM, sinusoid
 
 
@@ -40,19 +41,7 @@ class CausalSelfAttention(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
 
     def build(self, hidden_shape):
-        init = keras.initializers.RandomNormal(stddev=self.init_std)
-        heads = (self.d_model, self.n_head, self.d_head)
-        self.query_kernel = self.add_weight(name="query_kernel", shape=heads, initializer=init)
-        self.key_kernel = self.add_weight(name="key_kernel", shape=heads, initializer=init)
-        self.value_kernel = self.add_weight(name="value_kernel", shape=heads, initializer=init)
-        self.output_kernel = self.add_weight(
-            name="output_kernel", shape=(self.n_head, self.d_head, self.d_model), initializer=init)
-        policy = self.dtype_policy
-        self.layer_norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, name="layer_norm", dtype=policy)
-        self.layer_norm.build(hidden_shape)
-        self.attention_dropout = HashDropout(self.dropatt, name="attention_dropout", dtype=policy)
-        self.output_dropout = HashDropout(self.dropout, name="output_dropout", dtype=policy)
+        build_attention_parts(self, hidden_shape, ("query", "key", "value"))
 
     def call(self, hidden, mask, training=None):
         x = self.layer_norm(hidden) if self.pre_lnorm else hidden
