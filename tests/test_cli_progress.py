@@ -80,10 +80,11 @@ def test_tfxl_train_logs_plain_lines_and_tfxl_eval_shows_its_bar_on_a_terminal(t
     assert trained.returncode == 0, trained.stderr[-3000:]
     out = trained.stdout
     assert not [c for c in CONTROL if c in out], out[-2000:]
+    # One line per host loop; --short_first_loops: the first ends at step 1.
     assert [line.split(":")[0] for line in out.splitlines() if line.startswith("step ")] == [
-        "step 2/4", "step 4/4"], out
+        "step 1/4", "step 2/4", "step 4/4"], out
     # Before the first step, which compiles: what is under way, not silence.
-    assert ("step 0: compiling the train step, then running the first host loop (2 steps)"
+    assert ("step 0: compiling the train step, then running the first host loop (1 step)"
             in trained.stderr.splitlines()), trained.stderr[-3000:]
 
     master, slave = pty.openpty()
