@@ -77,10 +77,10 @@ class JaxTrainStep(TrainStepBase):
         self.train_loop_begin()
         first_step = self.step
         batches, self._read_ahead = self._read_ahead, None
-        if batches is None or len(batches[1]) != num_steps:
+        if batches is None or _loop_length(batches) != num_steps:
             batches = self._next_batches(num_steps)
         state = self._placed(self._state())
-        state, losses, norms = self._compiled_loops(state)(state, batches[0])
+        state, losses, norms = self._compiled_loops(state)(state, batches)
         self._set_state(state)
         return self.train_loop_end(first_step, np.asarray(losses), np.asarray(norms))
 
@@ -94,7 +94,7 @@ class JaxTrainStep(TrainStepBase):
         self.train_loop_begin()
         self._read_ahead = self._next_batches(num_steps)
         state = self._placed(self._state())
-        compiled = self._compiled_loops(state).lower(state, self._read_ahead[0]).compile()
+        compiled = self._compiled_loops(state).lower(state, self._read_ahead).compile()
         analysis = compiled.memory_analysis()
         return None if analysis is None else compiled_bytes(analysis)
 
@@ -103,11 +103,10 @@ class JaxTrainStep(TrainStepBase):
         self._read_ahead = None  # batches of the step before a restore
 
     def _next_batches(self, num_steps):
-        """The next `num_steps` batches as global arrays [n, B, ...], and the local ones."""
+        """The next `num_steps` batches as global arrays [n, B, ...]."""
         local = [next(self._iterator) for _ in range(num_steps)]
-        return ({key: self.strategy.global_array(np.stack([b[key] for b in local]),
-                                                 batch_axis=1)
-                 for key in local[0]}, local)
+        return {key: self.strategy.global_array(np.stack([b[key] for b in local]), batch_axis=1)
+                for key in local[0]}
 
     def _compiled_loops(self, state):
         if self._loops is None:
@@ -173,6 +172,11 @@ class JaxTrainStep(TrainStepBase):
 
         state, (losses, norms) = jax.lax.scan(one_step, state, batches)
         return state, losses, norms
+
+
+def _loop_length(batches):
+    """n of a host loop's batches {key: [n, B, ...]}."""
+    return next(iter(batches.values())).shape[0]
 
 
 class JaxTrainingMemory(TrainingMemory):
